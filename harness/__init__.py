@@ -1,0 +1,5 @@
+"""harness: concurrency stress-test and corruption detection for LLM inference servers."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
