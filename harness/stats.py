@@ -1,0 +1,133 @@
+"""Small-sample statistics for corruption rates.
+
+Corruption counts are small (often 0 to a few dozen events), so every interval here is a score
+interval (Wilson, Newcombe) rather than the normal approximation, and every test is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from scipy import stats as _st
+
+Alternative = Literal["two-sided", "greater", "less"]
+
+
+def _z(conf: float) -> float:
+    if not 0.0 < conf < 1.0:
+        raise ValueError(f"confidence level must be between 0 and 1, got {conf}")
+    return float(_st.norm.ppf(1.0 - (1.0 - conf) / 2.0))
+
+
+def _check_counts(k: int, n: int) -> None:
+    if n < 0 or k < 0 or k > n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+
+
+def wilson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for the proportion k/n (no continuity correction).
+
+    With n == 0 nothing is known and the interval is the whole range (0.0, 1.0).
+    """
+    _check_counts(k, n)
+    if n == 0:
+        return (0.0, 1.0)
+    z = _z(conf)
+    p = k / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
+    # Clamp away floating-point dust at the edges (k == 0 gives lo == 0 exactly in theory).
+    lo = 0.0 if k == 0 else max(0.0, centre - half)
+    hi = 1.0 if k == n else min(1.0, centre + half)
+    return (lo, hi)
+
+
+def fisher_exact(
+    k1: int, n1: int, k2: int, n2: int, alternative: Alternative = "two-sided"
+) -> float:
+    """Fisher's exact test p-value for k1/n1 against k2/n2.
+
+    ``alternative="greater"`` tests whether the first proportion is larger than the second.
+    """
+    _check_counts(k1, n1)
+    _check_counts(k2, n2)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    table = [[k1, n1 - k1], [k2, n2 - k2]]
+    res = _st.fisher_exact(table, alternative=alternative)
+    return float(min(1.0, res.pvalue))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the input order.
+
+    Step-down: the i-th smallest of m p-values is multiplied by (m - i), running maximum taken
+    so the adjusted values keep the order of the raw ones, capped at 1.
+    """
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, idx in enumerate(order):
+        value = min(1.0, (m - rank) * pvalues[idx])
+        running = max(running, value)
+        adjusted[idx] = running
+    return adjusted
+
+
+def diff_ci(
+    k1: int, n1: int, k2: int, n2: int, conf: float = 0.95
+) -> tuple[float, float, float]:
+    """Difference p1 - p2 with Newcombe's hybrid score interval (his method 10, 1998).
+
+    Built from the two Wilson intervals (l1, u1) and (l2, u2):
+        lo = d - sqrt((p1 - l1)^2 + (u2 - p2)^2)
+        hi = d + sqrt((u1 - p1)^2 + (p2 - l2)^2)
+    An empty arm contributes p = 0 with the interval (0, 1).
+    """
+    p1 = k1 / n1 if n1 else 0.0
+    p2 = k2 / n2 if n2 else 0.0
+    l1, u1 = wilson(k1, n1, conf)
+    l2, u2 = wilson(k2, n2, conf)
+    d = p1 - p2
+    lo = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    hi = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return (d, max(-1.0, lo), min(1.0, hi))
+
+
+def sample_size(p1: float, p2: float, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Sessions per arm for a two-sided two-proportion test to detect p1 against p2.
+
+    The usual normal-approximation formula (Fleiss, without continuity correction):
+
+        n = (z_{1-alpha/2} * sqrt(2 * pbar * (1 - pbar))
+             + z_{power} * sqrt(p1 * (1 - p1) + p2 * (1 - p2)))^2 / (p1 - p2)^2
+
+    with pbar = (p1 + p2) / 2, rounded up. Raises ValueError when p1 == p2 (no finite n).
+    """
+    for name, p in (("p1", p1), ("p2", p2)):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"{name} must be a proportion in [0, 1], got {p}")
+    if p1 == p2:
+        raise ValueError("p1 == p2: no sample size detects a zero difference")
+    za = float(_st.norm.ppf(1.0 - alpha / 2.0))
+    zb = float(_st.norm.ppf(power))
+    pbar = (p1 + p2) / 2.0
+    num = za * math.sqrt(2.0 * pbar * (1.0 - pbar)) + zb * math.sqrt(
+        p1 * (1.0 - p1) + p2 * (1.0 - p2)
+    )
+    return max(1, math.ceil(num * num / ((p1 - p2) ** 2)))
+
+
+def upper_bound_zero(n: int, conf: float = 0.95) -> float:
+    """Exact upper bound on a rate when 0 of n trials showed it: 1 - (1 - conf)^(1/n).
+
+    About 3/n at 95% (the "rule of three"). n == 0 gives 1.0.
+    """
+    if n <= 0:
+        return 1.0
+    return 1.0 - (1.0 - conf) ** (1.0 / n)
