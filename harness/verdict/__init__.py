@@ -1,0 +1,136 @@
+"""Classify one turn: envelope checks, argument checks, salad and repetition -> Verdict.
+
+``classify_turn`` is the one classifier used by ``harness run`` and ``harness classify``.
+It never reads the simulator's ground truth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import labels as L
+from harness.dialects import dsml
+from harness.dialects.base import ParseResult, ToolCall
+from harness.verdict.schema import check_calls, check_server_calls
+from harness.verdict.text import score_text
+
+
+@dataclass(frozen=True)
+class Verdict:
+    label: str
+    corrupted: bool
+    noncanonical: bool = False
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def _parse_markup(text: str, dialect: str, server_content: bool) -> ParseResult:
+    version = {"dsml-v4": "v4", "dsml-v32": "v32"}.get(dialect, "auto")
+    return dsml.parse(text, version)
+
+
+def _verdict(
+    label: str, calls: list[dict[str, Any]], evidence: dict[str, Any], nc: bool
+) -> Verdict:
+    return Verdict(label, L.is_corrupted(label), nc, calls, evidence)
+
+
+def classify_turn(
+    content: str | None,
+    *,
+    reasoning: str | None = "",
+    tool_calls: list[dict[str, Any]] | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    finish_reason: str | None = None,
+    dialect: str = "auto",
+    source: str = "server",
+    context: str | None = None,
+) -> Verdict:
+    """Label one assistant turn.
+
+    ``source="server"``: ``content`` is a server's message content next to its parsed
+    ``tool_calls`` (OpenAI shape). ``source="raw"``: ``content`` is the raw model output and
+    the calls are extracted here with ``dialect``.
+    """
+    content = content or ""
+    reasoning = reasoning or ""
+    server_calls = list(tool_calls or [])
+    evidence: dict[str, Any] = {}
+
+    if not content.strip() and not reasoning.strip() and not server_calls:
+        label = L.TRUNCATED if finish_reason == "length" else L.EMPTY
+        return _verdict(label, [], evidence, False)
+
+    parsed = _parse_markup(content, dialect, server_content=(source == "server"))
+    noncanonical = bool(parsed.ok and parsed.found and parsed.noncanonical)
+    if noncanonical:
+        evidence["noncanonical"] = list(parsed.noncanonical)
+
+    # Salad and loops first: they are the root symptom, and often break the envelope too.
+    visible = parsed.content if (parsed.found and parsed.ok) else content
+    text = f"{reasoning}\n{visible}" if reasoning else visible
+    finding = score_text(text, context)
+    evidence["text_score"] = round(finding.score, 4)
+    if finding.label is not None:
+        evidence["signals"] = finding.signals
+        if finding.offset is not None:
+            shift = len(reasoning) + 1 if reasoning else 0
+            evidence["offset"] = max(0, finding.offset - shift)
+            evidence["in_reasoning"] = finding.offset < shift
+        return _verdict(finding.label, [c for c in server_calls], evidence, noncanonical)
+
+    reasoning_markup = _parse_markup(reasoning, dialect, server_content=True) if reasoning else None
+    if reasoning_markup is not None and reasoning_markup.found:
+        evidence.update(reason="tool-call markup in the reasoning", offset=reasoning_markup.offset)
+        evidence["in_reasoning"] = True
+        label = L.PARSER_LEAK if reasoning_markup.ok else L.MALFORMED_TOOL_CALL
+        return _verdict(label, [], evidence, noncanonical)
+
+    if parsed.found and not parsed.ok:
+        evidence.update(reason=parsed.error, offset=parsed.offset)
+        return _verdict(L.MALFORMED_TOOL_CALL, [], evidence, False)
+
+    calls: list[dict[str, Any]]
+    if source == "raw":
+        calls = [c.to_dict() for c in parsed.calls]
+        problems = check_calls(list(parsed.calls), tools)
+    else:
+        if parsed.found:
+            # Well-formed markup left in content: the server's parser failed, not the model.
+            evidence.update(
+                reason="well-formed tool-call markup in content", calls=len(parsed.calls)
+            )
+            leaked = [c.to_dict() for c in parsed.calls]
+            return _verdict(L.PARSER_LEAK, server_calls + leaked, evidence, noncanonical)
+        calls = [_plain_call(c) for c in server_calls]
+        problems = check_server_calls(server_calls, tools)
+    if problems:
+        evidence["problems"] = [str(p) for p in problems]
+        return _verdict(L.INVALID_TOOL_CALL, calls, evidence, noncanonical)
+    if finish_reason == "length":
+        return _verdict(L.TRUNCATED, calls, evidence, noncanonical)
+    label = L.OK_TOOL_CALL if calls else L.OK_TEXT
+    return _verdict(label, calls, evidence, noncanonical)
+
+
+def _plain_call(call: dict[str, Any]) -> dict[str, Any]:
+    """``{"name", "arguments"}`` from an OpenAI tool call, arguments decoded when possible."""
+    fn = call.get("function", call)
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            args = json.loads(args)
+    return {"name": fn.get("name"), "arguments": args}
+
+
+def classify_text(
+    text: str, context: str | None = None, tools: list[dict[str, Any]] | None = None
+) -> Verdict:
+    """Classify a raw model output (calls extracted from the text)."""
+    return classify_turn(text, tools=tools, source="raw", dialect="auto", context=context)
+
+
+__all__ = ["Verdict", "classify_turn", "classify_text", "ToolCall", "dsml"]

@@ -1,0 +1,195 @@
+"""The ``harness`` command: parse, call, print, map errors to exit codes.
+
+Exit codes: 0 all gates passed; 1 a gate failed; 2 bad usage or configuration;
+3 infrastructure (a server would not start, an endpoint unreachable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.errors import HarnessError, UsageError
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harness",
+        description="Concurrency stress-test and corruption detector for LLM inference servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="drive concurrent tool-call sessions and judge every turn")
+    run.add_argument(
+        "--scenario", type=Path, help="workload TOML (default: scenarios/coding_agent.toml)"
+    )
+    run.add_argument(
+        "--sessions", type=_positive_int, help="sessions per variant (default: the scenario's)"
+    )
+    run.add_argument(
+        "--concurrency", type=_positive_int, help="requests in flight at most (default: sessions)"
+    )
+    run.add_argument(
+        "--ab",
+        action="append",
+        default=[],
+        metavar="FACTOR=L1,L2",
+        help="a factor and its levels; repeat for a matrix (the first level is the baseline)",
+    )
+    run.add_argument(
+        "--endpoint",
+        help="base URL of a server already up (default: launch `harness sim` per variant)",
+    )
+    run.add_argument("--model", default="deepseek-v4-flash", help="model name sent in requests")
+    run.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (sent as a bearer token)",
+    )
+    run.add_argument("--turns", type=_positive_int, help="max turns per session")
+    run.add_argument(
+        "--max-context",
+        type=_positive_int,
+        help="end a session once its prompt has this many tokens",
+    )
+    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--out", type=Path, help="run folder (default: reports/<run-id>)")
+    run.add_argument("--no-stream", action="store_true", help="send non-streamed requests")
+    run.add_argument(
+        "--on-corruption",
+        choices=("retry", "stop"),
+        default="retry",
+        help="re-send a corrupted turn (keeps the load) or end its session",
+    )
+    run.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="a request with no byte for this long fails as a timeout",
+    )
+    run.add_argument(
+        "--speed",
+        type=_positive_float,
+        default=None,
+        help="simulator only: divide its latencies by this factor",
+    )
+    run.add_argument("--no-progress", action="store_true", help="no live progress display")
+
+    sim = sub.add_parser("sim", help="serve the embedded DeepSeek-V4-like endpoint", add_help=False)
+    sim.add_argument("sim_args", nargs=argparse.REMAINDER)
+
+    rep = sub.add_parser("report", help="rebuild summary, plots and report from a run folder")
+    rep.add_argument("run_dir", type=Path)
+
+    cmp_ = sub.add_parser("compare", help="compare two runs variant by variant")
+    cmp_.add_argument("run_a", type=Path)
+    cmp_.add_argument("run_b", type=Path)
+
+    cls = sub.add_parser("classify", help="classify saved outputs (JSONL) without a run")
+    cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
+    cls.add_argument("-o", "--output", type=Path, help="output JSONL (default: stdout)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sim"]:
+        from harness.sim.main import main as sim_main
+
+        return sim_main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "run":
+            from harness.cli_run import cmd_run
+
+            return cmd_run(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "compare":
+            return cmd_compare(args)
+        if args.command == "classify":
+            return cmd_classify(args)
+    except HarnessError as exc:
+        print(f"harness: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130
+    parser.error(f"unknown command {args.command}")
+    return EXIT_USAGE
+
+
+def _run_dir(path: Path) -> Path:
+    if not (path / "turns.jsonl").exists():
+        raise UsageError(f"{path} is not a run folder (no turns.jsonl in it)")
+    return path
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import format_table, write_report
+
+    summary = write_report(_run_dir(args.run_dir))
+    print(format_table(summary))
+    print(f"report: {args.run_dir / 'report.md'}")
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.report import compare_markdown, compare_runs
+
+    result = compare_runs(_run_dir(args.run_a), _run_dir(args.run_b))
+    print(compare_markdown(result))
+    return EXIT_OK
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    from harness.classify import classify_files
+
+    stats: Any = classify_files(args.input, args.output)
+    for err in getattr(stats, "errors", []):
+        print(f"harness classify: {err}", file=sys.stderr)
+    return EXIT_USAGE if getattr(stats, "errors", None) else EXIT_OK
+
+
+def api_key_from_env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

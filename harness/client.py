@@ -1,0 +1,247 @@
+"""The only HTTP client: one OpenAI chat request, streamed or not -> ``TurnOutput``.
+
+httpx's API over the aiohttp transport (httpx's own pool serves a few hundred requests per
+second at high concurrency; the aiohttp transport several thousand). Every failure of the
+endpoint becomes a ``Failure`` value on the output; nothing raises out of ``chat``.
+Times come from ``time.perf_counter()`` taken as bytes arrive, before parsing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from httpx_aiohttp import AiohttpTransport
+
+log = logging.getLogger(__name__)
+
+SIM_HEADER = "x-sim-injected"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A transport-level failure: ``kind`` is one of connect, timeout, http_status,
+    stream_error, protocol, cut, cancelled."""
+
+    kind: str
+    message: str
+    status: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+@dataclass
+class TurnOutput:
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    itl_s: float | None = None
+    status: int | None = None
+    sim_injected: str | None = None
+    events: int = 0
+    failure: Failure | None = None
+
+
+def _failure_from(exc: BaseException) -> Failure:
+    """Map library exceptions to failure kinds (the one place that knows them)."""
+    if isinstance(exc, httpx.TimeoutException | asyncio.TimeoutError | TimeoutError):
+        return Failure("timeout", f"no response within the deadline ({type(exc).__name__})")
+    if isinstance(exc, httpx.ConnectError | ConnectionRefusedError):
+        return Failure("connect", str(exc) or type(exc).__name__)
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        return Failure("cut", str(exc) or type(exc).__name__)
+    if isinstance(exc, httpx.HTTPError | OSError):
+        return Failure("connect", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, orjson.JSONDecodeError | ValueError | KeyError | TypeError):
+        return Failure("protocol", f"invalid response: {type(exc).__name__}: {exc}")
+    return Failure("protocol", f"{type(exc).__name__}: {exc}")
+
+
+class ChatClient:
+    """One pooled client for one endpoint, sized for the run's concurrency."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str,
+        api_key: str | None = None,
+        max_connections: int = 256,
+        request_timeout: float = 120.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.request_timeout = request_timeout
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        headers = {"content-type": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            transport=AiohttpTransport(limits=limits, trust_env=False),
+            headers=headers,
+            timeout=httpx.Timeout(request_timeout, connect=min(10.0, request_timeout)),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def get(self, path: str, wait_s: float = 10.0) -> httpx.Response | Failure:
+        try:
+            return await self._http.get(path, timeout=wait_s)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes data
+            return _failure_from(exc)
+
+    async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
+        payload = dict(body, model=body.get("model", self.model), stream=stream)
+        if stream:
+            payload["stream_options"] = {"include_usage": True}
+        data = orjson.dumps(payload)
+        out = TurnOutput()
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.request_timeout * 4):
+                if stream:
+                    await self._stream(data, out, t0)
+                else:
+                    await self._plain(data, out, t0)
+        except asyncio.CancelledError:
+            out.failure = Failure("cancelled", "the run was stopped")
+            out.latency_s = time.perf_counter() - t0
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes data
+            out.failure = _failure_from(exc)
+        if out.latency_s is None:
+            out.latency_s = time.perf_counter() - t0
+        return out
+
+    async def _plain(self, data: bytes, out: TurnOutput, t0: float) -> None:
+        resp = await self._http.post("/v1/chat/completions", content=data)
+        raw = resp.content
+        out.latency_s = out.ttft_s = time.perf_counter() - t0
+        out.status = resp.status_code
+        out.sim_injected = resp.headers.get(SIM_HEADER)
+        if resp.status_code >= 400:
+            out.failure = Failure("http_status", _error_text(raw), resp.status_code)
+            return
+        doc = orjson.loads(raw)
+        choice = doc["choices"][0]
+        msg = choice.get("message") or {}
+        out.content = msg.get("content") or ""
+        out.reasoning = msg.get("reasoning_content") or ""
+        out.tool_calls = [
+            {
+                "id": c.get("id"),
+                "name": c["function"]["name"],
+                "arguments": c["function"].get("arguments", ""),
+            }
+            for c in (msg.get("tool_calls") or [])
+        ]
+        out.finish_reason = choice.get("finish_reason")
+        _usage(out, doc.get("usage"))
+
+    async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
+        content: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        last = None
+        gaps = 0.0
+        done = False
+        async with self._http.stream("POST", "/v1/chat/completions", content=data) as resp:
+            out.status = resp.status_code
+            out.sim_injected = resp.headers.get(SIM_HEADER)
+            if resp.status_code >= 400:
+                raw = await resp.aread()
+                out.failure = Failure("http_status", _error_text(raw), resp.status_code)
+                return
+            async for line in resp.aiter_lines():
+                now = time.perf_counter()
+                if not line.startswith("data:"):
+                    if line.startswith("event:") and "error" in line:
+                        out.failure = Failure("stream_error", "error event in the stream")
+                        return
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    done = True
+                    break
+                doc = orjson.loads(payload)
+                if "error" in doc:
+                    out.failure = Failure("stream_error", _error_text(orjson.dumps(doc["error"])))
+                    return
+                if doc.get("usage"):
+                    _usage(out, doc["usage"])
+                for choice in doc.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    got = False
+                    if delta.get("content"):
+                        content.append(delta["content"])
+                        got = True
+                    if delta.get("reasoning_content"):
+                        reasoning.append(delta["reasoning_content"])
+                        got = True
+                    for tc in delta.get("tool_calls") or ():
+                        slot = calls.setdefault(
+                            tc.get("index", 0), {"id": None, "name": "", "arguments": ""}
+                        )
+                        if tc.get("id"):
+                            slot["id"] = tc["id"]
+                        fn = tc.get("function") or {}
+                        if fn.get("name"):
+                            slot["name"] += fn["name"]
+                        if fn.get("arguments"):
+                            slot["arguments"] += fn["arguments"]
+                        got = True
+                    if got:
+                        out.events += 1
+                        if last is None:
+                            out.ttft_s = now - t0
+                        else:
+                            gaps += now - last
+                        last = now
+                    if choice.get("finish_reason"):
+                        out.finish_reason = choice["finish_reason"]
+        out.latency_s = time.perf_counter() - t0
+        out.content = "".join(content)
+        out.reasoning = "".join(reasoning)
+        out.tool_calls = [calls[i] for i in sorted(calls)]
+        if out.events > 1:
+            out.itl_s = gaps / (out.events - 1)
+        if not done:
+            out.failure = Failure("cut", "stream ended before [DONE]")
+
+
+def _usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
+    if not usage:
+        return
+    out.prompt_tokens = usage.get("prompt_tokens")
+    out.completion_tokens = usage.get("completion_tokens")
+    details = usage.get("prompt_tokens_details") or {}
+    out.cached_tokens = details.get("cached_tokens")
+
+
+def _error_text(raw: bytes) -> str:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw[:200].decode("utf-8", "replace")
+    if isinstance(doc, dict):
+        err = doc.get("error", doc)
+        if isinstance(err, dict):
+            return str(err.get("message", err))[:200]
+        return str(err)[:200]
+    return str(doc)[:200]

@@ -1,0 +1,220 @@
+"""The fake tool suite: deterministic results sized to a token budget.
+
+A tool result depends only on (seed, tool kind, arguments, budget), so a session replays
+exactly. Results look like what a coding agent sees (listings, source files, search hits,
+test logs) and mention paths and identifiers that the next call can use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any
+
+CHARS_PER_TOKEN = 4  # the client-side estimate; the server's usage figures are preferred
+
+_DIRS = (
+    "src/cache",
+    "src/scheduler",
+    "src/stream",
+    "src/memory",
+    "src/api",
+    "src/kernels",
+    "tests/cache",
+    "tests/scheduler",
+    "tests/stream",
+    "tools",
+    "docs",
+)
+_STEMS = (
+    "pool",
+    "radix_tree",
+    "evict",
+    "loader",
+    "batch",
+    "queue",
+    "worker",
+    "detokenizer",
+    "chunker",
+    "allocator",
+    "index",
+    "router",
+    "session",
+    "metrics",
+    "config",
+    "transfer",
+    "prefetch",
+    "layer_loader",
+    "sparse_index",
+    "topk",
+)
+_IDENTS = (
+    "evict_lru",
+    "load_back",
+    "host_pool",
+    "device_pool",
+    "wait_layer",
+    "ready_event",
+    "index_k_cache",
+    "alloc_slots",
+    "free_slots",
+    "schedule_batch",
+    "prefill_chunk",
+    "decode_step",
+    "flush",
+    "match_prefix",
+    "insert_node",
+    "lock_ref",
+    "page_table",
+    "write_through",
+    "copy_stream",
+    "sync_point",
+    "token_budget",
+    "max_total_tokens",
+)
+_WORDS = (
+    "entry",
+    "node",
+    "layer",
+    "batch",
+    "request",
+    "token",
+    "page",
+    "slot",
+    "stream",
+    "event",
+    "buffer",
+    "index",
+    "prefix",
+    "value",
+    "count",
+    "size",
+    "state",
+    "lock",
+)
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, len(text) // CHARS_PER_TOKEN)
+
+
+def _rng(seed: int, *parts: Any) -> random.Random:
+    digest = hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "big"))
+
+
+def _path(rng: random.Random) -> str:
+    d = rng.choice(_DIRS)
+    prefix = "test_" if d.startswith("tests") else ""
+    return f"{d}/{prefix}{rng.choice(_STEMS)}.py"
+
+
+def _code_line(rng: random.Random, indent: int) -> str:
+    a, b, c = rng.choice(_IDENTS), rng.choice(_WORDS), rng.choice(_WORDS)
+    shape = rng.randrange(8)
+    pad = "    " * indent
+    if shape == 0:
+        return f"{pad}def {a}(self, {b}: int, {c}: list[int] | None = None) -> int:"
+    if shape == 1:
+        return f"{pad}if self.{b}_{c} is None or len(self.{b}s) > self.max_{c}:"
+    if shape == 2:
+        return f"{pad}self.{b}_{c} = {a}({b}, {c}={rng.randrange(1, 4096)})"
+    if shape == 3:
+        return f"{pad}# {b.capitalize()} {c}s are released once the {rng.choice(_WORDS)} is done."
+    if shape == 4:
+        return f"{pad}for {b} in self.{c}s[{rng.randrange(0, 64)}:]:"
+    if shape == 5:
+        return f"{pad}return {a}(self.{b}, {c})"
+    if shape == 6:
+        return f'{pad}logger.debug("{a}: %d {b}s", len(self.{c}s))'
+    return f"{pad}{b} = self.{c}_map.get({b}_id, {rng.randrange(0, 9)})"
+
+
+def _fill(rng: random.Random, budget_tokens: int, line: Any) -> str:
+    target = max(40, budget_tokens * CHARS_PER_TOKEN)
+    lines: list[str] = []
+    size = 0
+    n = 0
+    while size < target:
+        text = line(rng, n)
+        lines.append(text)
+        size += len(text) + 1
+        n += 1
+    return "\n".join(lines)
+
+
+def _list_dir(rng: random.Random, args: dict[str, Any], budget: int) -> str:
+    base = str(args.get("path") or ".").strip("/") or "."
+    dirs = _DIRS if base == "." else tuple(d for d in _DIRS if d.startswith(base)) or _DIRS
+
+    def entry(r: random.Random, n: int) -> str:
+        d = dirs[n % len(dirs)]
+        return f"{d}/{r.choice(_STEMS)}_{n}.py  {r.randrange(200, 90000)} bytes"
+
+    head = f"$ ls -R {base}\n"
+    return head + _fill(rng, budget, entry)
+
+
+def _read_file(rng: random.Random, args: dict[str, Any], budget: int) -> str:
+    path = str(args.get("path", "src/main.py"))
+    start = int(args.get("start_line") or 1)
+
+    def line(r: random.Random, n: int) -> str:
+        return f"{start + n:5d}  {_code_line(r, 1 + (n % 3))}"
+
+    module = _path(rng)[:-3].replace("/", ".")
+    imports = f"# {path}\nimport logging\nfrom {module} import {rng.choice(_IDENTS)}\n"
+    return imports + _fill(rng, budget, line)
+
+
+def _search(rng: random.Random, args: dict[str, Any], budget: int) -> str:
+    query = str(args.get("query", ""))
+
+    def hit(r: random.Random, n: int) -> str:
+        where = f"{_path(r)}:{r.randrange(1, 2000)}"
+        return f"{where}:    {query} = {r.choice(_IDENTS)}({r.choice(_WORDS)})"
+
+    return f"Matches for /{query}/:\n" + _fill(rng, budget, hit)
+
+
+def _run_tests(rng: random.Random, args: dict[str, Any], budget: int) -> str:
+    target = str(args.get("target", "tests"))
+
+    def case(r: random.Random, n: int) -> str:
+        status = "FAILED" if r.random() < 0.08 else "PASSED"
+        return f"{_path(r).replace('src/', 'tests/')}::test_{r.choice(_IDENTS)}_{n} {status}"
+
+    body = _fill(rng, budget, case)
+    failed = body.count("FAILED")
+    return f"$ pytest {target}\n{body}\n== {failed} failed, {body.count('PASSED')} passed =="
+
+
+def _echo(rng: random.Random, args: dict[str, Any], budget: int) -> str:
+    return _fill(rng, budget, lambda r, n: f"{r.choice(_WORDS)} {r.choice(_IDENTS)} {n}")
+
+
+_KINDS = {
+    "list_dir": _list_dir,
+    "read_file": _read_file,
+    "search": _search,
+    "run_tests": _run_tests,
+    "echo": _echo,
+}
+
+
+def run_tool(kind: str, arguments: dict[str, Any], *, seed: int, budget_tokens: int) -> str:
+    """The result of one fake tool call, about ``budget_tokens`` tokens long."""
+    rng = _rng(seed, kind, sorted(arguments.items(), key=lambda kv: kv[0]).__repr__())
+    return _KINDS[kind](rng, arguments, max(16, budget_tokens))
+
+
+def padding_text(seed: int, tokens: int) -> str:
+    """Deterministic repository notes used to bring the first request to its start size."""
+    rng = _rng(seed, "padding")
+
+    def note(r: random.Random, n: int) -> str:
+        return (
+            f"- {_path(r)}: {r.choice(_IDENTS)} handles the {r.choice(_WORDS)} {r.choice(_WORDS)}s."
+        )
+
+    return _fill(rng, tokens, note)
