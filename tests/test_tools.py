@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness.tools import estimate_tokens, padding_text, run_tool
+
+
+@pytest.mark.parametrize("kind", ["list_dir", "read_file", "search", "run_tests", "echo"])
+def test_results_are_deterministic_and_sized(kind: str) -> None:
+    args = {"path": "src/cache", "query": "evict_lru", "target": "tests"}
+    a = run_tool(kind, args, seed=7, budget_tokens=3000)
+    b = run_tool(kind, args, seed=7, budget_tokens=3000)
+    c = run_tool(kind, args, seed=8, budget_tokens=3000)
+    assert a == b
+    assert a != c
+    assert 2800 <= estimate_tokens(a) <= 3300
+
+
+def test_results_mention_paths_a_next_call_can_use() -> None:
+    listing = run_tool("list_dir", {"path": "."}, seed=1, budget_tokens=500)
+    assert re.search(r"src/\w+/\w+\.py", listing)
+
+
+def test_padding_reaches_its_size() -> None:
+    text = padding_text(3, 1500)
+    assert 1400 <= estimate_tokens(text) <= 1700
