@@ -51,6 +51,8 @@ class Scenario:
     system_prompt: str = ""
     tasks: tuple[str, ...] = ()
     tools: tuple[ToolSpec, ...] = field(default=())
+    workload: str = "tools"  # "tools": tool-call turns; "chat": user turns bring documents
+    questions: tuple[str, ...] = ()  # chat workload: follow-up questions, cycled
     source: str = "<builtin>"
 
     def openai_tools(self) -> list[dict[str, Any]]:
@@ -72,7 +74,10 @@ _INT_FIELDS = (
     "max_tokens",
     "max_attempts",
 )
+WORKLOADS = ("tools", "chat")
 _KNOWN = {
+    "workload",
+    "questions",
     "name",
     "description",
     "dialect",
@@ -119,7 +124,15 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
     tasks = raw.get("tasks", ["Investigate the repository. Work in about {steps} steps."])
     if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
         raise ConfigError(f"{source}: 'tasks' must be a non-empty list of strings")
+    workload = raw.get("workload", "tools")
+    if workload not in WORKLOADS:
+        raise ConfigError(f"{source}: workload {workload!r} is not one of {', '.join(WORKLOADS)}")
+    questions = raw.get("questions", ["Summarize what the new document adds."])
+    if not isinstance(questions, list) or not all(isinstance(q, str) for q in questions):
+        raise ConfigError(f"{source}: 'questions' must be a list of strings")
     tools = tuple(_parse_tool(t, i, source) for i, t in enumerate(raw.get("tools", [])))
+    if workload == "tools" and not tools:
+        raise ConfigError(f"{source}: a 'tools' workload needs at least one [[tools]] entry")
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: tool names must be unique, got {names}")
@@ -137,6 +150,8 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
         system_prompt=str(raw.get("system_prompt", "")),
         tasks=tuple(tasks),
         tools=tools,
+        workload=workload,
+        questions=tuple(questions),
         temperature=float(temperature),
         source=source,
         **kwargs,

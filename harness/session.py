@@ -15,7 +15,7 @@ from harness import labels as L
 from harness.client import ChatClient, TurnOutput
 from harness.config import Scenario
 from harness.records import TurnRecord, TurnWriter
-from harness.tools import estimate_tokens, padding_text, run_tool
+from harness.tools import document_chunk, estimate_tokens, padding_text, run_tool
 from harness.verdict import Verdict, classify_turn
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,15 @@ class Session:
                 self.ended = "corrupted"
                 return
             calls = verdict.tool_calls if verdict.label in (L.OK_TOOL_CALL, L.PARSER_LEAK) else []
+            if sh.scenario.workload == "chat" and verdict.label == L.OK_TEXT:
+                if turn + 1 >= self.plan.steps:
+                    self.ended = "answered"
+                    return
+                self._follow_up(turn, out)
+                if (out.prompt_tokens or 0) >= self.plan.max_context:
+                    self.ended = "max context"
+                    return
+                continue
             if not calls:
                 self.ended = "answered" if verdict.label == L.OK_TEXT else verdict.label
                 return
@@ -189,11 +198,25 @@ class Session:
                 return
         self.ended = "max turns"
 
+    def _budget(self, turn: int, out: TurnOutput) -> int:
+        """Tokens to add so the next prompt reaches the planned context size."""
+        prompt = out.prompt_tokens or estimate_tokens(json.dumps(self.messages))
+        return self.plan.target_context(turn + 1) - prompt - (out.completion_tokens or 0)
+
+    def _follow_up(self, turn: int, out: TurnOutput) -> None:
+        """Chat workload: the answer, then a user turn bringing a document and a question."""
+        questions = self.shared.scenario.questions
+        question = questions[(self.plan.index + turn) % len(questions)]
+        doc = document_chunk(self.plan.seed + turn, max(50, self._budget(turn, out) - 30))
+        self.messages.append({"role": "assistant", "content": out.content})
+        self.messages.append(
+            {"role": "user", "content": f"Document {turn + 2}:\n{doc}\n\n{question}"}
+        )
+        self.context_text = doc[-_CONTEXT_CHARS:]
+
     def _extend(self, turn: int, out: TurnOutput, calls: list[dict[str, Any]]) -> None:
         """Append the assistant turn and the results of its calls."""
-        prompt = out.prompt_tokens or estimate_tokens(json.dumps(self.messages))
-        grow = self.plan.target_context(turn + 1) - prompt - (out.completion_tokens or 0)
-        budget = max(50, grow // max(1, len(calls)) - 20)
+        budget = max(50, self._budget(turn, out) // max(1, len(calls)) - 20)
         openai_calls = []
         results = []
         for i, call in enumerate(calls):

@@ -22,10 +22,15 @@ def test_default_scenario_loads_and_declares_valid_tools() -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ('name = "x"\nsessions = "many"\n', "'sessions' must be an integer"),
+        ('name = "x"\nworkload = "chat"\nsessions = "many"\n', "'sessions' must be an integer"),
+        ('name = "x"\n', "needs at least one [[tools]] entry"),
+        ('name = "x"\nworkload = "batch"\n', "workload 'batch' is not one of"),
         ('name = "x"\nsesions = 3\n', "unknown key(s) sesions"),
         ('name = "x"\ndialect = "xml"\n', "dialect 'xml' is not one of"),
-        ('name = "x"\nstart_context = 9000\nmax_context = 100\n', "max_context (100) must be larger"),
+        (
+            'name = "x"\nworkload = "chat"\nstart_context = 9000\nmax_context = 100\n',
+            "max_context (100) must be larger",
+        ),
         ('name = "x"\n[[tools]]\nname = "f"\nkind = "nope"\n', "kind 'nope' is not one of"),
         (
             'name = "x"\n[[tools]]\nname = "f"\nkind = "echo"\n[tools.parameters]\ntype = 3\n',
