@@ -79,9 +79,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def diff_ci(
-    k1: int, n1: int, k2: int, n2: int, conf: float = 0.95
-) -> tuple[float, float, float]:
+def diff_ci(k1: int, n1: int, k2: int, n2: int, conf: float = 0.95) -> tuple[float, float, float]:
     """Difference p1 - p2 with Newcombe's hybrid score interval (his method 10, 1998).
 
     Built from the two Wilson intervals (l1, u1) and (l2, u2):
@@ -130,4 +128,4 @@ def upper_bound_zero(n: int, conf: float = 0.95) -> float:
     """
     if n <= 0:
         return 1.0
-    return 1.0 - (1.0 - conf) ** (1.0 / n)
+    return float(1.0 - (1.0 - conf) ** (1.0 / n))
