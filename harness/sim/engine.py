@@ -1,0 +1,185 @@
+"""The simulated server's core, without HTTP: admission, prefix cache, model, faults, counters.
+
+``Engine.generate`` turns one validated chat request into a ``Generation``: the raw model
+text, what the server's DSML parser made of it (content, tool calls, finish reason), token
+counts and the injected fault kind (``"none"`` when clean).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from harness.dialects import dsml
+from harness.dialects.base import ToolCall
+from harness.dialects.dsml import EOS, encode_turn
+from harness.sim.agent import Agent, parse_tools
+from harness.sim.args import ArgMaker, Seen
+from harness.sim.cache import PrefixCache, estimate_tokens, hash_prompt, message_key
+from harness.sim.config import SimConfig
+from harness.sim.faults import corruption_probability, draw
+from harness.sim.inject import CHARS_PER_TOKEN, inject
+from harness.sim.latency import Latency
+
+
+@dataclass(frozen=True)
+class Generation:
+    raw: str
+    content: str | None
+    calls: tuple[ToolCall, ...]
+    call_ids: tuple[str, ...]
+    finish_reason: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    injected: str  # "none" or the fault kind
+
+
+def _seed(*parts: bytes) -> random.Random:
+    digest = hashlib.blake2b(b"|".join(parts), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "big"))
+
+
+class Engine:
+    """State shared by all requests of one server (single event loop, no locks needed)."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.latency = Latency(speed=config.speed)
+        self.cache = PrefixCache(config.kv_capacity)
+        self.agent = Agent()
+        self.running = 0
+        self.queued = 0
+        self.requests = 0
+        self.prompt_tokens_total = 0
+        self.cached_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.running_tokens = 0
+        self.injected: Counter[str] = Counter()
+        self._attempts: OrderedDict[bytes, int] = OrderedDict()
+        self._slots: asyncio.Semaphore | None = None
+
+    # ------------------------------------------------------------------ admission
+
+    async def admit(self) -> int:
+        """Wait for a running slot (FIFO); the running count including this request."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.config.max_running)
+        self.queued += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.queued -= 1
+        self.running += 1
+        return self.running
+
+    def release(self) -> None:
+        self.running -= 1
+        if self._slots is not None:
+            self._slots.release()
+
+    def flush(self) -> None:
+        self.cache.flush()
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools_json: Any,
+        in_flight: int,
+        max_tokens: int | None,
+        seed: int | None,
+    ) -> Generation:
+        config = self.config
+        tools_bytes = orjson.dumps(tools_json) if tools_json else b""
+        prompt = hash_prompt(messages, tools_bytes)
+        cached = self.cache.cached_tokens(prompt)
+        attempt = self._attempt(prompt.digest)
+        seed_bytes = f"{config.seed}:{seed}".encode()
+        rng = _seed(seed_bytes, prompt.digest)
+        tools = parse_tools(tools_json)
+        turn = self.agent.next_turn(messages, tools, prompt, rng)
+        limit = max_tokens or config.default_max_tokens
+
+        fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())
+        odds = corruption_probability(
+            in_flight, prompt.total, config.index_k, config.hicache, config.topk, config.fault_scale
+        )
+        kind = config.force_fault or draw(odds, fault_rng)
+        hit_limit = False
+        if kind is None:
+            raw = encode_turn(turn.content, turn.calls)
+        else:
+            loop_limit = min(limit, config.default_max_tokens)
+            done = inject(kind, turn, tools, fault_rng, ArgMaker(fault_rng, Seen()), loop_limit)
+            raw, kind, hit_limit = done.raw, done.kind, done.hit_limit
+        body = raw.removesuffix(EOS)
+        if estimate_tokens(body) > limit:
+            raw = body = body[: limit * CHARS_PER_TOKEN]
+            hit_limit = True
+        parsed = dsml.parse(raw, "v4")
+        if parsed.ok and parsed.calls and not hit_limit:
+            content: str | None = parsed.content or None
+            calls = parsed.calls
+            finish = "tool_calls"
+        else:
+            content, calls = body, ()
+            finish = "length" if hit_limit else "stop"
+        completion_tokens = max(1, estimate_tokens(body) + (1 if raw.endswith(EOS) else 0))
+        ids = tuple(
+            "call_" + hashlib.blake2b(prompt.digest + bytes([i]), digest_size=12).hexdigest()
+            for i in range(len(calls))
+        )
+
+        answer_calls = [
+            (c.name, orjson.dumps(c.arguments, option=orjson.OPT_SORT_KEYS).decode()) for c in calls
+        ]
+        data, n = message_key("assistant", content or "", answer_calls)
+        self.cache.insert(prompt.extended(data, n))
+        self.requests += 1
+        self.prompt_tokens_total += prompt.total
+        self.cached_tokens_total += cached
+        self.generation_tokens_total += completion_tokens
+        self.injected[kind or "none"] += 1
+        return Generation(
+            raw=raw,
+            content=content,
+            calls=calls,
+            call_ids=ids,
+            finish_reason=finish,
+            prompt_tokens=prompt.total,
+            cached_tokens=cached,
+            completion_tokens=completion_tokens,
+            injected=kind or "none",
+        )
+
+    def _attempt(self, digest: bytes) -> int:
+        """How many times this exact conversation was sent before (re-sends differ)."""
+        n = self._attempts.pop(digest, 0)
+        self._attempts[digest] = n + 1
+        if len(self._attempts) > 200_000:
+            self._attempts.popitem(last=False)
+        return n
+
+    def metrics(self) -> dict[str, float]:
+        prompt = self.prompt_tokens_total
+        hit = self.cached_tokens_total / prompt if prompt else 0.0
+        used = (self.cache.tokens + self.running_tokens) / self.config.kv_capacity
+        return {
+            "num_running_reqs": self.running,
+            "num_queue_reqs": self.queued,
+            "token_usage": min(1.0, used),
+            "cache_hit_rate": hit,
+            "cached_tokens_total": self.cached_tokens_total,
+            "prompt_tokens_total": self.prompt_tokens_total,
+            "generation_tokens_total": self.generation_tokens_total,
+            "num_requests_total": self.requests,
+        }

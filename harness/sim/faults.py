@@ -1,0 +1,122 @@
+"""The fault model: how likely a response is corrupted, and which way.
+
+Two independent mechanisms, after the incident the simulator reproduces:
+
+* ``race`` -- the sparse indexer reads its bf16 index-K cache while HiCache is still loading
+  it layer by layer. Only with ``index_k=bf16`` and ``hicache=on``; zero otherwise (the fp8
+  path waits). The chance grows with the requests in flight (a logistic step centred on
+  ``RACE_HALF_LOAD``) and with the prompt length (``(tokens / 80k) ** 1.5``). Signatures:
+  salad, debris, a broken envelope, broken JSON arguments, a schema violation, a loop.
+* ``loop`` -- a second, unrelated defect of long contexts: with ``hicache=off`` and more than
+  ``LOOP_ONSET`` prompt tokens, rare repetition loops, growing with the context.
+
+``topk`` has no effect on either (it was a suspect, not the cause).
+
+Calibration (``expected_session_rate``; 28 turns, context 2k -> 80k, 80 in flight):
+bf16 + HiCache on ~ 18% of sessions with at least one corrupted turn; fp8 exactly 0;
+HiCache off ~ 3% (all repetition, past 40k tokens); at 60 in flight bf16 + on ~ 15%.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+RACE_RATE = 0.0175  # per-turn chance at full load and 80k tokens
+RACE_HALF_LOAD = 48.0  # requests in flight where the race is half as likely as at full load
+RACE_LOAD_WIDTH = 8.0
+RACE_CONTEXT_EXPONENT = 1.5
+REFERENCE_TOKENS = 80_000
+LOOP_RATE = 0.0041  # per-turn chance of a loop at 80k tokens with HiCache off
+LOOP_ONSET = 40_000
+MAX_PROBABILITY = 0.5
+
+#: Signatures of the race, with their weights (the incident was mostly salad).
+RACE_KINDS = {
+    "salad": 0.45,
+    "debris": 0.15,
+    "envelope": 0.17,
+    "json": 0.10,
+    "schema": 0.06,
+    "repetition": 0.07,
+}
+
+
+@dataclass(frozen=True)
+class FaultOdds:
+    """Per-response probabilities of the two mechanisms."""
+
+    race: float
+    loop: float
+
+    @property
+    def total(self) -> float:
+        return 1.0 - (1.0 - self.race) * (1.0 - self.loop)
+
+
+def load_factor(in_flight: int) -> float:
+    """0..1: how exposed the race is at ``in_flight`` running requests (logistic step)."""
+    return 1.0 / (1.0 + math.exp(-(in_flight - RACE_HALF_LOAD) / RACE_LOAD_WIDTH))
+
+
+def corruption_probability(
+    in_flight: int,
+    prompt_tokens: int,
+    index_k: str = "bf16",
+    hicache: str = "on",
+    topk: str = "v2",
+    scale: float = 1.0,
+) -> FaultOdds:
+    """Chance that one response is corrupted, per mechanism.
+
+    ``in_flight``: running requests when this one starts (itself included);
+    ``prompt_tokens``: its prompt length; ``scale`` multiplies both (tests, calibration).
+    ``topk`` is accepted and ignored on purpose.
+    """
+    del topk
+    x = max(prompt_tokens, 0) / REFERENCE_TOKENS
+    race = 0.0
+    if index_k == "bf16" and hicache == "on":
+        race = RACE_RATE * load_factor(in_flight) * x**RACE_CONTEXT_EXPONENT
+    loop = 0.0
+    if hicache == "off" and prompt_tokens > LOOP_ONSET:
+        loop = LOOP_RATE * min((prompt_tokens - LOOP_ONSET) / LOOP_ONSET, 2.0)
+    return FaultOdds(min(race * scale, MAX_PROBABILITY), min(loop * scale, MAX_PROBABILITY))
+
+
+def schedule(turns: int, start_tokens: int, end_tokens: int) -> list[int]:
+    """Prompt lengths of a session whose context grows linearly over ``turns`` turns."""
+    if turns <= 1:
+        return [start_tokens]
+    step = (end_tokens - start_tokens) / (turns - 1)
+    return [round(start_tokens + i * step) for i in range(turns)]
+
+
+def expected_session_rate(
+    in_flight: int,
+    turns: int = 28,
+    start_tokens: int = 2_000,
+    end_tokens: int = 80_000,
+    index_k: str = "bf16",
+    hicache: str = "on",
+    topk: str = "v2",
+    scale: float = 1.0,
+) -> float:
+    """Share of sessions with at least one corrupted turn, analytically (1 - prod(1 - p))."""
+    clean = 1.0
+    for tokens in schedule(turns, start_tokens, end_tokens):
+        odds = corruption_probability(in_flight, tokens, index_k, hicache, topk, scale)
+        clean *= 1.0 - odds.total
+    return 1.0 - clean
+
+
+def draw(odds: FaultOdds, rng: random.Random) -> str | None:
+    """The kind injected in one response, or None (one uniform draw decides)."""
+    u = rng.random()
+    if u < odds.race:
+        kinds = list(RACE_KINDS)
+        return rng.choices(kinds, [RACE_KINDS[k] for k in kinds])[0]
+    if u < odds.race + odds.loop:
+        return "repetition"
+    return None

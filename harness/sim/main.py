@@ -1,0 +1,193 @@
+"""``harness sim``: run the embedded endpoint on a real socket until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import tempfile
+import threading
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from harness.errors import InfrastructureError
+from harness.sim.app import create_app
+from harness.sim.config import DEFAULT_MODEL, FAULT_KINDS, HICACHE, INDEX_K, TOPK, SimConfig
+
+log = logging.getLogger(__name__)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text) if text.isdigit() else -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 picks a free one)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="harness sim",
+        description="An OpenAI-compatible endpoint that behaves like DeepSeek-V4 on SGLang "
+        "(deepseekv4 tool-call parser), with the incident's fault model.",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=30000, help="0 binds a free port")
+    p.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    p.add_argument("--index-k", choices=INDEX_K, default="bf16", help="index-K cache precision")
+    p.add_argument("--hicache", choices=HICACHE, default="on", help="hierarchical cache")
+    p.add_argument("--topk", choices=TOPK, default="v2", help="top-k kernel (no effect)")
+    p.add_argument("--speed", type=_positive_float, default=1.0, help="divides every delay")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="served model name")
+    p.add_argument(
+        "--kv-capacity",
+        type=_positive_int,
+        default=50_000_000,
+        help="prefix-cache capacity in tokens",
+    )
+    p.add_argument(
+        "--chunk-tokens", type=_positive_int, default=4, help="output tokens per stream event"
+    )
+    p.add_argument(
+        "--max-running",
+        type=_positive_int,
+        default=256,
+        help="requests decoded at once; more wait in the queue",
+    )
+    p.add_argument("--fault-scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--force-fault", choices=FAULT_KINDS, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(
+        index_k=args.index_k,
+        hicache=args.hicache,
+        topk=args.topk,
+        speed=args.speed,
+        seed=args.seed,
+        model=args.model,
+        kv_capacity=args.kv_capacity,
+        chunk_tokens=args.chunk_tokens,
+        max_running=args.max_running,
+        fault_scale=args.fault_scale,
+        force_fault=args.force_fault,
+    )
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0: a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise InfrastructureError(f"cannot listen on {host}:{port}: {exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def write_port_file(path: Path, port: int) -> None:
+    """Write ``port`` atomically (temp file in the same directory, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+class SimServer(uvicorn.Server):
+    """uvicorn.Server that reports when it listens and stops quietly on SIGTERM/SIGINT."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None] | None = None):
+        super().__init__(config)
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and self._on_started is not None:
+            self._on_started()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handlers = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        log.info("signal %d: shutting down", signum)
+        if self.should_exit and signum == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True
+
+
+def uvicorn_config(config: SimConfig, log_level: str = "warning") -> uvicorn.Config:
+    return uvicorn.Config(
+        create_app(config),
+        log_level=log_level,
+        access_log=log_level == "debug",
+        lifespan="off",
+        timeout_graceful_shutdown=3,
+        backlog=2048,
+        timeout_keep_alive=30,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = config_from_args(args)
+    sock = bind(args.host, args.port)
+    port = sock.getsockname()[1]
+
+    def started() -> None:
+        if args.port_file is not None:
+            write_port_file(args.port_file, port)
+        log.info("harness sim listening on http://%s:%d (%s)", args.host, port, config)
+
+    server = SimServer(uvicorn_config(config, args.log_level), on_started=started)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    return 0
