@@ -22,7 +22,8 @@ class ParseResult:
     ``found`` is True when any markup of the dialect (whole or a fragment) is present.
     ``ok`` is True when that markup parsed; then ``calls`` holds the calls. When markup was
     found but did not parse, ``error`` says why and ``offset`` where (character index).
-    ``noncanonical`` lists harmless deviations that were accepted.
+    ``noncanonical`` lists harmless deviations that were accepted. ``eos`` says whether
+    the text ended with the model's end-of-turn token (it is not part of ``content``).
     """
 
     content: str
@@ -33,3 +34,18 @@ class ParseResult:
     offset: int | None = None
     noncanonical: tuple[str, ...] = field(default=())
     eos: bool = False
+    #: which markup produced the result: "dsml-v4", "dsml-v32", "hermes", or "" (none found)
+    dialect: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "calls": [c.to_dict() for c in self.calls],
+            "found": self.found,
+            "ok": self.ok,
+            "error": self.error,
+            "offset": self.offset,
+            "noncanonical": list(self.noncanonical),
+            "eos": self.eos,
+            "dialect": self.dialect,
+        }
