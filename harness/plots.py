@@ -22,6 +22,9 @@ from harness.labels import CORRUPTED_LABELS  # noqa: E402
 
 log = logging.getLogger(__name__)
 
+_MPL = tuple(int(x) for x in matplotlib.__version__.split(".")[:2])
+HORIZONTAL: dict[str, Any] = {"orientation": "horizontal"} if _MPL >= (3, 10) else {"vert": False}
+
 DPI = 110
 MAX_METRICS = 6
 LABEL_COLORS = {
@@ -135,8 +138,8 @@ def plot_latency(frame: pd.DataFrame, order: Sequence[str], path: Path) -> Path:
     for ax, (col, scale, xlabel) in zip(axes, panels, strict=True):
         data = [frame.loc[frame["variant"] == v, col].dropna().to_numpy() * scale for v in names]
         if any(len(d) for d in data):
-            ax.boxplot([d if len(d) else [np.nan] for d in data], vert=False, showfliers=True,
-                       flierprops={"markersize": 3})  # fmt: skip
+            ax.boxplot([d if len(d) else [np.nan] for d in data], showfliers=True,
+                       flierprops={"markersize": 3}, **HORIZONTAL)  # fmt: skip
         else:
             ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center")
         ax.set_xlabel(xlabel)
