@@ -159,9 +159,11 @@ def plot_metrics(metrics: pd.DataFrame, path: Path) -> Path:
     fig, axes = plt.subplots(rows, cols, figsize=(11, 2.8 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
         sub = metrics[metrics["name"] == name]
-        for variant, g in sub.groupby("variant", sort=False):
+        repeats = "repeat" in sub and sub["repeat"].nunique() > 1
+        for key, g in sub.groupby(["variant", "repeat"] if repeats else "variant", sort=False):
             g = g.sort_values("t")
-            ax.plot(g["t"], g["value"], lw=1.2, label=str(variant))
+            name_ = " #".join(map(str, key)) if isinstance(key, tuple) else str(key)
+            ax.plot(g["t"], g["value"], lw=1.2, label=name_)
         ax.set_title(str(name), fontsize=10)
         ax.set_xlabel("time since variant start (s)")
         ax.grid(alpha=0.3)

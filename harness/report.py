@@ -67,25 +67,32 @@ def excerpt(content: str, evidence: Mapping[str, Any] | None) -> dict[str, Any]:
 def worst_examples(
     df: pd.DataFrame, per_variant: int = EXAMPLES_PER_VARIANT
 ) -> dict[str, list[dict[str, Any]]]:
-    """A few corrupted turns per variant: one per distinct label first, then the longest."""
+    """A few corrupted turns per variant: one per distinct label first, highest text score and
+    longest first."""
     out: dict[str, list[dict[str, Any]]] = {}
     bad = df[df["is_corrupted"]]
     for variant, g in bad.groupby("variant", sort=False):
-        g = g.assign(_len=g["content"].str.len()).sort_values(
-            ["_len", "turn"], ascending=[False, True]
+        score = g["evidence"].apply(
+            lambda e: float(e.get("text_score") or 0) if isinstance(e, Mapping) else 0.0
         )
+        g = g.assign(_score=score, _len=g["content"].str.len())
+        g = g.sort_values(["_score", "_len", "turn"], ascending=[False, False, True])
         picked = list(g.drop_duplicates("label").index)
         picked += [i for i in g.index if i not in picked]
         rows = []
         for idx in picked[:per_variant]:
             r = df.loc[idx]
             ev = r["evidence"] if isinstance(r["evidence"], Mapping) else {}
+            # the offset points into the reasoning when the verdict says so
+            reasoning = r.get("reasoning")
+            in_reasoning = bool(ev.get("in_reasoning")) and isinstance(reasoning, str)
+            text = reasoning if in_reasoning else r["content"]
             calls = r.get("tool_calls")
             rows.append({
                 "label": r["label"], "repeat": int(r["repeat"]), "session": int(r["session"]),
                 "turn": int(r["turn"]), "attempt": int(r["attempt"]),
                 "prompt_tokens": None if pd.isna(r["prompt_tokens"]) else int(r["prompt_tokens"]),
-                "excerpt": excerpt(r["content"], ev),
+                "excerpt": excerpt(text, ev), "in_reasoning": in_reasoning,
                 "tool_calls": json.dumps(calls, ensure_ascii=False)[:600] if calls else "",
                 "evidence": {k: v for k, v in ev.items() if k not in ("offset",)},
             })  # fmt: skip
@@ -170,7 +177,8 @@ def render_markdown(
             )
             out.append(f"**{ex['label']}** (repeat {ex['repeat']}, session {ex['session']}, "
                        f"turn {ex['turn']}, attempt {ex['attempt']}, {ex['prompt_tokens']} prompt "
-                       f"tokens; ⟦ ⟧ marks the flagged span, {where})")  # fmt: skip
+                       f"tokens; ⟦ ⟧ marks the flagged span, {where}"
+                       f"{' of the reasoning' if ex['in_reasoning'] else ''})")  # fmt: skip
             body = ("…" if e["cut_before"] else "") + e["pre"]
             body += f"⟦{e['span']}⟧" if e["offset"] is not None else ""
             body += e["post"] + ("…" if e["cut_after"] else "")

@@ -108,6 +108,8 @@ def _example(ex: Mapping[str, Any]) -> str:
     where = (
         f"flagged from character {e['offset']}" if e["offset"] is not None else "no offset given"
     )
+    if ex.get("in_reasoning"):
+        where += " of the reasoning"
     meta = (f"repeat {ex['repeat']}, session {ex['session']}, turn {ex['turn']}, attempt "
             f"{ex['attempt']}, {ex['prompt_tokens']} prompt tokens; {where}")  # fmt: skip
     text = ("…" if e["cut_before"] else "") + _e(e["pre"])

@@ -174,3 +174,17 @@ def test_compare_uses_summary_json_and_rejects_non_runs(tmp_path: Path) -> None:
     assert report.load_summary(run / "summary.json")["variants"][0]["sessions"] == 4
     with pytest.raises(UsageError, match="summary.json"):
         report.compare_runs(tmp_path / "nothing", run)
+
+
+def test_offset_in_reasoning_and_metrics_with_repeats(tmp_path: Path) -> None:
+    rows = [turn("k=a", 0, "token_salad", "the answer", reasoning="think: xq#Zr!!~~ garble",
+                 evidence={"offset": 7, "in_reasoning": True, "text_score": 0.9})]  # fmt: skip
+    run = make_run(tmp_path / "reason", rows)
+    metrics = [{"variant": "k=a", "repeat": r, "t": t, "name": "running", "value": t + r}
+               for r in (0, 1) for t in range(5)]  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in metrics) + "\n")
+    summary = report.write_report(run)
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "think: ⟦xq#Zr!!~~ garble⟧" in md
+    assert "from character 7 of the reasoning" in md
+    assert (run / summary["plots"]["server_metrics"]).is_file()
