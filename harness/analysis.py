@@ -196,12 +196,12 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
     return out
 
 
-def _pct(x: float | None) -> str:
+def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def _p(p: float) -> str:
-    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+def fmt_p(p: float | None) -> str:
+    return "n/a" if p is None else (f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}")
 
 
 def _hint(
@@ -212,13 +212,13 @@ def _hint(
             ub = stats.upper_bound_zero(min(na, nb), CONF)
             return None, (
                 f"no corruption in either; with {min(na, nb)} {unit}s each, a rate above "
-                f"{_pct(ub)} would probably have shown ({CONF:.0%} upper bound)"
+                f"{fmt_pct(ub)} would probably have shown ({CONF:.0%} upper bound)"
             )
         return None, f"identical observed rates; no {unit} count detects a zero difference"
     n = stats.sample_size(rb, ra, alpha=alpha, power=0.8)
     enough = "already enough" if min(na, nb) >= n else f"have {min(na, nb)}"
     return n, (
-        f"about {n} {unit}s per variant would detect {_pct(rb)} vs {_pct(ra)} "
+        f"about {n} {unit}s per variant would detect {fmt_pct(rb)} vs {fmt_pct(ra)} "
         f"(alpha {alpha}, power 80%; {enough})"
     )
 
@@ -252,15 +252,15 @@ def _comparison_verdict(c: dict[str, Any], alpha: float) -> str:
     if rb < ra:  # state the difference as "more minus less"
         d, lo, hi = -d, -hi, -lo
     rates = (
-        f"{_pct(max(ra, rb))} vs {_pct(min(ra, rb))} of {unit}s (difference {100 * d:+.1f} "
+        f"{fmt_pct(max(ra, rb))} vs {fmt_pct(min(ra, rb))} of {unit}s (difference {100 * d:+.1f} "
         f"points, {CONF:.0%} CI {100 * lo:+.1f} to {100 * hi:+.1f})"
     )
     if c["p_holm"] < alpha:
         more, less = (b, a) if rb > ra else (a, b)
-        return f"{more} corrupts more than {less}: {rates}, p={_p(c['p_holm'])}"
+        return f"{more} corrupts more than {less}: {rates}, p={fmt_p(c['p_holm'])}"
     return (
-        f"no significant difference between {b} and {a}: {_pct(rb)} vs {_pct(ra)} of {unit}s, "
-        f"p={_p(c['p_holm'])}"
+        f"no significant difference between {b} and {a}: {fmt_pct(rb)} vs {fmt_pct(ra)} "
+        f"of {unit}s, p={fmt_p(c['p_holm'])}"
     )
 
 
@@ -324,19 +324,22 @@ def _run_verdict(variants: list[dict[str, Any]], comparisons: list[dict[str, Any
         lo, hi = v["session_corruption_ci"]
         return (
             f"{v['label']}: {v['corrupted_sessions']} of {v['sessions']} sessions corrupted "
-            f"({_pct(v['session_corruption_rate'])}, {CONF:.0%} CI {_pct(lo)} to {_pct(hi)})"
+            f"({fmt_pct(v['session_corruption_rate'])}, {CONF:.0%} CI {fmt_pct(lo)} "
+            f"to {fmt_pct(hi)})"
         )
     session = [c for c in comparisons if c["unit"] == "session"]
     hits = [c["verdict"] for c in session if c["significant"]]
     if hits:
         return "; ".join(hits)
+    if not any(v["sessions"] for v in variants):
+        return "no classified sessions: every turn failed in transport, or none ran"
     worst = max(variants, key=lambda v: v["session_corruption_rate"] or 0.0)
     if not worst["corrupted_sessions"]:
         total = sum(v["sessions"] for v in variants)
         return f"no corrupted sessions in any variant ({total} sessions)"
     return (
         f"no variant differs significantly from the baseline {variants[0]['label']}; highest "
-        f"session corruption: {worst['label']} {_pct(worst['session_corruption_rate'])}"
+        f"session corruption: {worst['label']} {fmt_pct(worst['session_corruption_rate'])}"
     )
 
 

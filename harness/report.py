@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from harness import analysis, plots, report_html, stats
-from harness.analysis import Summary
+from harness.analysis import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
 from harness.report_html import METHOD, comparison_line
 
@@ -29,16 +29,8 @@ EXAMPLES_PER_VARIANT = 3
 BEFORE, AFTER = 160, 240
 
 
-def pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
 def rate_ci(rate: float | None, ci: list[float]) -> str:
-    return f"{pct(rate)} [{pct(ci[0])}, {pct(ci[1])}]"
-
-
-def fmt_p(p: float | None) -> str:
-    return "n/a" if p is None else (f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}")
+    return f"{fmt_pct(rate)} [{fmt_pct(ci[0])}, {fmt_pct(ci[1])}]"
 
 
 # ---- worst examples ------------------------------------------------------------------------
@@ -159,7 +151,8 @@ def render_markdown(
                 "|---|---|---|---|---|---|---|"]  # fmt: skip
         for c in summary["comparisons"]:
             lo, hi = c["diff_ci"]
-            out.append(f"| {c['b']} | {c['unit']} | {pct(c['rate_b'])} | {pct(c['rate_a'])} | "
+            out.append(f"| {c['b']} | {c['unit']} | {fmt_pct(c['rate_b'])} | "
+                       f"{fmt_pct(c['rate_a'])} | "
                        f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
     if plot_files:
@@ -298,7 +291,7 @@ def compare_markdown(cmp: Mapping[str, Any]) -> str:
             f"{rate_ci(s['rate_b'], s['ci_b'])} | "
             f"{100 * s['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
             f"{fmt_p(s['p_value'])} | "
-            f"{fmt_p(s['p_increase_holm'])} | {pct(t['rate_a'])} | {pct(t['rate_b'])} | "
+            f"{fmt_p(s['p_increase_holm'])} | {fmt_pct(t['rate_a'])} | {fmt_pct(t['rate_b'])} | "
             f"{'REGRESSION' if r['regression'] else ''} |"
         )
     for key, name in (("only_in_a", "Only in A"), ("only_in_b", "Only in B")):

@@ -13,6 +13,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness.analysis import fmt_p, fmt_pct
+
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.5em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
@@ -45,14 +47,6 @@ def _e(value: Any) -> str:
     return escape(str(value), quote=True)
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
-def _p(p: float | None) -> str:
-    return "n/a" if p is None else (f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}")
-
-
 def _img(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
@@ -77,9 +71,9 @@ def _variants(summary: Mapping[str, Any]) -> str:
         t_lo, t_hi = v["turn_corruption_ci"]
         rows.append([
             (_e(v["label"]), False), (_e(v["sessions"]), True), (_e(v["corrupted_sessions"]), True),
-            (f"{_pct(v['session_corruption_rate'])} [{_pct(s_lo)}, {_pct(s_hi)}]", True),
+            (f"{fmt_pct(v['session_corruption_rate'])} [{fmt_pct(s_lo)}, {fmt_pct(s_hi)}]", True),
             (_e(v["classified_turns"]), True), (_e(v["corrupted_turns"]), True),
-            (f"{_pct(v['turn_corruption_rate'])} [{_pct(t_lo)}, {_pct(t_hi)}]", True),
+            (f"{fmt_pct(v['turn_corruption_rate'])} [{fmt_pct(t_lo)}, {fmt_pct(t_hi)}]", True),
             (_e(v["transport_errors"]), True),
             (_e(", ".join(f"{k}: {n}" for k, n in v["labels"].items())), False),
         ])  # fmt: skip
@@ -93,10 +87,10 @@ def _comparisons(summary: Mapping[str, Any]) -> str:
     for c in summary["comparisons"]:
         lo, hi = c["diff_ci"]
         rows.append([
-            (_e(c["b"]), False), (_e(c["unit"]), False), (_pct(c["rate_b"]), True),
-            (_pct(c["rate_a"]), True),
+            (_e(c["b"]), False), (_e(c["unit"]), False), (fmt_pct(c["rate_b"]), True),
+            (fmt_pct(c["rate_a"]), True),
             (f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]", True),
-            (_p(c["p_value"]), True), (_p(c["p_holm"]), True), (_e(c.get("hint", "")), False),
+            (fmt_p(c["p_value"]), True), (fmt_p(c["p_holm"]), True), (_e(c.get("hint", "")), False),
         ])  # fmt: skip
     head = ["variant", "unit", "rate", "baseline rate", "difference, points [95% CI]", "p",
             "p (Holm)", "sample size"]  # fmt: skip

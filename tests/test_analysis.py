@@ -240,3 +240,10 @@ def test_write_tidy_parquet_and_csv_fallback(
     csv = analysis.write_tidy(df, tmp_path / "t2")
     assert csv.name == "t2.csv"
     assert len(pd.read_csv(csv)) == len(df)
+
+
+def test_verdict_without_any_classified_session() -> None:
+    rows = [rec(A, 0, 0, 0, "transport_error", transport_error="connect: refused", corrupted=False)]
+    s = analysis.summarize(pd.DataFrame(rows), "r", [A, B])
+    assert s["verdict"].startswith("no classified sessions")
+    assert s["variants"][0]["transport_errors"] == 1
