@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
@@ -55,7 +56,16 @@ class TurnOutput:
 
 
 def _failure_from(exc: BaseException) -> Failure:
-    """Map library exceptions to failure kinds (the one place that knows them)."""
+    """Map library exceptions to failure kinds (the one place that knows them).
+
+    The aiohttp transport maps some aiohttp errors to the wrong httpx class (a refused
+    connection arrives as ``ConnectTimeout``), so the aiohttp cause is looked at first.
+    """
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, aiohttp.ClientConnectorError | ConnectionRefusedError):
+        return Failure("connect", str(cause) or type(cause).__name__)
+    if isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return Failure("cut", str(cause) or type(cause).__name__)
     if isinstance(exc, httpx.TimeoutException | asyncio.TimeoutError | TimeoutError):
         return Failure("timeout", f"no response within the deadline ({type(exc).__name__})")
     if isinstance(exc, httpx.ConnectError | ConnectionRefusedError):

@@ -92,7 +92,12 @@ def sim_flags(variant: Variant) -> list[str]:
     from harness.sim.main import build_parser
 
     parser = build_parser()
-    known = {a.dest: a for a in parser._actions}  # noqa: SLF001 - argparse has no public API
+    reserved = {"help", "host", "port", "port_file", "log_level"}
+    known = {
+        a.dest: a
+        for a in parser._actions  # noqa: SLF001 - argparse has no public API for this
+        if a.dest not in reserved
+    }
     flags: list[str] = []
     for name, level in variant.factors:
         action = known.get(name)
