@@ -1,0 +1,311 @@
+"""Server-side numbers during a run: Prometheus ``/metrics`` scraping, warm-up, cache flush.
+
+``parse_prometheus`` reads the text exposition format; ``normalize`` maps SGLang, vLLM and
+llama.cpp names onto one vocabulary (``running``, ``queued``, ``cache_usage``,
+``cache_hit_rate``). ``MetricsScraper`` polls ``<base_url>/metrics`` and appends rows
+``{"variant", "repeat", "t", "name", "value"}`` to ``metrics.jsonl``; a server without
+``/metrics`` is noted once and left alone. Nothing here raises into the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import httpx
+import orjson
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+#: Gauges that are ratios: averaged over label sets (ranks, engines), not summed.
+RATIO_METRICS = frozenset(
+    {
+        "sglang:token_usage",
+        "sglang:cache_hit_rate",
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "vllm:gpu_prefix_cache_hit_rate",
+        "llamacpp:kv_cache_usage_ratio",
+    }
+)
+
+#: normalized name -> source names, first present wins.
+SOURCES: Mapping[str, tuple[str, ...]] = {
+    "running": (
+        "sglang:num_running_reqs",
+        "vllm:num_requests_running",
+        "llamacpp:requests_processing",
+    ),
+    "queued": (
+        "sglang:num_queue_reqs",
+        "vllm:num_requests_waiting",
+        "llamacpp:requests_deferred",
+    ),
+    "cache_usage": (
+        "sglang:token_usage",
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "llamacpp:kv_cache_usage_ratio",
+    ),
+    "cache_hit_rate": ("sglang:cache_hit_rate", "vllm:gpu_prefix_cache_hit_rate"),
+}
+#: vLLM's prefix-cache counters (hit rate = hits / queries), with and without ``_total``.
+VLLM_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
+VLLM_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
+#: Raw series worth keeping beside the normalized ones.
+EXTRA_RAW = ("sglang:cached_tokens_total", "sglang:num_used_tokens", "sglang:gen_throughput")
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)"
+    r"(?:\{(?P<labels>(?:[^}\"]|\"(?:[^\"\\]|\\.)*\")*)\})?"
+    r"\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
+)
+
+
+def parse_prometheus(text: str, *, mean: Iterable[str] = RATIO_METRICS) -> dict[str, float]:
+    """Metric name -> value summed over its label sets (averaged for names in ``mean``).
+
+    Comments, histogram buckets (``*_bucket``) and non-finite values are skipped; lines that
+    do not parse are ignored (a scrape is best effort).
+    """
+    averaged = set(mean)
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        name = m.group("name")
+        if name.endswith("_bucket"):
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        if not math.isfinite(value):
+            continue
+        sums[name] = sums.get(name, 0.0) + value
+        counts[name] = counts.get(name, 0) + 1
+    return {k: (v / counts[k] if k in averaged else v) for k, v in sums.items()}
+
+
+def _first(metrics: Mapping[str, float], names: Iterable[str]) -> float | None:
+    for name in names:
+        if name in metrics:
+            return metrics[name]
+    return None
+
+
+def normalize(
+    metrics: Mapping[str, float], previous: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """``running``, ``queued``, ``cache_usage`` (0..1), ``cache_hit_rate`` (0..1) when known.
+
+    vLLM's hit rate comes from its prefix-cache counters: over the interval since
+    ``previous`` when that scrape is given and queries grew, else since the server started.
+    Names the server does not export are left out.
+    """
+    out: dict[str, float] = {}
+    for norm, names in SOURCES.items():
+        value = _first(metrics, names)
+        if value is not None:
+            out[norm] = value
+    if "cache_hit_rate" not in out:
+        hits, queries = _first(metrics, VLLM_HITS), _first(metrics, VLLM_QUERIES)
+        if hits is not None and queries is not None:
+            if previous is not None:
+                h0, q0 = _first(previous, VLLM_HITS), _first(previous, VLLM_QUERIES)
+                if h0 is not None and q0 is not None and queries > q0:
+                    hits, queries = hits - h0, queries - q0
+            if queries > 0:
+                out["cache_hit_rate"] = hits / queries
+    return out
+
+
+def kept_raw(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The raw series written beside the normalized ones."""
+    names = {n for group in SOURCES.values() for n in group}
+    names.update(VLLM_HITS, VLLM_QUERIES, EXTRA_RAW)
+    return {k: v for k, v in metrics.items() if k in names}
+
+
+class MetricsScraper:
+    """Scrape ``<base_url>/metrics`` every ``interval_s`` into ``run_dir/metrics.jsonl``.
+
+    Use as ``async with MetricsScraper(...):`` around a variant's load, or ``task =
+    create_task(s.run())`` ... ``s.stop(); await task``. Never raises into the run: a 404
+    stops it after one note (``self.unavailable``), transport errors are counted and retried.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        run_dir: Path,
+        *,
+        variant: str,
+        repeat: int = 0,
+        interval_s: float = 5.0,
+        timeout_s: float = 10.0,
+        keep_raw: bool = True,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.path = run_dir / METRICS_FILE
+        self.variant = variant
+        self.repeat = repeat
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.keep_raw = keep_raw
+        self.scrapes = 0
+        self.errors = 0
+        self.unavailable: str | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._t0 = time.monotonic()
+        self._previous: dict[str, float] | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def __aenter__(self) -> MetricsScraper:
+        self._task = asyncio.create_task(self.run(), name=f"metrics {self.variant}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, self.timeout_s + 1.0)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._task
+
+    async def run(self) -> None:
+        self._t0 = time.monotonic()
+        try:
+            with open(self.path, "ab") as out:  # noqa: ASYNC230 - small appends, once per scrape
+                async with httpx.AsyncClient(timeout=self.timeout_s, trust_env=False) as http:
+                    while not self._stop.is_set():
+                        if not await self._scrape(http, out):
+                            return
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._stop.wait(), self.interval_s)
+        except OSError as exc:
+            log.warning("metrics: cannot write %s: %s", self.path, exc)
+        except Exception:  # noqa: BLE001 - a scraper bug must not end the run
+            log.exception("metrics scraper for %s stopped", self.base_url)
+
+    async def _scrape(self, http: httpx.AsyncClient, out: IO[bytes]) -> bool:
+        """One scrape; False when the server has no metrics endpoint."""
+        t = time.monotonic() - self._t0
+        try:
+            resp = await http.get(f"{self.base_url}/metrics")
+        except httpx.HTTPError as exc:
+            self.errors += 1
+            if self.errors == 1:
+                log.info("metrics: %s/metrics: %s (will retry)", self.base_url, exc)
+            return True
+        if resp.status_code in (404, 405, 501):
+            self.unavailable = f"HTTP {resp.status_code}"
+            log.info(
+                "metrics: %s has no /metrics (HTTP %s); not scraping variant %s",
+                self.base_url,
+                resp.status_code,
+                self.variant,
+            )
+            self._write(out, t, {"metrics_http_status": float(resp.status_code)})
+            return False
+        if resp.status_code != 200:
+            self.errors += 1
+            return True
+        raw = parse_prometheus(resp.text)
+        rows = normalize(raw, self._previous)
+        if self.keep_raw:
+            rows.update(kept_raw(raw))
+        self._previous = raw
+        self.scrapes += 1
+        self._write(out, t, rows)
+        return True
+
+    def _write(self, out: IO[bytes], t: float, values: Mapping[str, float]) -> None:
+        lines = b"".join(
+            orjson.dumps(
+                {
+                    "variant": self.variant,
+                    "repeat": self.repeat,
+                    "t": round(t, 3),
+                    "name": name,
+                    "value": value,
+                }
+            )
+            + b"\n"
+            for name, value in values.items()
+        )
+        out.write(lines)
+        out.flush()
+
+
+async def flush_cache(base_url: str, *, timeout_s: float = 60.0) -> bool:
+    """POST /flush_cache (SGLang, the simulator). False where the server has none or it fails."""
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as http:
+            resp = await http.post(f"{base_url.rstrip('/')}/flush_cache")
+    except httpx.HTTPError as exc:
+        log.info("flush_cache on %s failed: %s", base_url, exc)
+        return False
+    if resp.status_code != 200:
+        log.info("flush_cache on %s: HTTP %s", base_url, resp.status_code)
+        return False
+    return True
+
+
+async def warm_up(
+    base_url: str,
+    model: str,
+    *,
+    requests: int = 2,
+    timeout_s: float = 300.0,
+    api_key: str | None = None,
+) -> bool:
+    """A few tiny chat requests so first-request costs (JIT, graphs) stay out of the results.
+
+    True when every request answered 200; failures are logged, never raised.
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Reply with the word ready."}],
+        "max_tokens": 8,
+        "temperature": 0,
+        "stream": False,
+    }
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    ok = True
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=headers) as http:
+            for _ in range(requests):
+                resp = await http.post(f"{base_url.rstrip('/')}/v1/chat/completions", json=body)
+                if resp.status_code != 200:
+                    log.warning("warm-up on %s: HTTP %s", base_url, resp.status_code)
+                    ok = False
+    except httpx.HTTPError as exc:
+        log.warning("warm-up on %s failed: %s", base_url, exc)
+        return False
+    return ok

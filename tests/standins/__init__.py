@@ -1,0 +1,74 @@
+"""Stand-in servers for the target tests, and helpers to run them without leaking processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+SERVER = Path(__file__).resolve().parent / "server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def group_gone(pgid: int, polls: int = 100) -> bool:
+    """True once no process of the group is left (bounded polling, no timing assertion)."""
+    for _ in range(polls):
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def pid_gone(pid: int, polls: int = 100) -> bool:
+    for _ in range(polls):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@contextlib.contextmanager
+def running_standin(*flags: str, log: Path | None = None) -> Iterator[str]:
+    """Start server.py on a free loopback port, wait for /health, yield its URL, kill it."""
+    port = free_port()
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "--port", str(port), "--max-life", "60", *flags],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            if proc.poll() is not None:
+                raise RuntimeError(f"stand-in exited with {proc.returncode}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=1):
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.05)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        if log and not isinstance(out, int):
+            out.close()
