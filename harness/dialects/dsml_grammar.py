@@ -40,7 +40,7 @@ _FRAGMENT = re.compile(
     rf"|{_LT}\|{{1,2}}DSML|DSML\|"  # ASCII bars: <|DSML|tool_calls>
     r"|</?[ \t]{0,2}DSML"  # bars lost: <DSML...
     r"|<[ \t]{0,2}/?[ \t]{0,2}(?:tool_?calls|function_?calls|calls)[ \t]{0,2}>"  # marker lost
-    r"|<[ \t]{1,3}/?[ \t]{0,2}(?:invoke|parameter)\b"  # "< invoke": a space for the marker
+    r"|<[ \t]{1,3}/?[ \t]{0,2}(?:invoke|parameter)[ \t>]"  # "< invoke": a space for the marker
     r"|<(?:invoke|parameter)[ \t]{1,3}name[ \t]?=[^\n<>]{0,80}?string[ \t]?=",  # DSML attrs
     re.IGNORECASE,
 )

@@ -1,0 +1,148 @@
+"""Hermes / Qwen tool calls: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+
+Canonical turn (Qwen's chat template): content, then one block per call, each
+``<tool_call>\\n{json}\\n</tool_call>``, separated by newlines, then ``<|im_end|>``. The JSON
+is strict (no repeated keys, no NaN, one object per block); ``arguments`` is an object.
+Accepted but non-canonical: ``arguments`` as a JSON-encoded string, ``parameters`` in place
+of ``arguments``, no ``arguments`` at all, no end-of-turn token. Near misses (an unclosed
+or unopened tag, broken JSON, text after the calls) are errors with an offset.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.jsonstrict import StrictJSONError, loads_strict
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+EOS = "<|im_end|>"
+NC_NO_EOS = "no end-of-turn token"
+NC_STRING_ARGS = "arguments as a JSON string"
+NC_PARAMETERS = "parameters instead of arguments"
+NC_NO_ARGS = "no arguments key"
+
+#: Hermes-like tags, exact or mangled (singular: ``<tool_calls>`` belongs to DSML).
+_FRAGMENT = re.compile(r"<[ \t]{0,2}/?[ \t]{0,2}tool[_-]?call[ \t]{0,2}>", re.IGNORECASE)
+_KEYS = {"name", "arguments", "parameters"}
+
+
+class _Fail(Exception):
+    def __init__(self, reason: str, offset: int) -> None:
+        self.reason = reason
+        self.offset = offset
+
+
+def first_marker(text: str) -> int:
+    m = _FRAGMENT.search(text)
+    return m.start() if m else -1
+
+
+def _call(obj: Any, offset: int, noncanonical: list[str]) -> ToolCall:
+    if not isinstance(obj, dict):
+        raise _Fail("tool call is JSON but not an object", offset)
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        raise _Fail("tool call without a string name", offset)
+    extra = set(obj) - _KEYS
+    if extra:
+        raise _Fail(f"unexpected keys in the tool call: {sorted(extra)}", offset)
+    if "arguments" in obj and "parameters" in obj:
+        raise _Fail("both arguments and parameters in the tool call", offset)
+    if "parameters" in obj:
+        noncanonical.append(NC_PARAMETERS)
+    args = obj.get("arguments", obj.get("parameters"))
+    if args is None and "arguments" not in obj and "parameters" not in obj:
+        noncanonical.append(NC_NO_ARGS)
+        args = {}
+    if isinstance(args, str):
+        noncanonical.append(NC_STRING_ARGS)
+        try:
+            args = loads_strict(args)
+        except StrictJSONError as exc:
+            raise _Fail(f"arguments string is not valid JSON ({exc.message})", offset) from None
+    if not isinstance(args, dict):
+        raise _Fail("arguments is not a JSON object", offset)
+    return ToolCall(name, args)
+
+
+def _parse_blocks(body: str, pos: int, noncanonical: list[str]) -> list[ToolCall]:
+    calls: list[ToolCall] = []
+    while True:
+        inner_start = pos + len(OPEN)
+        close = body.find(CLOSE, inner_start)
+        reopen = body.find(OPEN, inner_start)
+        if close < 0:
+            truncated = reopen < 0
+            raise _Fail("truncated tool call" if truncated else "unclosed <tool_call>", pos)
+        if 0 <= reopen < close:
+            raise _Fail("unclosed <tool_call> (a closer lost)", pos)
+        inner = body[inner_start:close]
+        try:
+            obj = loads_strict(inner)
+        except StrictJSONError as exc:
+            raise _Fail(
+                f"tool call is not valid JSON ({exc.kind}: {exc.message})", inner_start + exc.pos
+            ) from None
+        calls.append(_call(obj, inner_start, noncanonical))
+        pos = close + len(CLOSE)
+        while pos < len(body) and body[pos] in " \t\n\r":
+            pos += 1
+        if body.startswith(OPEN, pos):
+            continue
+        if pos < len(body):
+            frag = _FRAGMENT.search(body, pos)
+            what = "a stray tag" if frag is not None and frag.start() == pos else "text"
+            raise _Fail(f"{what} after the tool calls", pos)
+        return calls
+
+
+def parse(text: str, *, server_content: bool = False) -> ParseResult:
+    """Parse one assistant output in the Hermes dialect."""
+    eos = text.endswith(EOS)
+    body = text[: -len(EOS)] if eos else text
+    first = body.find(OPEN)
+    frag = _FRAGMENT.search(body, 0, first if first >= 0 else len(body))
+    if frag is not None:
+        reason = f"Hermes-like tag {frag.group(0)!r} outside a well-formed block"
+        return ParseResult(text, found=True, ok=False, error=reason, offset=frag.start(), eos=eos)
+    if first < 0:
+        return ParseResult(content=body, eos=eos)
+    noncanonical: list[str] = []
+    try:
+        calls = _parse_blocks(body, first, noncanonical)
+    except _Fail as exc:
+        return ParseResult(
+            text,
+            found=True,
+            ok=False,
+            error=exc.reason,
+            offset=exc.offset,
+            eos=eos,
+            dialect="hermes",
+        )
+    if not eos and not server_content:
+        noncanonical.append(NC_NO_EOS)
+    return ParseResult(
+        content=body[:first].rstrip("\n"),
+        calls=tuple(calls),
+        found=True,
+        ok=True,
+        noncanonical=tuple(dict.fromkeys(noncanonical)),
+        eos=eos,
+        dialect="hermes",
+    )
+
+
+def encode_turn(content: str, calls: list[ToolCall], eos: bool = True) -> str:
+    """A canonical Hermes turn (used by tests and the simulator)."""
+    blocks = [
+        f"{OPEN}\n"
+        + json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False)
+        + f"\n{CLOSE}"
+        for c in calls
+    ]
+    text = content + ("\n" if content and blocks else "") + "\n".join(blocks)
+    return text + (EOS if eos else "")
