@@ -35,6 +35,7 @@ class TurnRecord(TypedDict, total=False):
     completion_tokens: int | None
     ttft_s: float | None
     latency_s: float | None
+    itl_s: float | None  # mean gap between streamed events after the first
     finish_reason: str | None
     label: str
     corrupted: bool
