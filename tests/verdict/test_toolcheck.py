@@ -1,0 +1,84 @@
+"""Server tool_calls and parsed calls checked against the declared tools."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.dialects.base import ToolCall
+from harness.errors import UsageError
+from harness.verdict import toolcheck as tc
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+                "required": ["path"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {"name": "get_time"},  # bare definition, no schema: any object
+]
+
+
+def _server(name: str, arguments: str) -> dict[str, object]:
+    return {"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+@pytest.mark.parametrize(
+    ("call", "kind"),
+    [
+        (_server("read_file", '{"path": "a.py"}'), None),
+        ({"name": "read_file", "arguments": '{"path": "a.py", "limit": 3}'}, None),
+        (_server("get_time", "{}"), None),
+        (_server("get_time", '{"anything": [1]}'), None),
+        (_server("delete_all", "{}"), tc.UNKNOWN_TOOL),
+        (_server("", "{}"), tc.MISSING_NAME),
+        (_server("read_file", '{"path": "a.py"'), tc.INVALID_JSON),
+        (_server("read_file", ""), tc.INVALID_JSON),
+        (_server("read_file", '{"path": NaN}'), tc.INVALID_JSON),
+        (_server("read_file", '{"path": "a.py"}{"path": "a.py"}'), tc.CONCATENATED_JSON),
+        (_server("read_file", '{"path": "a.py", "path": "b.py"}'), tc.DUPLICATE_KEY),
+        (_server("read_file", '["a.py"]'), tc.NOT_AN_OBJECT),
+        (_server("read_file", "{}"), tc.SCHEMA),  # the silent zero-argument call
+        (_server("read_file", '{"path": 3}'), tc.SCHEMA),
+        (_server("read_file", '{"path": "a", "mode": "w"}'), tc.SCHEMA),
+    ],
+)
+def test_check_server_calls(call: dict[str, object], kind: str | None) -> None:
+    problems = tc.check_server_calls([call], TOOLS)
+    assert [p.kind for p in problems][:1] == ([kind] if kind else [])
+    for p in problems:
+        assert p.index == 0
+        assert p.message
+
+
+def test_no_tools_declared_checks_json_only() -> None:
+    assert tc.check_server_calls([_server("anything", '{"x": 1}')], None) == []
+    assert tc.check_server_calls([_server("anything", "{x}")], None)[0].kind == tc.INVALID_JSON
+    assert tc.check_server_calls([_server("anything", "{}")], [])[0].kind == tc.UNKNOWN_TOOL
+
+
+def test_check_calls_parsed_from_text() -> None:
+    calls = [ToolCall("read_file", {"path": "a"}), ToolCall("read_file", {"limit": "x"})]
+    problems = tc.check_calls(calls, TOOLS)
+    assert {p.index for p in problems} == {1}
+    assert all(p.kind == tc.SCHEMA for p in problems)
+    assert tc.check_calls([ToolCall("nope", {})], TOOLS)[0].kind == tc.UNKNOWN_TOOL
+
+
+def test_invalid_schema_is_a_usage_error() -> None:
+    bad = [{"name": "f", "parameters": {"type": "objekt"}}]
+    with pytest.raises(UsageError, match="'f'"):
+        tc.check_calls([ToolCall("f", {})], bad)
+
+
+def test_validators_are_cached() -> None:
+    tc.check_calls([ToolCall("read_file", {"path": "a"})], TOOLS)
+    n = len(tc._VALIDATORS)
+    tc.check_calls([ToolCall("read_file", {"path": "b"})], TOOLS)
+    assert len(tc._VALIDATORS) == n
