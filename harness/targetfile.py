@@ -228,7 +228,7 @@ class _Builder:
             served_model=served,
             vars=MappingProxyType(variables),
             ready=self._ready(),
-            factors=MappingProxyType(factors),
+            factors=MappingProxyType({k: MappingProxyType(v) for k, v in factors.items()}),
             warm_up=self._bool(raw, "warm_up", True),
             flush_cache=self._bool(raw, "flush_cache", mode != "launch"),
             metrics=self._bool(raw, "metrics", True),
