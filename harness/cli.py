@@ -105,12 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulator only: divide its latencies by this factor",
     )
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
+    _add_gate_args(run)
 
     sim = sub.add_parser("sim", help="serve the embedded DeepSeek-V4-like endpoint", add_help=False)
     sim.add_argument("sim_args", nargs=argparse.REMAINDER)
 
     rep = sub.add_parser("report", help="rebuild summary, plots and report from a run folder")
     rep.add_argument("run_dir", type=Path)
+    _add_gate_args(rep)
 
     cmp_ = sub.add_parser("compare", help="compare two runs variant by variant")
     cmp_.add_argument("run_a", type=Path)
@@ -120,6 +122,62 @@ def build_parser() -> argparse.ArgumentParser:
     cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
     cls.add_argument("-o", "--output", type=Path, help="output JSONL (default: stdout)")
     return parser
+
+
+def _add_gate_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("CI gates (exit code 1 when one fails)")
+    g.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="fail when EXPR holds, e.g. 'session_corruption_rate > 0.01' or "
+        "'turn_corruption_rate[index_k=bf16] >= 0.05'; repeatable",
+    )
+    g.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="RUN_DIR",
+        help="fail a variant whose session corruption rose significantly against "
+        "the same variant of this earlier run",
+    )
+    g.add_argument("--junit", type=Path, metavar="FILE", help="write gate results as JUnit XML")
+
+
+def check_gate_args(args: argparse.Namespace) -> None:
+    """Validate gate expressions and the baseline before any work starts."""
+    from harness.gates import check_exprs
+
+    check_exprs(args.fail_if)
+    if args.baseline is not None and not (
+        (args.baseline / "summary.json").exists() or args.baseline.suffix == ".json"
+    ):
+        raise UsageError(
+            f"--baseline {args.baseline}: no summary.json there (run `harness report` on it)"
+        )
+
+
+def apply_gates(args: argparse.Namespace, summary: Any) -> int:
+    """Evaluate the gates on a summary, print the one-line result, return the exit code."""
+    from harness.gates import (
+        all_passed,
+        baseline_gate,
+        evaluate_gates,
+        result_line,
+        write_junit,
+    )
+    from harness.report import load_summary
+
+    results = evaluate_gates(summary, args.fail_if)
+    if args.baseline is not None:
+        results += baseline_gate(summary, load_summary(args.baseline))
+    for r in results:
+        if not r.passed:
+            print(f"gate failed: {r.message}", file=sys.stderr)
+    if args.junit is not None:
+        write_junit(args.junit, results)
+    print(result_line(summary, results))
+    return EXIT_OK if all_passed(results) else EXIT_GATE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,10 +222,11 @@ def _run_dir(path: Path) -> Path:
 def cmd_report(args: argparse.Namespace) -> int:
     from harness.report import format_table, write_report
 
+    check_gate_args(args)
     summary = write_report(_run_dir(args.run_dir))
     print(format_table(summary))
-    print(f"report: {args.run_dir / 'report.md'}")
-    return EXIT_OK
+    print(f"report: {args.run_dir / 'report.md'} and {args.run_dir / 'report.html'}")
+    return apply_gates(args, summary)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

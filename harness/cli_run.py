@@ -124,6 +124,9 @@ async def _run_with_progress(opts: RunOptions, run_id: str, show: bool) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.cli import apply_gates, check_gate_args
+
+    check_gate_args(args)
     opts, run_id = build_options(args)
     prepare_run_dir(opts.out_dir)
     write_run_json(opts, run_id)
@@ -142,4 +145,5 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = write_report(opts.out_dir)
     print(format_table(summary))
     print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
-    return 130 if interrupted else 0
+    code = apply_gates(args, summary)
+    return 130 if interrupted else code

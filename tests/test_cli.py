@@ -61,10 +61,14 @@ def test_run_two_variants_end_to_end(tmp_path: Path) -> None:
         seed,
         "--out",
         str(out),
-        "--no-progress",
+        "--no-progress", "--fail-if", "session_corruption_rate[index_k=fp8] > 0.5",
+        "--junit", str(tmp_path / "junit.xml"),
     )
     assert proc.returncode == 0, proc.stderr
     assert "index_k=bf16" in proc.stdout  # the per-variant table is printed
+    result = json.loads(proc.stdout.strip().splitlines()[-1])  # the machine-readable line
+    assert result["passed"] is True
+    assert "testcase" in (tmp_path / "junit.xml").read_text()
     turns = read_turns(out / "turns.jsonl")
     assert {t["variant"] for t in turns} == {"index_k=fp8", "index_k=bf16"}
     required = {
@@ -101,6 +105,11 @@ def test_run_two_variants_end_to_end(tmp_path: Path) -> None:
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert (out / "servers" / "index_k-bf16.log").exists()
     assert _sim_processes(f"--seed {seed}") == []  # nothing left running
+    # the report rebuilds from the folder, and a gate that holds fails the command
+    again = harness("report", str(out), "--fail-if", "turns < 1000000")
+    assert again.returncode == 1, again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1])["passed"] is False
+    assert "gate failed" in again.stderr
     # the API key never lands in the run folder
     for path in out.rglob("*"):
         if path.is_file():
