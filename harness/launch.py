@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shlex
 import signal
 import socket
@@ -76,6 +77,14 @@ def connect_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
+
+
+_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL", re.I)
+
+
+def masked(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for display: values of secret-looking names replaced by ``***``."""
+    return {k: ("***" if _SECRET.search(k) and v else v) for k, v in env.items()}
 
 
 def variant_env(variant: Variant) -> dict[str, str]:
@@ -150,7 +159,7 @@ class LaunchTarget:
             "mode": "launch",
             "variant": self.variant.label,
             "command": self.argv("<port>"),
-            "env": self.added_env(),
+            "env": masked(self.added_env()),
             "cwd": str(self.launch.cwd) if self.launch.cwd else None,
             "url": f"http://{host}:<port>",
             "ready": {"paths": list(self.spec.ready.paths), "timeout_s": self.spec.ready.timeout_s},
@@ -207,6 +216,14 @@ class LaunchTarget:
         except BaseException:
             await self.stop()
             raise
+        if not self.alive():  # something else answered on the port and ours is gone
+            code = self.proc.poll()
+            await self.stop()
+            raise InfrastructureError(
+                f"server for variant {self.variant.label} exited with code {code} although "
+                f"{self.base_url} answered (port taken by another process?); log "
+                f"{self.log_path}, last lines:\n{log_tail(self.log_path)}"
+            )
         log.info("variant %s: ready at %s", self.variant.label, self.base_url)
         return self.base_url
 
@@ -312,7 +329,7 @@ class HookTarget:
             "variant": self.variant.label,
             "before": self.hook.before,
             "after": self.hook.after,
-            "env": self.hook_env("before|after"),
+            "env": masked(self.hook_env("before|after")),
             "url": self.base_url,
             "ready": {"paths": list(self.spec.ready.paths), "timeout_s": self.spec.ready.timeout_s},
             "log": str(self.log_path),

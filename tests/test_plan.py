@@ -88,3 +88,15 @@ def test_hook_plan_shows_multiline_hooks(tmp_path: Path) -> None:
     assert "  before hook:\n    | set -eu\n" in text
     assert "hook reconfigurations" in text
     assert "NAMESPACE=llm-staging" in text
+
+
+def test_plan_masks_secret_looking_env_values(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(
+        'mode = "launch"\n[launch]\ncommand = ["srv", "--port", "{port}"]\n'
+        'env = { HF_TOKEN = "hf_abc123", CUDA_VISIBLE_DEVICES = "0,1" }\n'
+    )
+    text = format_plan(load_target(path), run_order(variants([]), 1), tmp_path)
+    assert "HF_TOKEN='***'" in text
+    assert "hf_abc123" not in text
+    assert "CUDA_VISIBLE_DEVICES=0,1" in text
