@@ -41,7 +41,10 @@ _FRAGMENT = re.compile(
     r"|</?[ \t]{0,2}DSML"  # bars lost: <DSML...
     r"|<[ \t]{0,2}/?[ \t]{0,2}(?:tool_?calls|function_?calls|calls)[ \t]{0,2}>"  # marker lost
     r"|<[ \t]{1,3}/?[ \t]{0,2}(?:invoke|parameter)[ \t>]"  # "< invoke": a space for the marker
-    r"|<(?:invoke|parameter)[ \t]{1,3}name[ \t]?=[^\n<>]{0,80}?string[ \t]?=",  # DSML attrs
+    r"|<(?:invoke|parameter)[ \t]{1,3}name[ \t]?=[^\n<>]{0,80}?string[ \t]?="  # DSML attrs
+    # bare invoke/parameter nesting: the envelope with every marker lost
+    r"|<invoke[ \t]{1,3}name[ \t]?=[^\n<>]{0,80}>[ \t\n]{0,4}<parameter[ \t]"
+    r"|</parameter>[ \t\n]{0,4}</invoke>",
     re.IGNORECASE,
 )
 

@@ -100,6 +100,12 @@ NEAR_MISSES = [
         "<|DSML|",
         "before the block",
     ),
+    (
+        "all-markers-lost",
+        'Reading.\n\n<invoke name="Read">\n<parameter name="path">a.py</parameter>\n</invoke>',
+        "<invoke",
+        "without the DSML marker",
+    ),
     ("empty-block", f"<{MARK}tool_calls>\n</{MARK}tool_calls>" + EOS, None, "no invoke"),
 ]
 
