@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -319,3 +320,27 @@ def test_tools_are_not_hardcoded(clean_url: str) -> None:
                 for c in message["tool_calls"]
             ]
     assert TOOLS  # the shared tool set is untouched
+
+
+def _running(client: httpx.Client) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("sglang:num_running_reqs"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no num_running_reqs in /metrics")
+
+
+def test_client_disconnect_frees_the_slot(make_sim: Callable[..., str]) -> None:
+    # slow decoding of a prose answer: the stream runs for seconds after its first event
+    url = make_sim(speed=0.1, fault_scale=0.0)
+    question = "Explain how a prefix cache behaves when many long sessions share a server."
+    body = {"messages": [{"role": "user", "content": question}], "stream": True}
+    with httpx.Client(base_url=url, timeout=30) as client:
+        with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            lines = r.iter_lines()  # keep a reference: dropping it closes the connection
+            assert next(lines).startswith("data: ")
+            assert _running(client) == 1
+        for _ in range(300):  # bounded wait for the server to notice
+            if _running(client) == 0:
+                break
+            time.sleep(0.02)
+        assert _running(client) == 0
