@@ -79,6 +79,7 @@ def validate(payload: Any) -> dict[str, Any]:
     return {
         "messages": messages,
         "tools": tools,
+        "call_tools": payload.get("tool_choice") != "none",
         "max_tokens": max_tokens,
         "seed": seed,
         "stream": bool(payload.get("stream")),
@@ -111,7 +112,12 @@ class SimApp:
 
         try:
             gen = engine.generate(
-                fields["messages"], fields["tools"], in_flight, fields["max_tokens"], fields["seed"]
+                fields["messages"],
+                fields["tools"],
+                in_flight,
+                fields["max_tokens"],
+                fields["seed"],
+                fields["call_tools"],
             )
             tokens = gen.prompt_tokens + gen.completion_tokens
             engine.running_tokens += tokens

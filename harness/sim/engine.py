@@ -97,7 +97,9 @@ class Engine:
         in_flight: int,
         max_tokens: int | None,
         seed: int | None,
+        call_tools: bool = True,
     ) -> Generation:
+        """One chat turn. ``call_tools=False`` (``tool_choice: "none"``) answers in prose."""
         config = self.config
         tools_bytes = orjson.dumps(tools_json) if tools_json else b""
         prompt = hash_prompt(messages, tools_bytes)
@@ -105,7 +107,7 @@ class Engine:
         attempt = self._attempt(prompt.digest)
         seed_bytes = f"{config.seed}:{seed}".encode()
         rng = _seed(seed_bytes, prompt.digest)
-        tools = parse_tools(tools_json)
+        tools = parse_tools(tools_json) if call_tools else []
         turn = self.agent.next_turn(messages, tools, prompt, rng)
         limit = max_tokens or config.default_max_tokens
 

@@ -22,6 +22,10 @@ _PURPOSES = [
     "compare it with what I found so far",
     "find the code paths that touch {topic}",
     "see whether {topic} is guarded by a lock",
+    "check how {topic} is initialized",
+    "narrow down where {topic} changes",
+    "see which callers rely on {topic}",
+    "look for the place where {topic} is released",
 ]
 
 

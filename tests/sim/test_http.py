@@ -189,6 +189,13 @@ def test_no_tools_answers_in_prose(clean_url: str) -> None:
     assert len(choice["message"]["content"].split()) >= 15
 
 
+def test_tool_choice_none_answers_in_prose(clean_url: str) -> None:
+    with httpx.Client(base_url=clean_url) as client:
+        choice = chat(client, messages(), tool_choice="none").json()["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert choice["message"]["tool_calls"] is None
+
+
 def test_max_tokens_cuts_with_length(clean_url: str) -> None:
     with httpx.Client(base_url=clean_url) as client:
         r = chat(client, messages(), max_tokens=8).json()
