@@ -151,7 +151,9 @@ class Gen:
         s = self.rng.choice(sents)
         words = _WORD.findall(s)
         reps = []
-        alt = [self.rng.choice(_WORD.findall(self.rng.choice(self.pool)) or ["x"]) for _ in range(3)]
+        alt = [
+            self.rng.choice(_WORD.findall(self.rng.choice(self.pool)) or ["x"]) for _ in range(3)
+        ]
         for _ in range(self.rng.randint(8, 16)):
             ws = list(words)
             for _ in range(self.rng.randint(1, 2)):
@@ -195,7 +197,8 @@ def _calls(rng: random.Random, n: int, same: bool) -> list[dict[str, object]]:
 
 def clean_tool_turn(rng: random.Random, content: str) -> str:
     calls = _calls(rng, rng.randint(1, 5), same=rng.random() < 0.6)
-    return dsml.encode_turn(content, calls, version=rng.choice(["v4", "v32"]), eos=rng.random() < 0.5)
+    version = rng.choice(["v4", "v32"])
+    return dsml.encode_turn(content, calls, version=version, eos=rng.random() < 0.5)
 
 
 def malformed_tool_turn(rng: random.Random, content: str) -> str:
@@ -242,10 +245,10 @@ def generate(seeds: list[Example], seed: int, per_seed: int) -> list[dict[str, s
             rows.append(row)
         r = rng.random()
         short = text[: g.cut(text, 0.2, 0.6)].rstrip()
-        if r < 0.35 and "context" not in s:
+        if r < 0.35 and _plain(s):
             rows.append({"id": f"gen{seed}-{s['id']}-tool-clean", "label": "clean",
                          "text": clean_tool_turn(rng, short)})
-        elif r < 0.75:
+        elif r < 0.75 and _plain(s):
             rows.append({"id": f"gen{seed}-{s['id']}-tool-bad", "label": "malformed_tool_call",
                          "text": malformed_tool_turn(rng, short)})
         else:

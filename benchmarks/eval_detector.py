@@ -38,7 +38,7 @@ _TO_CLASS = {
     "invalid_tool_call": "malformed_tool_call",
 }
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
-_XML_CALL = re.compile(r"</?(?:invoke|parameter|function|tool_calls?|function_calls)\b[^>]*>")
+_XML_CALL = re.compile(r"</?(?:invoke|parameter|function|tool_calls|function_calls)\b[^>]*>")
 
 
 def fallback_classify(text: str, context: str | None = None) -> str:
@@ -66,11 +66,11 @@ def _json_ok(s: str) -> bool:
     return True
 
 
-def pick_classifier() -> tuple[str, Callable[[str, str | None], str]]:
+def pick_classifier(which: str = "auto") -> tuple[str, Callable[[str, str | None], str]]:
     import harness.verdict as verdict
 
     ct = getattr(verdict, "classify_text", None)
-    if ct is None:
+    if ct is None or which == "fallback":
         return "fallback (dsml.parse + score_text)", fallback_classify
 
     def run(text: str, context: str | None) -> str:
@@ -112,7 +112,9 @@ def evaluate(
     fp_clean = sum(1 for t, p in scored if t == "clean" and p in garbled)
     out["garbled"] = _metrics(tp, n_true, n_pred, fp_clean, n_clean)
     out["ambiguous"] = dict(Counter(p for _, t, p in pairs if t == "ambiguous"))
-    errors = [(i, t, p) for i, t, p in pairs if t != "ambiguous" and (t in garbled) != (p in garbled)]
+    errors = [
+        (i, t, p) for i, t, p in pairs if t != "ambiguous" and (t in garbled) != (p in garbled)
+    ]
     return out, errors
 
 
@@ -159,8 +161,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--errors", action="store_true", help="list misclassified examples")
     ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument(
+        "--no-context", action="store_true",
+        help="ignore the context field (for sets where it describes the source, not the prompt)",
+    )
+    ap.add_argument(
+        "--classifier", choices=("auto", "fallback"), default="auto",
+        help="auto: harness.verdict.classify_text when present; fallback: the wrapper here",
+    )
     a = ap.parse_args(argv)
-    name, classify = pick_classifier()
+    name, classify = pick_classifier(a.classifier)
+    if a.no_context:
+        inner = classify
+
+        def classify(text: str, context: str | None) -> str:
+            return inner(text, None)
+
     print(f"classifier: {name}; THRESHOLD = {text_mod.THRESHOLD}")
     all_rows = []
     for p in a.files:
@@ -176,7 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         report("all files", m)
     if not a.no_speed:
         mbs = speed(all_rows, classify)
-        long_text = "\n\n".join(r["text"] for r in all_rows if r["label"] == "clean")
+        long_text = "\n\n".join(
+            r["text"] for r in all_rows
+            if r["label"] == "clean"
+            and "\uff5c" not in r["text"]
+            and "<tool_call>" not in r["text"]
+        )
         long_mbs = speed([{"text": long_text}], classify)
         print(f"\nspeed: {mbs:.1f} MB/s per core over the examples; "
               f"{long_mbs:.1f} MB/s on one {len(long_text) // 1000} k-character clean text")

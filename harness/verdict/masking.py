@@ -15,12 +15,20 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from harness.verdict.salad import SPECIAL as _DEBRIS
+
 _FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
 _INLINE = re.compile(r"(`{1,2})[^`\n]{1,300}?\1")
-_URL = re.compile(r"\b(?:[a-z][a-z0-9+.-]{1,15}://|www\.|mailto:)[^\s<>\"'`)\]]+", re.I)
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
-_BLOB = re.compile(r"[A-Za-z0-9+/_-]{40,}={0,2}|(?:[0-9a-fA-F]{2}[:\s]){8,}")
+# URLs, e-mail addresses and regexes are found from a literal anchor ("://", "@", a
+# backslash escape) and extended to the surrounding non-space run: fast scans, no
+# per-position backtracking.
+_URL_ANCHOR = re.compile(r"://|www\.|mailto:", re.I)
+_EMAIL_ANCHOR = re.compile(r"@[\w-]+\.\w")
+_PATH = re.compile(r"[\\/][\w.@+-]+(?:[\\/][\w.@+-]+)+[\\/]?")
+_NONSPACE = re.compile(r"[^\s<>\"'`)\]]*")
+_BLOB_CHARS = np.zeros(128, dtype=bool)
+for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-=":
+    _BLOB_CHARS[ord(_c)] = True
 _DSML_BLOCK = re.compile(
     "<\uff5cDSML\uff5c(tool_calls|function_calls)>.*?</\uff5cDSML\uff5c\\1>", re.S
 )
@@ -28,8 +36,14 @@ _DSML_TAG = re.compile(
     "</?\uff5cDSML\uff5c[^>\n]{0,200}>|<\uff5cend\u2581of\u2581sentence\uff5c>\\s*\\Z"
 )
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-_REGEX = re.compile(r"\S*\\[dwsDWSbB.+*?()\[\]]\S*")
-_REGEX_MARK = re.compile(r"\\[dwsDWSbB.]|\[\^?[^\]\s]{1,40}\]|\(\?[:=!<]|\{\d+(?:,\d*)?\}|[+*?]\??\)?")
+_REGEX = re.compile(r"\\[dwsDWSbB.+*?()\[\]]")
+_REGEX_MARK = re.compile(
+    r"\\[dwsDWSbB.]|\[\^?[^\]\s]{1,40}\]|\(\?[:=!<]|\{\d+(?:,\d*)?\}|[+*?]\??\)?"
+)
+_MATH = re.compile(
+    r"\$\$.{1,2000}?\$\$|\$[^$\n]{1,300}?\$|\\\(.{1,300}?\\\)|\\\[.{1,2000}?\\\]", re.S
+)
+_TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>\n]{0,300})?/?>")
 _CODE_LINES = re.compile(r"(?:^(?: {4}|\t)[^\n]*\n?){3,}", re.M)
 
 
@@ -41,6 +55,17 @@ class Masked:
     ends: npt.NDArray[np.int64]
     code: tuple[tuple[int, int], ...]  # fenced or indented code (a subset of the intervals)
     values: tuple[tuple[int, int], ...]  # long tool-call argument values, scored on their own
+    quoted: tuple[tuple[int, int], ...] = ()  # inline code spans
+
+    def quoted_at(self, pos: int) -> bool:
+        return any(s <= pos < e for s, e in self.quoted)
+
+    def in_code(self, pos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Which positions fall in fenced or indented code."""
+        out = np.zeros(pos.size, dtype=bool)
+        for s, e in self.code:
+            out |= (pos >= s) & (pos < e)
+        return out
 
     def inside(self, pos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which positions fall in a masked region."""
@@ -66,8 +91,12 @@ def mask(text: str) -> Masked:
         code.extend(m.span() for m in _FENCE.finditer(text))
     if "    " in text or "\t" in text:
         code.extend(m.span() for m in _CODE_LINES.finditer(text))
+    if "$" in text or "\\(" in text or "\\[" in text:
+        spans.extend(m.span() for m in _MATH.finditer(text))
+    quoted: list[tuple[int, int]] = []
     if "`" in text:
-        spans.extend(m.span() for m in _INLINE.finditer(text))
+        quoted = [m.span() for m in _INLINE.finditer(text)]
+        spans.extend(quoted)
     if "\uff5c" in text:
         for m in _DSML_BLOCK.finditer(text):
             spans.append(m.span())
@@ -75,20 +104,26 @@ def mask(text: str) -> Masked:
                 if v.end(1) - v.start(1) >= 200:
                     values.append(v.span(1))
         spans.extend(m.span() for m in _DSML_TAG.finditer(text))
+    if "<" in text:
+        spans.extend(m.span() for m in _TAG.finditer(text) if not _DEBRIS.fullmatch(m.group(0)))
     if "<tool_call>" in text:
         for m in _HERMES.finditer(text):
             if _is_json(m.group(1)):
                 spans.append(m.span())
-    if "/" in text or "@" in text or "\\" in text:
-        spans.extend(m.span() for m in _URL.finditer(text))
-        if "@" in text:
-            spans.extend(m.span() for m in _EMAIL.finditer(text))
+    if "/" in text or ":" in text or "www" in text:
+        spans.extend(_around(text, m.start()) for m in _URL_ANCHOR.finditer(text))
+    if "@" in text:
+        spans.extend(_around(text, m.start()) for m in _EMAIL_ANCHOR.finditer(text))
+    if "/" in text or "\\" in text:
         spans.extend(m.span() for m in _PATH.finditer(text))
-    spans.extend(m.span() for m in _BLOB.finditer(text) if len(set(m.group(0))) >= 8)
+    spans.extend(_blobs(text))
     if "\\" in text:
-        spans.extend(m.span() for m in _REGEX.finditer(text) if len(_REGEX_MARK.findall(m.group(0))) >= 2)
+        for m in _REGEX.finditer(text):
+            s, e = _around(text, m.start())
+            if len(_REGEX_MARK.findall(text, s, e)) >= 2:
+                spans.append((s, e))
     if not spans and not code:
-        return Masked(text, text, _EMPTY, _EMPTY, (), tuple(values))
+        return Masked(text, text, _EMPTY, _EMPTY, (), tuple(values), tuple(quoted))
     loops = _blank(text, _merge(spans))
     merged = _merge(spans + code)
     arr = np.array(merged, dtype=np.int64).reshape(-1, 2)
@@ -99,7 +134,30 @@ def mask(text: str) -> Masked:
         arr[:, 1].copy(),
         tuple((s, e) for s, e in _merge(code)),
         tuple(values),
+        tuple(quoted),
     )
+
+
+def _around(text: str, i: int) -> tuple[int, int]:
+    """The run of non-space characters around position ``i``."""
+    s = max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1
+    m = _NONSPACE.match(text, i)
+    return s, m.end() if m else i + 1
+
+
+def _blobs(text: str) -> list[tuple[int, int]]:
+    """Runs of 40+ base64 / identifier characters with some variety (keys, hashes, data)."""
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    ok = np.zeros(codes.size, dtype=bool)
+    small = codes < 128
+    ok[small] = _BLOB_CHARS[codes[small]]
+    if ok.sum() < 40:
+        return []
+    d = np.diff(np.concatenate(([0], ok.view(np.int8), [0])))
+    st, en = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    keep = (en - st) >= 40
+    return [(s, e) for s, e in zip(st[keep].tolist(), en[keep].tolist(), strict=True)
+            if len(set(text[s:e])) >= 8]
 
 
 def _merge(spans: list[tuple[int, int]]) -> list[list[int]]:

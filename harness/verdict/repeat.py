@@ -22,10 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-_SPACELESS = "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3100-\u312f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_SPACELESS = (
+    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3100-\u312f"
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+)
 TOKEN = re.compile(f"[{_SPACELESS}]|[^\\W_{_SPACELESS}]+")
 _NUMBER = re.compile(r"\b\d{1,5}\b")
-N = 4  # n-gram length
+N = 4  # n-gram length for exact loops
+N_DRIFT = 3  # n-gram length for drifting loops
 _NEAR = 320  # a drifting loop repeats n-grams seen within this many tokens
 _WINDOW = 64  # tokens per drift window
 _M1 = np.int64(0x9E3779B97F4A7C15 - (1 << 64))
@@ -42,9 +46,12 @@ class Loop:
     kind: str  # "loop" or "drift"
 
 
-def _hashes(tokens: list[str]) -> npt.NDArray[np.int64]:
-    ids = np.fromiter(map(hash, tokens), dtype=np.int64, count=len(tokens))
-    n = min(N, ids.size)
+def _ids(tokens: list[str]) -> npt.NDArray[np.int64]:
+    return np.fromiter(map(hash, tokens), dtype=np.int64, count=len(tokens))
+
+
+def _hashes(ids: npt.NDArray[np.int64], n: int = 4) -> npt.NDArray[np.int64]:
+    n = min(n, ids.size)
     if n == 0:
         return ids
     g = ids[: ids.size - n + 1].copy()
@@ -71,19 +78,32 @@ def _prev_distance(g: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return dist
 
 
+_ASCII_SEP = bytes(
+    c if (48 <= c <= 57 or 97 <= c <= 122 or 65 <= c <= 90) else 32 for c in range(256)
+)
+
+
 def tokens_of(text: str) -> list[str]:
     low = text.lower()
-    return TOKEN.findall(low if len(low) == len(text) else text)
+    if len(low) != len(text):
+        low = text
+    if low.isascii():  # fast path: bytes.translate + split, both in C
+        return low.encode("ascii").translate(_ASCII_SEP).decode("ascii").split()
+    return TOKEN.findall(low)
 
 
 def find_loops(tokens: list[str], context_tokens: list[str] | None = None) -> list[Loop]:
     """Exact and drifting loops in a token list (highest score first)."""
     if len(tokens) < N + 2:
         return []
-    g = _hashes(tokens)
-    dist = _prev_distance(g)
-    loops = _exact(tokens, dist)
-    loops.extend(_drift(g, dist, context_tokens))
+    ids = _ids(tokens)
+    loops = _exact(tokens, _prev_distance(_hashes(ids, N)))
+    g3 = _hashes(ids, N_DRIFT)
+    digits = np.fromiter(map(str.isdigit, tokens), dtype=bool, count=len(tokens))
+    numeric = digits[: g3.size].copy()
+    for k in range(1, min(N_DRIFT, len(tokens))):
+        numeric &= digits[k : k + g3.size]
+    loops.extend(_drift(g3, _prev_distance(g3), context_tokens, numeric))
     if context_tokens is not None and loops:
         loops = [_mirror(tokens, lp, context_tokens) for lp in loops]
     loops.sort(key=lambda lp: -lp.score)
@@ -120,13 +140,16 @@ def _exact(tokens: list[str], dist: npt.NDArray[np.int64]) -> list[Loop]:
 
 
 def _drift(
-    g: npt.NDArray[np.int64], dist: npt.NDArray[np.int64], context_tokens: list[str] | None
+    g: npt.NDArray[np.int64],
+    dist: npt.NDArray[np.int64],
+    context_tokens: list[str] | None,
+    numeric: npt.NDArray[np.bool_],
 ) -> list[Loop]:
     if g.size < 24:
         return []
-    rep = dist <= _NEAR
+    rep = (dist <= _NEAR) & ~numeric  # rows of numbers (data, matrices) are not loops
     if context_tokens is not None and len(context_tokens) >= N:
-        rep &= ~np.isin(g, _hashes(context_tokens))
+        rep &= ~np.isin(g, _hashes(_ids(context_tokens), N_DRIFT))
     w = min(_WINDOW, g.size)
     c = np.concatenate(([0], np.cumsum(rep)))
     dens = (c[w:] - c[:-w]) / w
@@ -135,9 +158,12 @@ def _drift(
     score = (d - 0.35) / 0.3
     if score < 0.3:
         return []
-    # the loop starts at the first window that is already dense
+    # the loop starts where the first dense window's repeated n-grams were first seen
     first = int(np.flatnonzero(dens >= 0.5 * (d + 0.35))[0]) if d > 0.35 else best
-    return [Loop(first, best + w + N - 1, 0, 0.0, float(score), "drift")]
+    idx = np.flatnonzero(rep[first : first + w]) + first
+    if idx.size:
+        first = max(0, int((idx - dist[idx]).min()))
+    return [Loop(first, best + w + N_DRIFT - 1, 0, 0.0, float(score), "drift")]
 
 
 def _mirror(tokens: list[str], lp: Loop, ctx: list[str]) -> Loop:
@@ -147,8 +173,8 @@ def _mirror(tokens: list[str], lp: Loop, ctx: list[str]) -> Loop:
     unit = " ".join(tokens[lp.start : lp.start + lp.period])
     joined = " " + " ".join(ctx) + " "
     reps = joined.count(" " + unit + " ")
-    if reps == 0:
-        return lp
+    if reps == 0 or (reps == 1 and lp.period < 3):
+        return lp  # a short unit (a common word) seen once in the context proves nothing
     numbers = [int(x) for x in _NUMBER.findall(" ".join(ctx))]
     allowed = max([reps, *numbers]) * 1.25 + 2
     if lp.copies <= allowed:

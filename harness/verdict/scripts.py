@@ -134,7 +134,7 @@ def _pair_weights(n: int, names: dict[str, int]) -> npt.NDArray[np.float32]:
     for a in spaceless | {HANGUL}:
         w[a, LATIN] = w[LATIN, a] = 0.0
         w[a, FWLATIN] = w[FWLATIN, a] = 0.0 if a in cjk else 0.6
-    w[LATIN, GREEK] = w[GREEK, LATIN] = 0.2
+    w[LATIN, GREEK] = w[GREEK, LATIN] = 0.1
     w[HANGUL, HAN] = w[HAN, HANGUL] = 0.3
     w[LATIN, FWLATIN] = w[FWLATIN, LATIN] = 0.5
     w[:LATIN, :] = 0.0

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.verdict import repeat, salad, scripts
-from harness.verdict.masking import mask
+from harness.verdict.masking import Masked, mask
 
-THRESHOLD = 1.0
+THRESHOLD = 0.7
 WINDOW = 320  # characters
+CODE_WEIGHT = 0.6  # salad events inside fenced or indented code
 
 TOKEN_SALAD = "token_salad"
 REPETITION = "repetition"
@@ -49,6 +50,8 @@ _SIGNALS = (
     "drift",
     "tool_value",
 )
+#: Signals that describe prose; code legitimately has "?;", "parseHTML", "aa aa".
+_PROSE_ONLY = frozenset({"glued_punctuation", "stray_symbol", "identifier_soup", "stutter"})
 _GAP = re.compile(r"\s*")
 
 
@@ -77,14 +80,21 @@ def score_text(text: str, context: str | None = None) -> TextFinding:
     work = _unescape(text)
     m = mask(work)
     ev: list[tuple[int, float, str]] = []
-    _special(m.text, ev)
-    ev.extend(salad.events(m.text, work.isascii()))
-    if not m.text.isascii():
-        ids = scripts.script_ids(m.text)
+    _special(work, m, ev)
+    ev.extend(salad.events(m.loops, work.isascii()))
+    if not m.loops.isascii():
+        ids = scripts.script_ids(m.loops)
         pos, w = scripts.switch_events(ids)
         ev.extend(zip(pos.tolist(), w.tolist(), ["script_switch"] * pos.size, strict=True))
         pos, w = scripts.variety_events(ids)
         ev.extend(zip(pos.tolist(), w.tolist(), ["script_variety"] * pos.size, strict=True))
+    if m.code and ev:  # salad inside code counts, but code is noisy: less weight
+        where = m.in_code(np.array([e[0] for e in ev], dtype=np.int64))
+        ev = [
+            (p, w * CODE_WEIGHT, s) if c else (p, w, s)
+            for (p, w, s), c in zip(ev, where, strict=True)
+            if not (c and s in _PROSE_ONLY)
+        ]
     _loops(m.loops, context, m.code, ev)
     for vs, ve in m.values:
         sub = score_text(work[vs:ve], context)
@@ -96,12 +106,19 @@ def score_text(text: str, context: str | None = None) -> TextFinding:
     return _combine(ev)
 
 
-def _special(text: str, ev: list[tuple[int, float, str]]) -> None:
-    """Special-token debris; a run of the same token is a loop, not just debris."""
+def _special(text: str, m: Masked, ev: list[tuple[int, float, str]]) -> None:
+    """Special-token debris; a run of the same token is a loop, not just debris.
+
+    Searched in the whole text (debris inside a tool-call argument is still debris) except
+    quoted code spans, where documentation legitimately shows template tokens.
+    """
     if "<" not in text and "[" not in text:
         return
     run_start, run_tok, run_end, count = -1, "", -1, 0
-    found = list(salad.special_tokens(text))
+    found = [f for f in salad.special_tokens(text) if not m.quoted_at(f[0])]
+    html_s = "<s>" in text and "</s>" in text  # strike-through markup, not BOS/EOS
+    if html_s:
+        found = [f for f in found if f[2] not in ("<s>", "</s>")]
     found.append((len(text) + 1, len(text) + 1, "\0"))
     for s, e, tok in found:
         if tok == run_tok and _GAP.fullmatch(text, run_end, s):
