@@ -66,10 +66,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="a factor and its levels; repeat for a matrix (the first level is the baseline)",
     )
     run.add_argument(
-        "--endpoint",
-        help="base URL of a server already up (default: launch `harness sim` per variant)",
+        "--target",
+        type=Path,
+        metavar="FILE",
+        help="target file: how each factor level becomes a server (launch, endpoint or hook "
+        "mode; default: scenarios/targets/sim.toml, the simulator)",
     )
-    run.add_argument("--model", default="deepseek-v4-flash", help="model name sent in requests")
+    run.add_argument(
+        "--target-var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a [vars] entry of the target file; repeatable",
+    )
+    run.add_argument("--endpoint", help="base URL of one server already up (no --ab)")
+    run.add_argument("--model", help="model name sent in requests (default: the target's)")
+    run.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=1,
+        help="run each variant this many times, interleaved (ABAB...)",
+    )
+    run.add_argument(
+        "--order", choices=("abab", "abba"), default="abab", help="how repeats interleave"
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (variants, order, commands, URLs) and start nothing",
+    )
+    run.add_argument(
+        "--run-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="stop the whole run after this long (exit code 3)",
+    )
+    run.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue an interrupted run without redoing finished sessions",
+    )
     run.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",

@@ -5,72 +5,110 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness.config import load_scenario
 from harness.driver import Progress as Counts
-from harness.errors import UsageError
+from harness.errors import InfrastructureError, UsageError
 from harness.matrix import parse_ab, variants
-from harness.run import RunOptions, execute, new_run_id, prepare_run_dir, write_run_json
+from harness.records import TURNS_FILE, iter_turns
+from harness.run import (
+    RunOptions,
+    VariantOutcome,
+    execute,
+    finished_sessions,
+    new_run_id,
+    prepare_run_dir,
+    write_run_json,
+)
+
+#: A variant with more than this share of transport errors cannot be judged (exit code 3).
+MAX_TRANSPORT_ERROR_RATE = 0.5
+_PATH_ARGS = ("scenario", "target", "out", "baseline", "junit", "resume")
 
 
-def build_options(args: argparse.Namespace) -> tuple[RunOptions, str]:
+def _target_vars(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--target-var {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
+    from harness.launch import check_variants
+    from harness.targetfile import default_sim_target, load_target
+
     scenario = load_scenario(args.scenario).with_overrides(
         sessions=args.sessions, max_turns=args.turns, max_context=args.max_context
     )
     factors = parse_ab(args.ab)
-    if args.endpoint and factors:
-        raise UsageError(
-            "--ab with --endpoint needs one server per level: leave out --endpoint to launch "
-            "the simulator per variant"
-        )
     vs = tuple(variants(factors))
-    run_id = new_run_id()
-    out = args.out or Path("reports") / run_id
+    target = None
+    if args.endpoint:
+        if factors:
+            raise UsageError(
+                "--ab with --endpoint needs one server per level: map the levels to servers "
+                "in a --target file (see scenarios/targets/endpoints.toml)"
+            )
+        if args.target:
+            raise UsageError("give either --endpoint or --target, not both")
+    else:
+        target = (
+            load_target(args.target, var_overrides=_target_vars(args.target_var))
+            if args.target
+            else default_sim_target()
+        )
+        check_variants(target, vs)  # unknown factors and levels fail now, before anything starts
     sim_args: list[str] = ["--seed", str(args.seed)]
     if args.speed is not None:
         sim_args += ["--speed", str(args.speed)]
+    # with --endpoint and no --model, the name is asked from the server's /v1/models
+    model = args.model or (target.served_model or target.model if target else None)
     from harness.cli import api_key_from_env
 
-    opts = RunOptions(
+    saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    return RunOptions(
         scenario=scenario,
         variants=vs,
-        out_dir=out,
+        out_dir=args.out or Path("reports") / run_id,
         sessions=scenario.sessions,
         concurrency=args.concurrency or scenario.sessions,
+        target=target,
         seed=args.seed,
+        repeats=args.repeats,
+        order=args.order,
         stream=not args.no_stream,
         on_corruption=args.on_corruption,
         endpoint=args.endpoint,
-        model=args.model,
+        model=model,
         api_key=api_key_from_env(args.api_key_env),
         request_timeout=args.request_timeout,
+        run_timeout=args.run_timeout,
         sim_args=tuple(sim_args),
-        args={
-            k: (str(v) if isinstance(v, Path) else v)
-            for k, v in vars(args).items()
-            if k not in ("api_key_env",)
-        },
+        args=saved,
     )
-    if not opts.endpoint:
-        from harness.targets import sim_flags
-
-        for v in vs:
-            sim_flags(v)  # unknown factors fail now, before anything starts
-    return opts, run_id
 
 
-async def _run_with_progress(opts: RunOptions, run_id: str, show: bool) -> None:
+async def _run_with_progress(
+    opts: RunOptions, run_id: str, show: bool, skip: set[tuple[str, int, int]]
+) -> list[VariantOutcome]:
     counts = Counts()
     console = Console(stderr=True)
     if not show:
-        await execute(opts, run_id, counts, announce=lambda m: console.print(m, highlight=False))
-        return
+        return await execute(
+            opts, run_id, counts, announce=lambda m: console.print(m, highlight=False), skip=skip
+        )
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -81,38 +119,11 @@ async def _run_with_progress(opts: RunOptions, run_id: str, show: bool) -> None:
         ),
         TimeElapsedColumn(),
     )
+    total = len(opts.schedule()) * opts.sessions - len(skip)
     with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(
-            "run",
-            total=len(opts.variants) * opts.sessions,
-            turns=0,
-            bad=0,
-            bad_sessions=0,
-            errors=0,
-        )
+        task = bar.add_task("run", total=total, turns=0, bad=0, bad_sessions=0, errors=0)
 
-        def announce(msg: str) -> None:
-            bar.console.print(msg, highlight=False)
-
-        async def refresh() -> None:
-            while True:
-                bar.update(
-                    task,
-                    completed=counts.sessions_done,
-                    turns=counts.turns,
-                    bad=counts.corrupted_turns,
-                    bad_sessions=len(counts.corrupted_sessions),
-                    errors=counts.transport_errors,
-                )
-                await asyncio.sleep(0.5)
-
-        ticker = asyncio.create_task(refresh())
-        try:
-            await execute(opts, run_id, counts, announce=announce)
-        finally:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+        def update() -> None:
             bar.update(
                 task,
                 completed=counts.sessions_done,
@@ -122,28 +133,141 @@ async def _run_with_progress(opts: RunOptions, run_id: str, show: bool) -> None:
                 errors=counts.transport_errors,
             )
 
+        async def refresh() -> None:
+            while True:
+                update()
+                await asyncio.sleep(0.5)
+
+        ticker = asyncio.create_task(refresh())
+        try:
+            return await execute(
+                opts,
+                run_id,
+                counts,
+                announce=lambda m: bar.console.print(m, highlight=False),
+                skip=skip,
+            )
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+            update()
+
+
+def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
+    run_dir: Path = args.resume
+    meta_path = run_dir / "run.json"
+    if not meta_path.exists():
+        raise UsageError(f"--resume {run_dir}: not a run folder (no run.json in it)")
+    meta = json.loads(meta_path.read_text())
+    saved: dict[str, Any] = dict(meta.get("args") or {})
+    for key in _PATH_ARGS:
+        if saved.get(key) is not None:
+            saved[key] = Path(saved[key])
+    saved.update(
+        out=run_dir,
+        resume=run_dir,
+        no_progress=args.no_progress,
+        fail_if=args.fail_if or saved.get("fail_if", []),
+        junit=args.junit or saved.get("junit"),
+        baseline=args.baseline or saved.get("baseline"),
+        dry_run=args.dry_run,
+    )
+    return argparse.Namespace(**saved), str(meta["run_id"])
+
+
+def _set_aside_unfinished(run_dir: Path, done: set[tuple[str, int, int]]) -> int:
+    """Move the turns of sessions that did not finish to turns.interrupted.jsonl (kept, not
+    counted); their sessions run again from the start. Returns the number of rows moved."""
+    path = run_dir / TURNS_FILE
+    if not path.exists():
+        return 0
+    keep, moved = [], []
+    for rec in iter_turns(path):
+        key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
+        (keep if key in done else moved).append(rec)
+    if moved:
+        with open(run_dir / "turns.interrupted.jsonl", "a") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in moved)
+        tmp = path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in keep)
+        os.replace(tmp, path)
+    return len(moved)
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.cli import apply_gates, check_gate_args
 
+    skip: set[tuple[str, int, int]] = set()
+    if args.resume:
+        args, run_id = _resume_args(args)
+    else:
+        run_id = new_run_id()
     check_gate_args(args)
-    opts, run_id = build_options(args)
-    prepare_run_dir(opts.out_dir)
-    write_run_json(opts, run_id)
+    opts = build_options(args, run_id)
+    if args.dry_run:
+        from harness.plan import format_plan
+
+        if opts.target is None:
+            print(f"endpoint {opts.endpoint}: {opts.sessions} sessions, model {opts.model}")
+        else:
+            extra = opts.sim_args if opts.target.name == "sim" else ()
+            print(format_plan(opts.target, opts.schedule(), opts.out_dir, extra_args=extra))
+        return 0
+    if args.resume:
+        skip = finished_sessions(opts.out_dir)
+        moved = _set_aside_unfinished(opts.out_dir, skip)
+        print(
+            f"resuming {opts.out_dir}: {len(skip)} sessions done, {moved} turns of "
+            "unfinished sessions set aside in turns.interrupted.jsonl",
+            file=sys.stderr,
+        )
+    else:
+        prepare_run_dir(opts.out_dir)
+        write_run_json(opts, run_id)
     t0 = time.perf_counter()
     show = not args.no_progress and sys.stderr.isatty()
-    interrupted = False
+    interrupted = infra = None
+    outcomes: list[VariantOutcome] = []
     try:
-        asyncio.run(_run_with_progress(opts, run_id, show))
+        outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip))
     except KeyboardInterrupt:
-        interrupted = True
+        interrupted = "interrupted"
+    except TimeoutError:
+        infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
+    except InfrastructureError as exc:
+        infra = str(exc)
+    if interrupted or infra:
         print(
-            "harness: interrupted; writing the report from the turns done so far", file=sys.stderr
+            f"harness: {interrupted or infra}; the report covers the turns done so far "
+            f"(continue with: harness run --resume {opts.out_dir})",
+            file=sys.stderr,
         )
+    died = [o for o in outcomes if o.error]
+    for o in died:
+        print(f"harness: variant {o.label}: {o.error}", file=sys.stderr)
     from harness.report import format_table, write_report
 
+    turns_path = opts.out_dir / TURNS_FILE
+    if not turns_path.exists() or turns_path.stat().st_size == 0:
+        return 130 if interrupted else 3
     summary = write_report(opts.out_dir)
     print(format_table(summary))
     print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
     code = apply_gates(args, summary)
-    return 130 if interrupted else code
+    if interrupted:
+        return 130
+    unjudged = [
+        v["label"]
+        for v in summary["variants"]
+        if (v.get("transport_error_rate") or 0) > MAX_TRANSPORT_ERROR_RATE
+    ]
+    if infra or died or unjudged:
+        if unjudged:
+            print(
+                f"harness: too many transport errors to judge: {', '.join(unjudged)}",
+                file=sys.stderr,
+            )
+        return 3
+    return code

@@ -53,6 +53,7 @@ async def drive(
     options: DriveOptions,
     progress: Progress | None = None,
     on_turn: Callable[[TurnRecord], None] | None = None,
+    on_session_end: Callable[[int, str | None], None] | None = None,
 ) -> list[Session]:
     """Run every session of one variant to its end; return the sessions."""
     progress = progress or Progress()
@@ -82,6 +83,8 @@ async def drive(
             await session.run()
         finally:
             progress.sessions_done += 1
+        if on_session_end is not None:  # only sessions that ran to their end
+            on_session_end(session.plan.index, session.ended)
 
     await asyncio.gather(*(one(i, s) for i, s in enumerate(sessions)))
     return sessions

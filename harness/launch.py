@@ -1,6 +1,6 @@
 """Bring one variant's server up from a target file: launch, endpoint map or hooks.
 
-All three classes have the shape of ``harness.targets.SimTarget``: ``await start()`` returns
+All three classes have the shape of ``harness.targets.EndpointTarget``: ``await start()`` returns
 the base URL once a readiness path answers 200, ``await stop()`` is idempotent and never
 raises, ``describe()`` says what would be done (for ``--dry-run``) without doing it.
 

@@ -1,7 +1,14 @@
-"""One whole run: for each variant, bring its server up, drive the sessions, stop it."""
+"""One whole run: for each variant (and repeat), bring its server up, drive the sessions, stop it.
+
+What a run leaves behind is written as it happens: ``turns.jsonl`` per turn,
+``sessions.jsonl`` per finished session (what ``--resume`` skips), ``outcomes.json`` per
+finished variant. A server that dies mid-run stops that variant cleanly; the run goes on
+with the next one and the outcome says so.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -16,13 +23,20 @@ from typing import Any
 from harness.client import ChatClient
 from harness.config import Scenario
 from harness.driver import DriveOptions, Progress, drive
-from harness.errors import InfrastructureError, UsageError
+from harness.errors import UsageError
+from harness.launch import Target, make_target
 from harness.matrix import Variant
+from harness.metrics import MetricsScraper, flush_cache, warm_up
+from harness.plan import run_order
 from harness.records import TURNS_FILE, TurnWriter
-from harness.session import make_plans
-from harness.targets import EndpointTarget, SimTarget
+from harness.session import SessionPlan, make_plans
+from harness.targetfile import TargetSpec
+from harness.targets import EndpointTarget
 
 log = logging.getLogger(__name__)
+
+SESSIONS_FILE = "sessions.jsonl"
+OUTCOMES_FILE = "outcomes.json"
 
 
 @dataclass(frozen=True)
@@ -32,16 +46,23 @@ class RunOptions:
     out_dir: Path
     sessions: int
     concurrency: int
+    target: TargetSpec | None = None  # None: --endpoint
     seed: int = 1
+    repeats: int = 1
+    order: str = "abab"
     stream: bool = True
     on_corruption: str = "retry"
     endpoint: str | None = None
-    model: str = "deepseek-v4-flash"
+    model: str | None = None  # None: the first model the server lists in /v1/models
     api_key: str | None = None
     request_timeout: float = 120.0
+    run_timeout: float | None = None
     sim_args: tuple[str, ...] = ()
-    ready_timeout: float = 60.0
+    metrics_interval: float = 5.0
     args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
+
+    def schedule(self) -> list[tuple[Variant, int]]:
+        return run_order(list(self.variants), self.repeats, scheme=self.order)
 
 
 def new_run_id() -> str:
@@ -50,26 +71,31 @@ def new_run_id() -> str:
 
 def prepare_run_dir(path: Path) -> None:
     if path.exists() and any(path.iterdir()):
-        raise UsageError(f"output folder {path} exists and is not empty; choose another --out")
+        raise UsageError(
+            f"output folder {path} exists and is not empty; choose another --out "
+            f"(or continue it with --resume {path})"
+        )
     path.mkdir(parents=True, exist_ok=True)
 
 
-def write_run_json(opts: RunOptions, run_id: str, extra: dict[str, Any] | None = None) -> None:
+def write_run_json(opts: RunOptions, run_id: str) -> None:
     meta = {
         "run_id": run_id,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "scenario": opts.scenario.name,
         "scenario_source": opts.scenario.source,
+        "target": str(opts.target.path) if opts.target else None,
         "sessions": opts.sessions,
         "concurrency": opts.concurrency,
         "seed": opts.seed,
+        "repeats": opts.repeats,
         "stream": opts.stream,
         "endpoint": opts.endpoint,
         "model": opts.model,
         "variants": [{"label": v.label, "factors": v.as_dict()} for v in opts.variants],
+        "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
         "python": sys.version.split()[0],
-        **(extra or {}),
     }
     (opts.out_dir / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -77,54 +103,121 @@ def write_run_json(opts: RunOptions, run_id: str, extra: dict[str, Any] | None =
 @dataclass
 class VariantOutcome:
     label: str
+    repeat: int
     sessions: int
     ended: dict[str, int]
     wall_s: float
     error: str | None = None
 
 
-async def execute(
+def finished_sessions(run_dir: Path) -> set[tuple[str, int, int]]:
+    """(variant, repeat, session) of every session that ran to its end."""
+    path = run_dir / SESSIONS_FILE
+    done: set[tuple[str, int, int]] = set()
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError, KeyError):
+            row = json.loads(line)
+            done.add((row["variant"], row["repeat"], row["session"]))
+    return done
+
+
+async def served_model(base_url: str) -> str:
+    """The first model id in the server's /v1/models ("default" when it lists none)."""
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=10.0, trust_env=False) as http:
+            data = (await http.get("/v1/models")).json().get("data") or []
+        return str(data[0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
+        return "default"
+
+
+def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
+    if opts.endpoint or opts.target is None:
+        assert opts.endpoint is not None
+        return EndpointTarget(opts.endpoint)
+    extra = opts.sim_args if opts.target.name == "sim" else ()
+    return make_target(opts.target, variant, opts.out_dir, extra_args=extra, repeat=repeat)
+
+
+async def _watch(target: Target, task: asyncio.Task[Any], interval_s: float = 0.5) -> str | None:
+    """Cancel ``task`` if the target's server process dies; say why."""
+    alive = getattr(target, "alive", None)
+    if alive is None:
+        return None
+    while not task.done():
+        if not alive():
+            task.cancel()
+            return "the server process died during the run"
+        await asyncio.sleep(interval_s)
+    return None
+
+
+async def _run_variant(
     opts: RunOptions,
     run_id: str,
+    variant: Variant,
+    repeat: int,
+    plans: list[SessionPlan],
+    writer: TurnWriter,
     progress: Progress,
-    announce: Callable[[str], None] = lambda _msg: None,
-) -> list[VariantOutcome]:
-    """Run every variant in order. Returns what happened to each; turns are on disk."""
-    plans = make_plans(opts.scenario, opts.sessions, opts.seed)
-    outcomes: list[VariantOutcome] = []
-    with TurnWriter(opts.out_dir / TURNS_FILE) as writer:
-        for variant in opts.variants:
-            target: EndpointTarget | SimTarget
-            if opts.endpoint:
-                target = EndpointTarget(opts.endpoint, ready_timeout_s=opts.ready_timeout)
-            else:
-                safe = variant.label.replace("=", "-").replace(",", "_")
-                target = SimTarget(
-                    variant,
-                    log_path=opts.out_dir / "servers" / f"{safe}.log",
-                    extra_args=list(opts.sim_args),
-                    ready_timeout_s=opts.ready_timeout,
-                )
-            announce(f"variant {variant.label}: starting server")
-            t0 = time.perf_counter()
-            try:
-                base_url = await target.start()
-                announce(f"variant {variant.label}: {len(plans)} sessions on {base_url}")
-                client = ChatClient(
+    announce: Callable[[str], None],
+) -> VariantOutcome:
+    target = _target_for(opts, variant, repeat)
+    name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
+    t0 = time.perf_counter()
+    announce(f"{name}: starting the server")
+    ended: dict[str, int] = {}
+    error = None
+    sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
+    try:
+        base_url = await target.start()
+        spec = opts.target
+        if spec is not None and not opts.endpoint:
+            if spec.flush_cache:
+                await flush_cache(base_url)
+            if spec.warm_up:
+                await warm_up(base_url, opts.model or spec.model, api_key=opts.api_key)
+        announce(f"{name}: {len(plans)} sessions on {base_url}")
+        model = opts.model or await served_model(base_url)
+        client = ChatClient(
+            base_url,
+            model=model,
+            api_key=opts.api_key,
+            max_connections=max(opts.concurrency, 1) + 8,
+            request_timeout=opts.request_timeout,
+        )
+        base = {
+            "run_id": run_id,
+            "variant": variant.label,
+            "factors": variant.as_dict(),
+            "repeat": repeat,
+        }
+
+        def session_done(index: int, why: str | None) -> None:
+            ended[why or "?"] = ended.get(why or "?", 0) + 1
+            row = {"variant": variant.label, "repeat": repeat, "session": index, "ended": why}
+            sessions_log.write(json.dumps(row) + "\n")
+            sessions_log.flush()
+
+        scrape = spec is None or spec.metrics
+        try:
+            async with (
+                MetricsScraper(
                     base_url,
-                    model=opts.model,
-                    api_key=opts.api_key,
-                    max_connections=max(opts.concurrency, 1) + 8,
-                    request_timeout=opts.request_timeout,
+                    opts.out_dir,
+                    variant=variant.label,
+                    repeat=repeat,
+                    interval_s=opts.metrics_interval,
                 )
-                try:
-                    base = {
-                        "run_id": run_id,
-                        "variant": variant.label,
-                        "factors": variant.as_dict(),
-                        "repeat": 0,
-                    }
-                    sessions = await drive(
+                if scrape
+                else contextlib.nullcontext()
+            ):
+                load = asyncio.create_task(
+                    drive(
                         client,
                         opts.scenario,
                         plans,
@@ -136,25 +229,55 @@ async def execute(
                             on_corruption=opts.on_corruption,
                         ),
                         progress,
+                        on_session_end=session_done,
                     )
-                finally:
-                    await client.aclose()
-            except InfrastructureError as exc:
-                outcomes.append(
-                    VariantOutcome(variant.label, 0, {}, time.perf_counter() - t0, str(exc))
                 )
-                raise
-            finally:
-                with contextlib.suppress(Exception):
-                    await target.stop()
-            ended: dict[str, int] = {}
-            for s in sessions:
-                ended[s.ended or "?"] = ended.get(s.ended or "?", 0) + 1
-            outcomes.append(
-                VariantOutcome(variant.label, len(sessions), ended, time.perf_counter() - t0)
-            )
-            announce(f"variant {variant.label}: done in {time.perf_counter() - t0:.0f}s")
-    (opts.out_dir / "outcomes.json").write_text(
-        json.dumps([asdict(o) for o in outcomes], indent=2) + "\n"
-    )
+                watcher = asyncio.create_task(_watch(target, load))
+                try:
+                    await load
+                except asyncio.CancelledError:
+                    error = await watcher
+                    if error is None:
+                        raise
+                    announce(f"{name}: stopped: {error}")
+                finally:
+                    watcher.cancel()
+        finally:
+            await client.aclose()
+    finally:
+        sessions_log.close()
+        await target.stop()
+    wall = time.perf_counter() - t0
+    announce(f"{name}: done in {wall:.0f}s")
+    return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error)
+
+
+async def execute(
+    opts: RunOptions,
+    run_id: str,
+    progress: Progress,
+    announce: Callable[[str], None] = lambda _msg: None,
+    skip: set[tuple[str, int, int]] | None = None,
+) -> list[VariantOutcome]:
+    """Run every variant in the planned order. Turns are on disk as they complete."""
+    plans = make_plans(opts.scenario, opts.sessions, opts.seed)
+    outcomes: list[VariantOutcome] = []
+    skip = skip or set()
+
+    def save() -> None:
+        path = opts.out_dir / OUTCOMES_FILE
+        path.write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
+
+    with TurnWriter(opts.out_dir / TURNS_FILE) as writer:
+        async with asyncio.timeout(opts.run_timeout):
+            for variant, repeat in opts.schedule():
+                todo = [p for p in plans if (variant.label, repeat, p.index) not in skip]
+                if not todo:
+                    continue
+                outcomes.append(
+                    await _run_variant(
+                        opts, run_id, variant, repeat, todo, writer, progress, announce
+                    )
+                )
+                save()
     return outcomes

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import labels as L
-from harness.client import ChatClient, TurnOutput
+from harness.client import ChatClient, Failure, TurnOutput
 from harness.config import Scenario
 from harness.records import TurnRecord, TurnWriter
 from harness.tools import document_chunk, estimate_tokens, padding_text, run_tool
@@ -111,8 +111,18 @@ class Session:
             sh.inflight += 1
             inflight = sh.inflight
             sent_at = time.time()
+            t0 = time.perf_counter()
             try:
                 out = await sh.client.chat(self.body(), stream=sh.stream)
+            except asyncio.CancelledError:
+                # the run is stopping: the turn in flight is recorded as cancelled, not lost
+                out = TurnOutput(
+                    failure=Failure("cancelled", "the run was stopped"),
+                    latency_s=time.perf_counter() - t0,
+                )
+                verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": "cancelled"})
+                self._record(turn, attempt, inflight, sent_at, out, verdict)
+                raise
             finally:
                 sh.inflight -= 1
         self.turns_sent += 1
@@ -129,6 +139,19 @@ class Session:
                 source="server",
                 context=self.context_text or None,
             )
+        record = self._record(turn, attempt, inflight, sent_at, out, verdict)
+        return out, verdict, record
+
+    def _record(
+        self,
+        turn: int,
+        attempt: int,
+        inflight: int,
+        sent_at: float,
+        out: TurnOutput,
+        verdict: Verdict,
+    ) -> TurnRecord:
+        sh = self.shared
         record: TurnRecord = {
             **sh.base,  # type: ignore[typeddict-item]
             "session": self.plan.index,
@@ -157,7 +180,7 @@ class Session:
         sh.writer.write(record)
         if sh.on_turn is not None:
             sh.on_turn(record)
-        return out, verdict, record
+        return record
 
     async def run(self) -> None:
         sh = self.shared

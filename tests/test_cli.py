@@ -119,7 +119,7 @@ def test_run_two_variants_end_to_end(tmp_path: Path) -> None:
 def test_unknown_factor_is_a_usage_error(tmp_path: Path) -> None:
     proc = harness("run", "--ab", "colour=red,blue", "--out", str(tmp_path / "r"))
     assert proc.returncode == 2
-    assert "factor 'colour' is not a knob of the simulator" in proc.stderr
+    assert "factor 'colour' is not defined in this target file" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "r").exists()
 
@@ -127,7 +127,7 @@ def test_unknown_factor_is_a_usage_error(tmp_path: Path) -> None:
 def test_bad_level_is_a_usage_error(tmp_path: Path) -> None:
     proc = harness("run", "--ab", "index_k=fp4,bf16", "--out", str(tmp_path / "r"))
     assert proc.returncode == 2
-    assert "level 'fp4' is not one of" in proc.stderr
+    assert "has no level 'fp4'" in proc.stderr
 
 
 def test_unreachable_endpoint_is_an_infrastructure_error(tmp_path: Path) -> None:

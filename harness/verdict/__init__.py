@@ -6,16 +6,14 @@ It never reads the simulator's ground truth.
 
 from __future__ import annotations
 
-import contextlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness import labels as L
-from harness.dialects import dsml
+from harness.dialects import dsml, registry
 from harness.dialects.base import ParseResult, ToolCall
-from harness.verdict.schema import check_calls, check_server_calls
 from harness.verdict.text import score_text
+from harness.verdict.toolcheck import check_calls, check_server_calls, server_calls_as_dicts
 
 
 @dataclass(frozen=True)
@@ -28,8 +26,7 @@ class Verdict:
 
 
 def _parse_markup(text: str, dialect: str, server_content: bool) -> ParseResult:
-    version = {"dsml-v4": "v4", "dsml-v32": "v32"}.get(dialect, "auto")
-    return dsml.parse(text, version)
+    return registry.parse(text, dialect, server_content=server_content)
 
 
 def _verdict(
@@ -80,7 +77,7 @@ def classify_turn(
             shift = len(reasoning) + 1 if reasoning else 0
             evidence["offset"] = max(0, finding.offset - shift)
             evidence["in_reasoning"] = finding.offset < shift
-        return _verdict(finding.label, [c for c in server_calls], evidence, noncanonical)
+        return _verdict(finding.label, server_calls_as_dicts(server_calls), evidence, noncanonical)
 
     reasoning_markup = _parse_markup(reasoning, dialect, server_content=True) if reasoning else None
     if reasoning_markup is not None and reasoning_markup.found:
@@ -104,26 +101,19 @@ def classify_turn(
                 reason="well-formed tool-call markup in content", calls=len(parsed.calls)
             )
             leaked = [c.to_dict() for c in parsed.calls]
-            return _verdict(L.PARSER_LEAK, server_calls + leaked, evidence, noncanonical)
-        calls = [_plain_call(c) for c in server_calls]
+            return _verdict(
+                L.PARSER_LEAK, server_calls_as_dicts(server_calls) + leaked, evidence, noncanonical
+            )
+        calls = server_calls_as_dicts(server_calls)
         problems = check_server_calls(server_calls, tools)
     if problems:
-        evidence["problems"] = [str(p) for p in problems]
+        evidence["problems"] = [p.to_dict() for p in problems]
+        evidence["reason"] = problems[0].message
         return _verdict(L.INVALID_TOOL_CALL, calls, evidence, noncanonical)
     if finish_reason == "length":
         return _verdict(L.TRUNCATED, calls, evidence, noncanonical)
     label = L.OK_TOOL_CALL if calls else L.OK_TEXT
     return _verdict(label, calls, evidence, noncanonical)
-
-
-def _plain_call(call: dict[str, Any]) -> dict[str, Any]:
-    """``{"name", "arguments"}`` from an OpenAI tool call, arguments decoded when possible."""
-    fn = call.get("function", call)
-    args = fn.get("arguments")
-    if isinstance(args, str):
-        with contextlib.suppress(json.JSONDecodeError):
-            args = json.loads(args)
-    return {"name": fn.get("name"), "arguments": args}
 
 
 def classify_text(
