@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +28,7 @@ _SPACELESS = (
     "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 )
 TOKEN = re.compile(f"[{_SPACELESS}]|[^\\W_{_SPACELESS}]+")
+_ASCII_TOKEN = re.compile(r"[A-Za-z0-9]+")
 _NUMBER = re.compile(r"\b\d{1,5}\b")
 N = 4  # n-gram length for exact loops
 N_DRIFT = 3  # n-gram length for drifting loops
@@ -90,6 +92,15 @@ def tokens_of(text: str) -> list[str]:
     if low.isascii():  # fast path: bytes.translate + split, both in C
         return low.encode("ascii").translate(_ASCII_SEP).decode("ascii").split()
     return TOKEN.findall(low)
+
+
+def token_starts(text: str, count: int) -> list[int]:
+    """Character offsets of the first ``count`` tokens (as ``tokens_of`` splits them)."""
+    low = text.lower()
+    if len(low) != len(text):
+        low = text
+    pat = _ASCII_TOKEN if low.isascii() else TOKEN
+    return [m.start() for m in islice(pat.finditer(low), count)]
 
 
 def find_loops(tokens: list[str], context_tokens: list[str] | None = None) -> list[Loop]:

@@ -1,9 +1,9 @@
-"""Salad events found with regular expressions: each is (position, weight, signal).
+"""Salad events: each is (position, weight, signal). Positions are character offsets.
 
-Weights are in units of the detection threshold (1.0): one event of weight 1.0 is enough on
-its own; weaker events must meet others in the same window. Positions are character offsets.
-Every pattern is a compiled regex scanned once over the text: linear time, no Python loop
-over characters.
+Weights are on the scale of ``text.THRESHOLD`` (0.7): one event of weight 1.0 is enough on
+its own; weaker events must meet others in the same window. Patterns are compiled regexes
+scanned once, or numpy comparisons over the code points (runs, stutters, case changes) whose
+few hits are then checked: linear time, no Python loop over characters.
 """
 
 from __future__ import annotations
@@ -66,7 +66,13 @@ def special_tokens(text: str) -> Iterator[tuple[int, int, str]]:
 
 def _runs(mask: npt.NDArray[np.bool_], min_len: int) -> list[tuple[int, int]]:
     """(start, end) of the runs of True in ``mask`` at least ``min_len`` long."""
-    if not mask.any():
+    if min_len > 1:  # cheap rejection: is there any window of min_len Trues at all?
+        if mask.size < min_len:
+            return []
+        c = np.cumsum(mask, dtype=np.int32)
+        if int((c[min_len - 1 :] - np.concatenate(([0], c[: -min_len]))).max()) < min_len:
+            return []
+    elif not mask.any():
         return []
     d = np.diff(np.concatenate(([0], mask.view(np.int8), [0])))
     st, en = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
@@ -123,8 +129,7 @@ def events(text: str, ascii_only: bool) -> Iterator[Event]:
             last = cm.end()
             yield cm.start(), 0.3, "identifier_soup"
     # a syllable of 3 to 8 letters doubled inside a word
-    letters = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    is_letter = _letter_mask(letters)
+    is_letter = _letter_mask(codes)
     for k in range(3, 9):
         if codes.size <= 2 * k:
             break

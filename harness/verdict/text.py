@@ -1,6 +1,7 @@
 """Token salad and repetition in one model output: a windowed score and where it starts.
 
-Every signal produces events ``(offset, weight)``; weights are in units of the threshold.
+Every signal produces events ``(offset, weight)``; a window whose weights reach THRESHOLD is
+corrupted.
 The score is the largest sum of event weights inside any window of ``WINDOW`` characters
 (each signal capped per window, so one weak signal cannot reach the threshold by itself),
 so a long clean prefix does not dilute a corrupted tail, and the offset is the first event of
@@ -143,9 +144,9 @@ def _loops(
     loops = repeat.find_loops(tokens, ctx)
     if not loops:
         return
-    low = text.lower()
-    starts = [mt.start() for mt in repeat.TOKEN.finditer(low if len(low) == len(text) else text)]
-    for lp in loops[:8]:
+    loops = loops[:8]
+    starts = repeat.token_starts(text, max(lp.start for lp in loops) + 1)
+    for lp in loops:
         pos = starts[min(lp.start, len(starts) - 1)]
         score = lp.score
         if any(s <= pos < e for s, e in code):
