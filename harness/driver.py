@@ -1,4 +1,9 @@
-"""Many sessions at once: concurrency, the in-flight count, deadlines, progress counts."""
+"""Many sessions at once: concurrency, the in-flight count, deadlines, progress counts.
+
+Every ``drive()`` measures the harness itself (``harness.selfreport``): event-loop lag, send
+lag, pool waits, CPU and turns per second, left in ``Progress.harness_self`` when it returns
+(also when it is cancelled).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from harness.client import ChatClient
+from harness.client import ChatClient, TurnOutput
 from harness.config import Scenario
 from harness.records import TurnRecord, TurnWriter
+from harness.selfreport import SelfReport
 from harness.session import Session, SessionPlan, Shared
 
 log = logging.getLogger(__name__)
@@ -26,6 +32,7 @@ class Progress:
     corrupted_turns: int = 0
     transport_errors: int = 0
     corrupted_sessions: set[tuple[int, int]] = field(default_factory=set)
+    harness_self: dict[str, Any] | None = None  # the last drive()'s self-report
 
     def on_turn(self, rec: TurnRecord) -> None:
         self.turns += 1
@@ -44,6 +51,21 @@ class DriveOptions:
     ramp_up_s: float = 0.0  # spread session starts over this many seconds
 
 
+class _MeasuredClient:
+    """The client as the sessions see it: marks when each send was decided."""
+
+    def __init__(self, client: ChatClient, report: SelfReport) -> None:
+        self._client = client
+        self._report = report
+
+    async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
+        self._report.sending()
+        return await self._client.chat(body, stream=stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
 async def drive(
     client: ChatClient,
     scenario: Scenario,
@@ -55,17 +77,60 @@ async def drive(
     on_turn: Callable[[TurnRecord], None] | None = None,
     on_session_end: Callable[[int, str | None], None] | None = None,
 ) -> list[Session]:
-    """Run every session of one variant to its end; return the sessions."""
+    """Run every session of one variant to its end; return the sessions.
+
+    The harness's self-report for this call is left in ``progress.harness_self``.
+    """
     progress = progress or Progress()
     progress.sessions_total += len(plans)
+    report = SelfReport()
+    # a client offering ``observers`` reports when requests leave and waits for the pool
+    observers: list[Any] | None = getattr(client, "observers", None)
+    if observers is not None:
+        observers.append(report)
+    report.start()
+    try:
+        return await _drive(
+            client,
+            scenario,
+            plans,
+            writer,
+            base,
+            options,
+            progress,
+            report,
+            on_turn,
+            on_session_end,
+        )
+    finally:
+        if observers is not None:
+            observers.remove(report)
+        progress.harness_self = report.stop()
+        if progress.harness_self["saturated"]:
+            for warning in progress.harness_self["warnings"]:
+                log.warning("harness self-report: %s", warning)
 
+
+async def _drive(
+    client: ChatClient,
+    scenario: Scenario,
+    plans: list[SessionPlan],
+    writer: TurnWriter,
+    base: dict[str, Any],
+    options: DriveOptions,
+    progress: Progress,
+    report: SelfReport,
+    on_turn: Callable[[TurnRecord], None] | None,
+    on_session_end: Callable[[int, str | None], None] | None,
+) -> list[Session]:
     def turn_done(rec: TurnRecord) -> None:
+        report.note_turn()
         progress.on_turn(rec)
         if on_turn is not None:
             on_turn(rec)
 
     shared = Shared(
-        client=client,
+        client=cast(ChatClient, _MeasuredClient(client, report)),
         scenario=scenario,
         writer=writer,
         base=base,
