@@ -81,6 +81,9 @@ class EndpointTarget:
     async def stop(self) -> None:
         return None
 
+    def describe(self) -> dict[str, Any]:
+        return {"mode": "endpoint", "url": self.base_url}
+
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
     """SIGTERM the process group, then SIGKILL it after ``grace_s``."""
