@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulator only: divide its latencies by this factor",
     )
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
+    _add_followup_args(run)
     _add_gate_args(run)
 
     sim = sub.add_parser("sim", help="serve the embedded DeepSeek-V4-like endpoint", add_help=False)
@@ -155,10 +156,77 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("run_a", type=Path)
     cmp_.add_argument("run_b", type=Path)
 
+    _add_replay_parser(sub)
+
     cls = sub.add_parser("classify", help="classify saved outputs (JSONL) without a run")
     cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
     cls.add_argument("-o", "--output", type=Path, help="output JSONL (default: stdout)")
     return parser
+
+
+def _add_followup_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("transcripts and lone re-runs (see docs/replay.md)")
+    g.add_argument(
+        "--keep-transcripts",
+        action="store_true",
+        help="keep the exact requests of every session in transcripts.jsonl "
+        "(corrupted sessions are always kept)",
+    )
+    g.add_argument(
+        "--confirm",
+        action="store_true",
+        help="after each variant's load, re-send every corrupted turn once alone and mark it "
+        "confirmed_under_load (clean alone) or reproduces_alone (confirm.jsonl)",
+    )
+    g.add_argument(
+        "--reference-sessions",
+        type=_positive_int,
+        default=0,
+        metavar="K",
+        help="after each variant's load, run K of its sessions again one at a time and report "
+        "how often a loaded tool call differs from the lone one (reference.jsonl)",
+    )
+
+
+def _add_replay_parser(sub: Any) -> None:
+    rp = sub.add_parser(
+        "replay",
+        help="re-send a recorded request of a run, alone and under load, and count corruption",
+    )
+    rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    rp.add_argument("--session", type=int, required=True, help="session index")
+    rp.add_argument("--variant", help="variant label (needed when several recorded the session)")
+    rp.add_argument(
+        "--repeat", type=int, help="which repeat of the variant (needed when several did)"
+    )
+    rp.add_argument("--turn", type=int, help="turn to re-send (default: the first corrupted turn)")
+    rp.add_argument(
+        "--attempt", type=int, help="which send of the turn (default: the first corrupted one)"
+    )
+    rp.add_argument(
+        "--count",
+        "--repeat-count",
+        dest="count",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="sends per condition (default 10)",
+    )
+    rp.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="C",
+        help="also send N times while C other sessions of the run's scenario load the server",
+    )
+    rp.add_argument(
+        "--endpoint",
+        help="server to replay against (default: relaunch the variant's server from the "
+        "run's target file)",
+    )
+    rp.add_argument("--model", help="model name (default: the one recorded)")
+    rp.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME")
+    rp.add_argument("--request-timeout", type=_positive_float, default=120.0, metavar="SECONDS")
 
 
 def _add_gate_args(p: argparse.ArgumentParser) -> None:
@@ -240,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compare(args)
         if args.command == "classify":
             return cmd_classify(args)
+        if args.command == "replay":
+            return cmd_replay(args)
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -281,6 +351,36 @@ def cmd_classify(args: argparse.Namespace) -> int:
     for err in getattr(stats, "errors", []):
         print(f"harness classify: {err}", file=sys.stderr)
     return EXIT_USAGE if getattr(stats, "errors", None) else EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from harness.replay import ReplayOptions, format_replay, replay
+
+    if args.load < 0:
+        raise UsageError(f"--load must be 0 or more, got {args.load}")
+    result = asyncio.run(
+        replay(
+            ReplayOptions(
+                run_dir=args.run_dir,
+                session=args.session,
+                variant=args.variant,
+                repeat=args.repeat,
+                turn=args.turn,
+                attempt=args.attempt,
+                count=args.count,
+                load=args.load,
+                endpoint=args.endpoint,
+                model=args.model,
+                api_key=api_key_from_env(args.api_key_env),
+                request_timeout=args.request_timeout,
+            )
+        )
+    )
+    print(format_replay(result))
+    print(f"replay: {result['path']}")
+    return EXIT_OK
 
 
 def api_key_from_env(name: str) -> str | None:

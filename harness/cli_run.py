@@ -96,6 +96,9 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         request_timeout=args.request_timeout,
         run_timeout=args.run_timeout,
         sim_args=tuple(sim_args),
+        keep_transcripts=bool(getattr(args, "keep_transcripts", False)),
+        confirm=bool(getattr(args, "confirm", False)),
+        reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
         args=saved,
     )
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import analysis, plots, report_html, stats
+from harness import analysis, confirm, plots, report_html, stats
 from harness.analysis import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
 from harness.report_html import METHOD, comparison_line
@@ -155,6 +155,7 @@ def render_markdown(
                        f"{fmt_pct(c['rate_a'])} | "
                        f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
+    out += confirm.markdown(summary)
     if plot_files:
         out += ["", "## Plots", ""]
         out += [f"![{name}]({rel})" for name, rel in plot_files.items()]
@@ -189,6 +190,7 @@ def render_markdown(
 
 def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summary:
     summary = analysis.summarize(run.turns, run.run_id, run.variants, alpha=alpha)
+    confirm.attach(summary, run.run_dir)  # confirm.jsonl / reference.jsonl, when recorded
     for key in ("started_at", "finished_at"):
         if key in run.meta:
             summary[key] = run.meta[key]

@@ -2,8 +2,11 @@
 
 What a run leaves behind is written as it happens: ``turns.jsonl`` per turn,
 ``sessions.jsonl`` per finished session (what ``--resume`` skips), ``outcomes.json`` per
-finished variant. A server that dies mid-run stops that variant cleanly; the run goes on
-with the next one and the outcome says so.
+finished variant, ``transcripts.jsonl`` the exact requests of corrupted sessions (of all with
+``keep_transcripts``). After a variant's load, with ``confirm`` its corrupted turns are re-sent
+alone (``confirm.jsonl``) and with ``reference_sessions`` some sessions run again one at a time
+(``reference.jsonl``), on the same server. A server that dies mid-run stops that variant
+cleanly; the run goes on with the next one and the outcome says so.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from harness.matrix import Variant
 from harness.metrics import MetricsScraper, flush_cache, warm_up
 from harness.plan import run_order
 from harness.records import TURNS_FILE, TurnWriter
-from harness.session import SessionPlan, make_plans
+from harness.session import ACTIVE_TRANSCRIPTS, SessionPlan, make_plans
 from harness.targetfile import TargetSpec
 from harness.targets import EndpointTarget
+from harness.transcripts import TRANSCRIPTS_FILE, TranscriptLog
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,9 @@ class RunOptions:
     run_timeout: float | None = None
     sim_args: tuple[str, ...] = ()
     metrics_interval: float = 5.0
+    keep_transcripts: bool = False  # all sessions' transcripts, not only corrupted ones
+    confirm: bool = False  # re-send every corrupted turn alone after the variant's load
+    reference_sessions: int = 0  # sessions re-run one at a time after the variant's load
     args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
 
     def schedule(self) -> list[tuple[Variant, int]]:
@@ -203,6 +210,14 @@ async def _run_variant(
             sessions_log.write(json.dumps(row) + "\n")
             sessions_log.flush()
 
+        transcripts = TranscriptLog(
+            opts.out_dir / TRANSCRIPTS_FILE,
+            base,
+            model=model,
+            stream=opts.stream,
+            dialect=opts.scenario.dialect,
+            keep_all=opts.keep_transcripts,
+        )
         scrape = spec is None or spec.metrics
         try:
             async with (
@@ -216,6 +231,8 @@ async def _run_variant(
                 if scrape
                 else contextlib.nullcontext()
             ):
+                # the driver builds the sessions' Shared: it picks the log up from the context
+                token = ACTIVE_TRANSCRIPTS.set(transcripts)
                 load = asyncio.create_task(
                     drive(
                         client,
@@ -232,6 +249,7 @@ async def _run_variant(
                         on_session_end=session_done,
                     )
                 )
+                ACTIVE_TRANSCRIPTS.reset(token)
                 watcher = asyncio.create_task(_watch(target, load))
                 try:
                     await load
@@ -242,7 +260,10 @@ async def _run_variant(
                     announce(f"{name}: stopped: {error}")
                 finally:
                     watcher.cancel()
+                if error is None:
+                    await _after_load(opts, run_id, variant, repeat, plans, client, base, announce)
         finally:
+            transcripts.close()
             await client.aclose()
     finally:
         sessions_log.close()
@@ -250,6 +271,38 @@ async def _run_variant(
     wall = time.perf_counter() - t0
     announce(f"{name}: done in {wall:.0f}s")
     return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error)
+
+
+async def _after_load(
+    opts: RunOptions,
+    run_id: str,
+    variant: Variant,
+    repeat: int,
+    plans: list[SessionPlan],
+    client: ChatClient,
+    base: dict[str, Any],
+    announce: Callable[[str], None],
+) -> None:
+    """--confirm and --reference-sessions: lone re-sends on the same server, now idle."""
+    from harness.confirm import confirm_variant, reference_variant
+
+    name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
+    if opts.confirm:
+        rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
+        alone = sum(1 for r in rows if r["status"] == "reproduces_alone")
+        announce(f"{name}: {len(rows)} corrupted turns re-sent alone, {alone} corrupted again")
+    if opts.reference_sessions:
+        chosen = plans[: opts.reference_sessions]
+        announce(f"{name}: {len(chosen)} reference sessions, one at a time")
+        await reference_variant(
+            client,
+            opts.scenario,
+            chosen,
+            base,
+            opts.out_dir,
+            stream=opts.stream,
+            on_corruption=opts.on_corruption,
+        )
 
 
 async def execute(

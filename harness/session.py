@@ -8,6 +8,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,11 +17,18 @@ from harness.client import ChatClient, Failure, TurnOutput
 from harness.config import Scenario
 from harness.records import TurnRecord, TurnWriter
 from harness.tools import document_chunk, estimate_tokens, padding_text, run_tool
+from harness.transcripts import TranscriptLog
 from harness.verdict import Verdict, classify_turn
 
 log = logging.getLogger(__name__)
 
 _CONTEXT_CHARS = 8000  # how much of the latest tool results the verdict sees as context
+
+#: The transcript log new ``Shared`` values pick up when none is given (set by the run around
+#: the driver, which builds ``Shared`` itself).
+ACTIVE_TRANSCRIPTS: ContextVar[TranscriptLog | None] = ContextVar(
+    "active_transcripts", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,7 @@ class Shared:
     inflight: int = 0
     on_turn: Callable[[TurnRecord], None] | None = None
     retry_delay_s: float = 0.5
+    transcripts: TranscriptLog | None = field(default_factory=ACTIVE_TRANSCRIPTS.get)
 
 
 def first_messages(scenario: Scenario, plan: SessionPlan) -> list[dict[str, Any]]:
@@ -80,6 +89,22 @@ def first_messages(scenario: Scenario, plan: SessionPlan) -> list[dict[str, Any]
     notes = padding_text(plan.seed, max(16, plan.start_context - base - 40))
     system = f"{scenario.system_prompt}\n\n## Repository notes\n{notes}"
     return [{"role": "system", "content": system}, {"role": "user", "content": plan.task}]
+
+
+def response_of(out: TurnOutput, verdict: Verdict) -> dict[str, Any]:
+    """What a transcript keeps of a response: the output as received and its verdict."""
+    return {
+        "content": out.content,
+        "reasoning": out.reasoning,
+        "tool_calls": out.tool_calls,
+        "finish_reason": out.finish_reason,
+        "prompt_tokens": out.prompt_tokens,
+        "completion_tokens": out.completion_tokens,
+        "failure": str(out.failure) if out.failure else None,
+        "sim_injected": out.sim_injected,
+        "label": verdict.label,
+        "corrupted": verdict.corrupted,
+    }
 
 
 class Session:
@@ -111,9 +136,13 @@ class Session:
             sh.inflight += 1
             inflight = sh.inflight
             sent_at = time.time()
+            body = self.body()
+            entry = None
+            if sh.transcripts is not None:
+                entry = sh.transcripts.sent(self.plan.index, turn, attempt, body, self.context_text)
             t0 = time.perf_counter()
             try:
-                out = await sh.client.chat(self.body(), stream=sh.stream)
+                out = await sh.client.chat(body, stream=sh.stream)
             except asyncio.CancelledError:
                 # the run is stopping: the turn in flight is recorded as cancelled, not lost
                 out = TurnOutput(
@@ -122,6 +151,8 @@ class Session:
                 )
                 verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": "cancelled"})
                 self._record(turn, attempt, inflight, sent_at, out, verdict)
+                if sh.transcripts is not None and entry is not None:
+                    sh.transcripts.answered(entry, response_of(out, verdict), False)
                 raise
             finally:
                 sh.inflight -= 1
@@ -140,6 +171,8 @@ class Session:
                 context=self.context_text or None,
             )
         record = self._record(turn, attempt, inflight, sent_at, out, verdict)
+        if sh.transcripts is not None and entry is not None:
+            sh.transcripts.answered(entry, response_of(out, verdict), verdict.corrupted)
         return out, verdict, record
 
     def _record(
@@ -183,6 +216,13 @@ class Session:
         return record
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            if self.shared.transcripts is not None:
+                self.shared.transcripts.finished(self.plan.index)
+
+    async def _run(self) -> None:
         sh = self.shared
         for turn in range(self.plan.max_turns):
             result = None
