@@ -2,7 +2,8 @@
 
 ``sim_url``: the base URL ("http://127.0.0.1:PORT") of a sim with the default knobs at a fast
 speed. ``make_sim(**overrides)``: start more sims with other ``SimConfig`` fields; all are
-shut down at the end of the test.
+shut down at the end of the test. ``make_sim_server(**overrides)`` is the same but returns the
+running server (``.url``, ``.app.state.sim``).
 """
 
 from __future__ import annotations
@@ -58,20 +59,30 @@ class _RunningSim:
 
 
 @pytest.fixture
-def make_sim() -> Iterator[Callable[..., str]]:
-    """Factory: ``make_sim(index_k="fp8", force_fault="salad", ...) -> base URL``."""
+def make_sim_server() -> Iterator[Callable[..., _RunningSim]]:
+    """Factory: ``make_sim_server(error_rate=0.3, ...) -> the running sim``."""
     running: list[_RunningSim] = []
 
-    def start(**overrides: Any) -> str:
+    def start(**overrides: Any) -> _RunningSim:
         overrides.setdefault("speed", FAST)
         sim = _RunningSim(SimConfig(**overrides))
         sim.start()
         running.append(sim)
-        return sim.url
+        return sim
 
     yield start
     for sim in running:
         sim.stop()
+
+
+@pytest.fixture
+def make_sim(make_sim_server: Callable[..., _RunningSim]) -> Callable[..., str]:
+    """Factory: ``make_sim(index_k="fp8", force_fault="salad", ...) -> base URL``."""
+
+    def start(**overrides: Any) -> str:
+        return make_sim_server(**overrides).url
+
+    return start
 
 
 @pytest.fixture

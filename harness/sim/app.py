@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
+import itertools
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -11,15 +14,17 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from harness.sim import openai
+from harness.sim import openai, transport
 from harness.sim.config import SimConfig
 from harness.sim.engine import Engine, Generation
 from harness.sim.inject import CHARS_PER_TOKEN
+from harness.sim.transport import Stream, TransportFault
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +44,36 @@ def _bad(message: str) -> Response:
     return _json(openai.error(message), 400, {INJECTED_HEADER: "none"})
 
 
-class _Stream(StreamingResponse):
-    """A streaming response that frees its running slot however it ends."""
+class _QuietCut(logging.Filter):
+    """Drop uvicorn's error line for a response left unfinished on purpose (a disconnect)."""
 
-    def __init__(
-        self, body: AsyncIterator[bytes], headers: dict[str, str], done: Callable[[], None]
-    ) -> None:
-        super().__init__(body, media_type="text/event-stream", headers=headers)
-        self._done = done
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("ASGI callable returned without completing")
+
+
+_QUIET_CUT = _QuietCut()
+
+
+class RequireKey:
+    """ASGI middleware: 401 without ``Authorization: Bearer <key>`` (health and metrics open,
+    as SGLang's ``--api-key`` does)."""
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app = app
+        self.expected = b"Bearer " + key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._done()
+        if scope["type"] == "http" and not scope["path"].startswith(("/health", "/metrics")):
+            got = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(got, self.expected):
+                body = openai.error(
+                    "missing or wrong API key: send it as 'Authorization: Bearer <key>'",
+                    401,
+                    "AuthenticationError",
+                )
+                await _json(body, 401, {INJECTED_HEADER: "none"})(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def validate(payload: Any) -> dict[str, Any]:
@@ -94,8 +115,20 @@ class SimApp:
         self.config = config
         self.engine = Engine(config)
         self.chunk_chars = config.chunk_tokens * CHARS_PER_TOKEN
+        self.chat_requests = 0  # every POST that reached the chat handler
+        self.ready_at = time.monotonic() + config.slow_start
+        self.exit: Callable[[int], Any] = os._exit  # how --crash-after ends the process
+
+    def _crash_due(self) -> None:
+        limit = self.config.crash_after
+        if limit is not None and self.chat_requests > limit:
+            log.error("crash: exiting abruptly after %d chat requests (--crash-after)", limit)
+            logging.shutdown()
+            self.exit(70)
 
     async def chat(self, request: Request) -> Response:
+        self.chat_requests += 1
+        self._crash_due()
         try:
             fields = validate(orjson.loads(await request.body()))
         except orjson.JSONDecodeError as exc:
@@ -103,6 +136,16 @@ class SimApp:
         except BadRequest as exc:
             return _bad(str(exc))
         engine = self.engine
+        prepared = engine.prepare(fields["messages"], fields["tools"])
+        fault = engine.transport_fault(prepared, fields["seed"], fields["stream"])
+        if fault is not None and fault.kind == "error":
+            log.debug("injected %s", fault.label)
+            return Response(
+                transport.error_body(fault.status),
+                fault.status,
+                {INJECTED_HEADER: fault.label},
+                media_type="application/json",
+            )
         in_flight = await engine.admit()
         tokens = 0
 
@@ -118,19 +161,27 @@ class SimApp:
                 fields["max_tokens"],
                 fields["seed"],
                 fields["call_tools"],
+                prepared=prepared,
+                corrupt=fault is None,
             )
             tokens = gen.prompt_tokens + gen.completion_tokens
             engine.running_tokens += tokens
         except BaseException:
             done()
             raise
-        if gen.injected != "none":
-            log.debug("injected %s (%d in flight)", gen.injected, in_flight)
-        headers = {INJECTED_HEADER: gen.injected}
+        injected = gen.injected if fault is None else fault.label
+        if injected != "none":
+            log.debug("injected %s (%d in flight)", injected, in_flight)
+        headers = {INJECTED_HEADER: injected}
         rid = "chatcmpl-" + uuid.uuid4().hex
         if fields["stream"]:
-            events = self._events(rid, gen, fields["include_usage"])
-            return _Stream(events, headers, done)
+            if fault is None:
+                return Stream(self._events(rid, gen, fields["include_usage"]), headers, done)
+            parts = len(list(openai.deltas(gen.content, gen.calls, gen.call_ids, self.chunk_chars)))
+            at = fault.index(parts)  # output events before the fault (role event not counted)
+            events = self._events(rid, gen, fields["include_usage"], fault, at)
+            cut = (fault.kind, at + 1) if fault.kind in ("disconnect", "stall") else None
+            return Stream(events, headers, done, fault=cut, stall_s=self.config.stall_seconds)
         try:
             uncached = gen.prompt_tokens - gen.cached_tokens
             per_token = engine.latency.per_token(engine.running)
@@ -148,18 +199,57 @@ class SimApp:
             gen.finish_reason,
             use,
         )
-        return _json(body, headers=headers)
+        if fault is None:
+            return _json(body, headers=headers)
+        return self._faulty_body(orjson.dumps(body), headers, fault)
 
-    async def _events(self, rid: str, gen: Generation, include_usage: bool) -> AsyncIterator[bytes]:
+    def _faulty_body(self, data: bytes, headers: dict[str, str], fault: TransportFault) -> Response:
+        """A non-streamed body that is invalid JSON, or cut or stalled part-way."""
+        if fault.kind == "bad_json":
+            return Response(transport.broken(data), 200, headers, media_type="application/json")
+        split = min(len(data) - 1, max(1, int(fault.at * len(data))))
+        headers = {**headers, "content-length": str(len(data))}
+        return Stream(
+            transport.pieces(data[:split], data[split:]),
+            headers,
+            lambda: None,  # the running slot is already free
+            media_type="application/json",
+            fault=(fault.kind, 1),
+            stall_s=self.config.stall_seconds,
+        )
+
+    async def _events(
+        self,
+        rid: str,
+        gen: Generation,
+        include_usage: bool,
+        fault: TransportFault | None = None,
+        at: int = -1,
+    ) -> AsyncIterator[bytes]:
+        """The SSE events; an ``error_event`` or ``bad_json`` fault replaces output event ``at``
+        (the finish event when ``at`` is past the last delta)."""
         engine, model, created = self.engine, self.config.model, int(time.time())
         latency = engine.latency
+        spoil = fault.kind if fault is not None else ""
+        if spoil not in ("error_event", "bad_json"):
+            spoil = ""
         await asyncio.sleep(latency.ttft(gen.prompt_tokens - gen.cached_tokens))
         yield openai.chunk(rid, created, model, {"role": "assistant", "content": ""})
-        for delta, chars in openai.deltas(gen.content, gen.calls, gen.call_ids, self.chunk_chars):
-            tokens = max(1, chars // CHARS_PER_TOKEN)
-            await asyncio.sleep(latency.per_token(engine.running) * tokens)
-            yield openai.chunk(rid, created, model, delta)
-        yield openai.chunk(rid, created, model, {}, gen.finish_reason)
+        outputs = openai.deltas(gen.content, gen.calls, gen.call_ids, self.chunk_chars)
+        for i, (delta, chars) in enumerate(itertools.chain(outputs, ((None, 0),))):
+            if delta is None:  # the finish event
+                event = openai.chunk(rid, created, model, {}, gen.finish_reason)
+            else:
+                tokens = max(1, chars // CHARS_PER_TOKEN)
+                await asyncio.sleep(latency.per_token(engine.running) * tokens)
+                event = openai.chunk(rid, created, model, delta)
+            if i == at and spoil:
+                if spoil == "error_event":
+                    yield transport.error_event()
+                    yield openai.DONE
+                    return
+                event = transport.broken(event)
+            yield event
         if include_usage:
             use = openai.usage(gen.prompt_tokens, gen.completion_tokens, gen.cached_tokens)
             yield openai.chunk(rid, created, model, None, use=use)
@@ -176,10 +266,15 @@ class SimApp:
         }
         return _json({"object": "list", "data": [card]})
 
+    def _starting(self) -> bool:
+        return self.config.slow_start > 0 and time.monotonic() < self.ready_at
+
     async def health(self, request: Request) -> Response:
-        return Response(status_code=200)
+        return Response(status_code=503 if self._starting() else 200)
 
     async def health_generate(self, request: Request) -> Response:
+        if self._starting():
+            return Response(status_code=503)
         engine = self.engine
         await engine.admit()
         try:
@@ -194,6 +289,10 @@ class SimApp:
         for name, value in self.engine.metrics().items():
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# TYPE sglang:{name} {kind}", f"sglang:{name}{labels} {value}"]
+        lines += [
+            "# TYPE sim:chat_requests_total counter",
+            f"sim:chat_requests_total {self.chat_requests}",
+        ]
         lines.append("# TYPE sim:injected_total counter")
         for kind, n in sorted(self.engine.injected.items()):
             lines.append(f'sim:injected_total{{kind="{kind}"}} {n}')
@@ -232,6 +331,9 @@ def create_app(config: SimConfig) -> Starlette:
         Route("/get_server_info", sim.server_info, methods=["GET"]),
         Route("/flush_cache", sim.flush_cache, methods=["POST", "GET"]),
     ]
-    app = Starlette(routes=routes)
+    middleware = [] if config.api_key is None else [Middleware(RequireKey, key=config.api_key)]
+    if config.disconnect_rate > 0:
+        logging.getLogger("uvicorn.error").addFilter(_QUIET_CUT)
+    app = Starlette(routes=routes, middleware=middleware)
     app.state.sim = sim
     return app

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.errors import UsageError
 
@@ -10,6 +10,8 @@ INDEX_K = ("bf16", "fp8")
 HICACHE = ("on", "off")
 TOPK = ("v1", "v2")
 FAULT_KINDS = ("salad", "envelope", "json", "schema", "repetition", "debris")
+#: Transport faults, named like their knobs (``<kind>_rate``); see transport.py.
+TRANSPORT_KINDS = ("error", "disconnect", "stall", "error_event", "bad_json")
 
 DEFAULT_MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 
@@ -22,6 +24,14 @@ class SimConfig:
     setting); ``topk`` has no effect by design. ``speed`` divides every delay.
     ``fault_scale`` multiplies the corruption probability and ``force_fault`` injects one kind
     in every chat response: both exist for tests and calibration.
+
+    Transport faults (transport.py) are drawn per request, seeded like the corruption faults:
+    ``error_rate`` (HTTP 500/503), ``disconnect_rate`` (connection closed mid-response),
+    ``stall_rate`` (no byte for ``stall_seconds`` mid-response), ``error_event_rate`` (an SSE
+    error event; streamed requests only), ``bad_json_rate`` (an invalid JSON body or event).
+    ``crash_after`` ends the process abruptly on the chat request after that many;
+    ``slow_start`` makes the health endpoints answer 503 for that many seconds; with
+    ``api_key`` set every endpoint but health and metrics needs it as a bearer token.
     """
 
     index_k: str = "bf16"
@@ -36,6 +46,26 @@ class SimConfig:
     fault_scale: float = 1.0
     force_fault: str | None = None
     default_max_tokens: int = 4096
+    error_rate: float = 0.0
+    disconnect_rate: float = 0.0
+    stall_rate: float = 0.0
+    stall_seconds: float = 600.0
+    error_event_rate: float = 0.0
+    bad_json_rate: float = 0.0
+    crash_after: int | None = None
+    slow_start: float = 0.0
+    api_key: str | None = field(default=None, repr=False)  # never in logs
+
+    @property
+    def transport_rates(self) -> tuple[tuple[str, float], ...]:
+        """(kind, probability) of every transport fault, in draw order."""
+        return (
+            ("error", self.error_rate),
+            ("disconnect", self.disconnect_rate),
+            ("stall", self.stall_rate),
+            ("error_event", self.error_event_rate),
+            ("bad_json", self.bad_json_rate),
+        )
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -61,3 +91,17 @@ class SimConfig:
         ):
             if number < 1:
                 raise UsageError(f"{name} must be at least 1, not {number}")
+        rates = self.transport_rates
+        for kind, rate in rates:
+            if not 0.0 <= rate <= 1.0:
+                raise UsageError(f"{kind}_rate must be between 0 and 1, not {rate}")
+        if sum(rate for _, rate in rates) > 1.0 + 1e-9:
+            raise UsageError("the transport fault rates add up to more than 1; lower some of them")
+        if not self.stall_seconds > 0:
+            raise UsageError(f"stall_seconds must be a positive number, not {self.stall_seconds}")
+        if self.crash_after is not None and self.crash_after < 0:
+            raise UsageError(f"crash_after must be zero or more, not {self.crash_after}")
+        if self.slow_start < 0:
+            raise UsageError(f"slow_start must be zero or more seconds, not {self.slow_start}")
+        if self.api_key is not None and not self.api_key:
+            raise UsageError("the API key is empty: set the variable named by --api-key-env")

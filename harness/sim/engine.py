@@ -22,11 +22,13 @@ from harness.dialects.base import ToolCall
 from harness.dialects.dsml import EOS, encode_turn
 from harness.sim.agent import Agent, parse_tools
 from harness.sim.args import ArgMaker, Seen
-from harness.sim.cache import PrefixCache, estimate_tokens, hash_prompt, message_key
+from harness.sim.cache import PrefixCache, Prompt, estimate_tokens, hash_prompt, message_key
 from harness.sim.config import SimConfig
 from harness.sim.faults import corruption_probability, draw
 from harness.sim.inject import CHARS_PER_TOKEN, inject
 from harness.sim.latency import Latency
+from harness.sim.transport import TransportFault
+from harness.sim.transport import draw as draw_transport
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Engine:
         self.generation_tokens_total = 0
         self.running_tokens = 0
         self.injected: Counter[str] = Counter()
+        self.has_transport_faults = any(rate > 0 for _, rate in config.transport_rates)
         self._attempts: OrderedDict[bytes, int] = OrderedDict()
         self._slots: asyncio.Semaphore | None = None
 
@@ -90,6 +93,26 @@ class Engine:
 
     # ------------------------------------------------------------------ generation
 
+    def prepare(self, messages: Sequence[Mapping[str, Any]], tools_json: Any) -> tuple[Prompt, int]:
+        """The request's prompt hash and how many times it was sent before (counts this one)."""
+        tools_bytes = orjson.dumps(tools_json) if tools_json else b""
+        prompt = hash_prompt(messages, tools_bytes)
+        return prompt, self._attempt(prompt.digest)
+
+    def transport_fault(
+        self, prepared: tuple[Prompt, int], seed: int | None, stream: bool
+    ) -> TransportFault | None:
+        """This request's transport fault (seeded by conversation and send count), or None."""
+        if not self.has_transport_faults:
+            return None
+        prompt, attempt = prepared
+        seed_bytes = f"{self.config.seed}:{seed}".encode()
+        rng = _seed(seed_bytes, prompt.digest, b"transport", str(attempt).encode())
+        fault = draw_transport(self.config.transport_rates, rng, stream)
+        if fault is not None:
+            self.injected[fault.label] += 1
+        return fault
+
     def generate(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -98,13 +121,18 @@ class Engine:
         max_tokens: int | None,
         seed: int | None,
         call_tools: bool = True,
+        *,
+        prepared: tuple[Prompt, int] | None = None,
+        corrupt: bool = True,
     ) -> Generation:
-        """One chat turn. ``call_tools=False`` (``tool_choice: "none"``) answers in prose."""
+        """One chat turn. ``call_tools=False`` (``tool_choice: "none"``) answers in prose.
+
+        ``prepared`` is ``prepare()``'s result when the caller already has it; ``corrupt=False``
+        leaves the answer clean (a response that gets a transport fault carries no other).
+        """
         config = self.config
-        tools_bytes = orjson.dumps(tools_json) if tools_json else b""
-        prompt = hash_prompt(messages, tools_bytes)
+        prompt, attempt = prepared or self.prepare(messages, tools_json)
         cached = self.cache.cached_tokens(prompt)
-        attempt = self._attempt(prompt.digest)
         seed_bytes = f"{config.seed}:{seed}".encode()
         rng = _seed(seed_bytes, prompt.digest)
         tools = parse_tools(tools_json) if call_tools else []
@@ -112,10 +140,17 @@ class Engine:
         limit = max_tokens or config.default_max_tokens
 
         fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())
-        odds = corruption_probability(
-            in_flight, prompt.total, config.index_k, config.hicache, config.topk, config.fault_scale
-        )
-        kind = config.force_fault or draw(odds, fault_rng)
+        kind = None
+        if corrupt:
+            odds = corruption_probability(
+                in_flight,
+                prompt.total,
+                config.index_k,
+                config.hicache,
+                config.topk,
+                config.fault_scale,
+            )
+            kind = config.force_fault or draw(odds, fault_rng)
         hit_limit = False
         if kind is None:
             raw = encode_turn(turn.content, turn.calls)
@@ -150,7 +185,8 @@ class Engine:
         self.prompt_tokens_total += prompt.total
         self.cached_tokens_total += cached
         self.generation_tokens_total += completion_tokens
-        self.injected[kind or "none"] += 1
+        if corrupt:  # otherwise transport_fault() counted this response
+            self.injected[kind or "none"] += 1
         return Generation(
             raw=raw,
             content=content,

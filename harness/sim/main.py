@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-from harness.errors import InfrastructureError
+from harness.errors import HarnessError, InfrastructureError, UsageError
 from harness.sim.app import create_app
 from harness.sim.config import DEFAULT_MODEL, FAULT_KINDS, HICACHE, INDEX_K, TOPK, SimConfig
 
@@ -40,6 +40,33 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text) if text.isdigit() else -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of requests")
     return value
 
 
@@ -82,6 +109,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fault-scale", type=float, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--force-fault", choices=FAULT_KINDS, default=None, help=argparse.SUPPRESS)
+    faults = p.add_argument_group(
+        "transport faults", "per-request probabilities, seeded like the corruption faults"
+    )
+    for kind, what in (
+        ("error", "answer HTTP 500 or 503 with an OpenAI error body"),
+        ("disconnect", "close the connection part-way through the response"),
+        ("stall", "stop sending part-way through the response for --stall-seconds"),
+        ("error-event", "send an SSE error event mid-stream (streamed requests only)"),
+        ("bad-json", "send an invalid JSON body or SSE event"),
+    ):
+        faults.add_argument(
+            f"--{kind}-rate", type=_probability, default=0.0, metavar="P", help=what
+        )
+    faults.add_argument(
+        "--stall-seconds",
+        type=_positive_float,
+        default=600.0,
+        help="how long a stall lasts (the rest of the response follows)",
+    )
+    faults.add_argument(
+        "--crash-after",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="exit abruptly (no cleanup) when chat request N+1 arrives",
+    )
+    faults.add_argument(
+        "--slow-start",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="health endpoints answer 503 for this long after start",
+    )
+    p.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="require the key in this environment variable as a bearer token (401 without)",
+    )
     p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
@@ -101,7 +166,25 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         max_running=args.max_running,
         fault_scale=args.fault_scale,
         force_fault=args.force_fault,
+        error_rate=args.error_rate,
+        disconnect_rate=args.disconnect_rate,
+        stall_rate=args.stall_rate,
+        stall_seconds=args.stall_seconds,
+        error_event_rate=args.error_event_rate,
+        bad_json_rate=args.bad_json_rate,
+        crash_after=args.crash_after,
+        slow_start=args.slow_start,
+        api_key=_api_key(args.api_key_env),
     )
+
+
+def _api_key(name: str | None) -> str | None:
+    if name is None:
+        return None
+    key = os.environ.get(name)
+    if not key:
+        raise UsageError(f"--api-key-env {name}: the environment variable {name} is not set")
+    return key
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -176,8 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = config_from_args(args)
-    sock = bind(args.host, args.port)
+    try:
+        config = config_from_args(args)
+        sock = bind(args.host, args.port)
+    except HarnessError as exc:
+        log.error("%s", exc)
+        return exc.exit_code
     port = sock.getsockname()[1]
 
     def started() -> None:
