@@ -42,11 +42,19 @@ _FRAGMENT = re.compile(
     r"|<[ \t]{0,2}/?[ \t]{0,2}(?:tool_?calls|function_?calls|calls)[ \t]{0,2}>"  # marker lost
     r"|<[ \t]{1,3}/?[ \t]{0,2}(?:invoke|parameter)[ \t>]"  # "< invoke": a space for the marker
     r"|<(?:invoke|parameter)[ \t]{1,3}name[ \t]?=[^\n<>]{0,80}?string[ \t]?="  # DSML attrs
-    # bare invoke/parameter nesting: the envelope with every marker lost
-    r"|<invoke[ \t]{1,3}name[ \t]?=[^\n<>]{0,80}>[ \t\n]{0,4}<parameter[ \t]"
-    r"|</parameter>[ \t\n]{0,4}</invoke>",
+    # bare invoke nesting: the envelope with every marker lost. A named invoke that is
+    # self-closing, or followed (after any whitespace, CRLF and indentation included) by a
+    # parameter, a JSON body or its own closer; a parameter closer followed by an invoke
+    # closer. Prose never writes these; documentation quoting them is tool markup anyway.
+    r"|<invoke[ \t]{1,3}name[ \t]?=[^\n<>]{0,80}?"
+    r"(?:/>|>\s{0,12}(?:<parameter[ \t=>]|\{|</invoke>))"
+    r"|</parameter>\s{0,12}</invoke>",
     re.IGNORECASE,
 )
+#: Cheap gate in front of _FRAGMENT: every fragment holds "DSML" (in some case) or a '<'
+#: followed by one of the tag words; both scans run at memchr speed, the full pattern does
+#: not (it is tried at every position).
+_GATE_TAG = re.compile(r"<[ \t/]{0,5}(?i:tool|function|calls|invoke|parameter)")
 
 _INVOKE = re.compile(r'<\uff5cDSML\uff5cinvoke name="([^"\n<>]+)"([ \t]*/)?>')
 _PARAM = re.compile(r'<\uff5cDSML\uff5cparameter name="([^"\n<>]*)" string="(true|false)">')
@@ -70,7 +78,12 @@ class DsmlError(ValueError):
 
 def find_fragment(text: str, start: int = 0, end: int | None = None) -> re.Match[str] | None:
     """The first DSML-like fragment in ``text[start:end]``."""
-    return _FRAGMENT.search(text, start, len(text) if end is None else end)
+    end = len(text) if end is None else end
+    if not ("DSML" in text or "dsml" in text or "Dsml" in text) and (
+        _GATE_TAG.search(text, start, end) is None
+    ):
+        return None
+    return _FRAGMENT.search(text, start, end)
 
 
 def describe_fragment(text: str, m: re.Match[str]) -> str:

@@ -5,7 +5,9 @@ markup, exact or near-miss, or -1) and ``parse(text, *, server_content=False) ->
 ParseResult``. ``register`` adds one; ``parse(text, "auto")`` picks the dialect whose
 markup appears first, and refuses a turn that mixes the markup of two dialects.
 
-Names: "dsml" (V3.2 or V4, whichever appears), "dsml-v32", "dsml-v4", "hermes", "none".
+Names: "dsml" (V3.2 or V4, whichever appears), "dsml-v32", "dsml-v4", "hermes", "json"
+(near misses of a bare JSON tool call only: ``{...}{...}``, an unbalanced call object),
+"none".
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from harness.dialects import dsml, hermes
+from harness.dialects import dsml, hermes, jsoncall
 from harness.dialects.base import ParseResult
 from harness.errors import UsageError
 
@@ -51,6 +53,19 @@ class HermesDialect:
 
 
 @dataclass(frozen=True)
+class JsonCallDialect:
+    """Bare JSON tool calls: only their near misses are markup (valid JSON is content)."""
+
+    name: str = "json"
+
+    def first_marker(self, text: str) -> int:
+        return jsoncall.first_marker(text)
+
+    def parse(self, text: str, *, server_content: bool = False) -> ParseResult:
+        return jsoncall.parse(text, server_content=server_content)
+
+
+@dataclass(frozen=True)
 class NoDialect:
     """No tool-call markup expected: the whole text is content."""
 
@@ -66,18 +81,23 @@ class NoDialect:
 _DIALECTS: dict[str, Dialect] = {}
 #: Dialects tried by "auto", in order of preference on a tie.
 _AUTO: list[str] = []
+#: Dialects tried by "auto" only when no other one finds markup (bare JSON is what every
+#: envelope holds, so it never makes a turn "mixed").
+_FALLBACK: list[str] = []
 
 
-def register(dialect: Dialect, *, auto: bool = False) -> None:
+def register(dialect: Dialect, *, auto: bool = False, fallback: bool = False) -> None:
     _DIALECTS[dialect.name] = dialect
-    if auto and dialect.name not in _AUTO:
-        _AUTO.append(dialect.name)
+    group = _FALLBACK if fallback else _AUTO
+    if (auto or fallback) and dialect.name not in group:
+        group.append(dialect.name)
 
 
 register(DsmlDialect("dsml", "auto"), auto=True)
 register(DsmlDialect("dsml-v4", "v4"))
 register(DsmlDialect("dsml-v32", "v32"))
 register(HermesDialect(), auto=True)
+register(JsonCallDialect(), fallback=True)
 register(NoDialect())
 
 
@@ -94,12 +114,19 @@ def get(name: str) -> Dialect:
 
 def detect(text: str) -> str:
     """The name of the auto dialect whose markup appears first in ``text``, or "none"."""
-    best, best_off = "none", -1
-    for name in _AUTO:
-        off = _DIALECTS[name].first_marker(text)
-        if off >= 0 and (best_off < 0 or off < best_off):
-            best, best_off = name, off
-    return best
+    marks = _marks(text)
+    return marks[0][1] if marks else "none"
+
+
+def _marks(text: str) -> list[tuple[int, str]]:
+    """(offset of the first markup, name) of the auto dialects present, earliest first."""
+    for group in (_AUTO, _FALLBACK):
+        marks = sorted(
+            (off, name) for name in group if (off := _DIALECTS[name].first_marker(text)) >= 0
+        )
+        if marks:
+            return marks
+    return []
 
 
 def parse(text: str, dialect: str = "auto", *, server_content: bool = False) -> ParseResult:
@@ -110,9 +137,7 @@ def parse(text: str, dialect: str = "auto", *, server_content: bool = False) -> 
     """
     if dialect != "auto":
         return get(dialect).parse(text, server_content=server_content)
-    marks = sorted(
-        (off, name) for name in _AUTO if (off := _DIALECTS[name].first_marker(text)) >= 0
-    )
+    marks = _marks(text)
     if not marks:
         return _DIALECTS["none"].parse(text, server_content=server_content)
     result = _DIALECTS[marks[0][1]].parse(text, server_content=server_content)
