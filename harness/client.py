@@ -4,6 +4,11 @@ httpx's API over the aiohttp transport (httpx's own pool serves a few hundred re
 second at high concurrency; the aiohttp transport several thousand). Every failure of the
 endpoint becomes a ``Failure`` value on the output; nothing raises out of ``chat``.
 Times come from ``time.perf_counter()`` taken as bytes arrive, before parsing.
+
+Deadlines: ``request_timeout`` is the longest wait for the next byte (connecting, the response
+headers, every read of the body or stream: the socket read timeout), so a slow stream that
+keeps sending lives while a stalled one fails as ``timeout``; ``total_timeout`` caps the whole
+request however it trickles.
 """
 
 from __future__ import annotations
@@ -55,23 +60,34 @@ class TurnOutput:
     failure: Failure | None = None
 
 
-def _failure_from(exc: BaseException) -> Failure:
+def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure:
     """Map library exceptions to failure kinds (the one place that knows them).
 
     The aiohttp transport maps some aiohttp errors to the wrong httpx class (a refused
-    connection arrives as ``ConnectTimeout``), so the aiohttp cause is looked at first.
+    connection, and a connection reset by the server, arrive as ``ConnectTimeout``), so the
+    aiohttp cause is looked at first.
     """
     cause = exc.__cause__ or exc.__context__
     if isinstance(cause, aiohttp.ClientConnectorError | ConnectionRefusedError):
         return Failure("connect", str(cause) or type(cause).__name__)
     if isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
         return Failure("cut", str(cause) or type(cause).__name__)
+    if isinstance(exc, httpx.ReadTimeout) or isinstance(cause, aiohttp.SocketTimeoutError):
+        wait = f" for {read_s:g}s" if read_s is not None else ""
+        return Failure("timeout", f"no byte from the server{wait} (--request-timeout)")
+    if isinstance(cause, TimeoutError):  # aiohttp's other timeouts (connect) are TimeoutErrors
+        return Failure("timeout", f"{type(cause).__name__}: {cause}")
+    if isinstance(cause, aiohttp.ClientConnectionError | ConnectionResetError | BrokenPipeError):
+        # reset by peer, or closed while the request was written: a connection that broke
+        return Failure("cut", f"{type(cause).__name__}: {cause}")
     if isinstance(exc, httpx.TimeoutException | asyncio.TimeoutError | TimeoutError):
         return Failure("timeout", f"no response within the deadline ({type(exc).__name__})")
     if isinstance(exc, httpx.ConnectError | ConnectionRefusedError):
         return Failure("connect", str(exc) or type(exc).__name__)
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
         return Failure("cut", str(exc) or type(exc).__name__)
+    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+        return Failure("cut", f"{type(exc).__name__}: {exc}")
     if isinstance(exc, httpx.HTTPError | OSError):
         return Failure("connect", f"{type(exc).__name__}: {exc}")
     if isinstance(exc, orjson.JSONDecodeError | ValueError | KeyError | TypeError):
@@ -90,10 +106,12 @@ class ChatClient:
         api_key: str | None = None,
         max_connections: int = 256,
         request_timeout: float = 120.0,
+        total_timeout: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.request_timeout = request_timeout
+        self.request_timeout = request_timeout  # the longest wait for the next byte
+        self.total_timeout = total_timeout or max(4 * request_timeout, 600.0)
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
@@ -123,8 +141,9 @@ class ChatClient:
         data = orjson.dumps(payload)
         out = TurnOutput()
         t0 = time.perf_counter()
+        cap = asyncio.timeout(self.total_timeout)
         try:
-            async with asyncio.timeout(self.request_timeout * 4):
+            async with cap:
                 if stream:
                     await self._stream(data, out, t0)
                 else:
@@ -134,21 +153,28 @@ class ChatClient:
             out.latency_s = time.perf_counter() - t0
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes data
-            out.failure = _failure_from(exc)
+            if cap.expired():
+                cap_s = self.total_timeout
+                out.failure = Failure("timeout", f"the request took longer than {cap_s:g}s")
+            else:
+                out.failure = _failure_from(exc, self.request_timeout)
         if out.latency_s is None:
             out.latency_s = time.perf_counter() - t0
         return out
 
     async def _plain(self, data: bytes, out: TurnOutput, t0: float) -> None:
-        resp = await self._http.post("/v1/chat/completions", content=data)
-        raw = resp.content
+        async with self._http.stream("POST", "/v1/chat/completions", content=data) as resp:
+            out.status = resp.status_code
+            out.sim_injected = resp.headers.get(SIM_HEADER)
+            if resp.status_code >= 400:
+                out.failure = await _status_failure(resp)
+                return
+            raw = await resp.aread()
         out.latency_s = out.ttft_s = time.perf_counter() - t0
-        out.status = resp.status_code
-        out.sim_injected = resp.headers.get(SIM_HEADER)
-        if resp.status_code >= 400:
-            out.failure = Failure("http_status", _error_text(raw), resp.status_code)
-            return
         doc = orjson.loads(raw)
+        if "error" in doc:
+            out.failure = Failure("protocol", "an error body with status 200: " + _error_text(raw))
+            return
         choice = doc["choices"][0]
         msg = choice.get("message") or {}
         out.content = msg.get("content") or ""
@@ -175,8 +201,13 @@ class ChatClient:
             out.status = resp.status_code
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status_code >= 400:
+                out.failure = await _status_failure(resp)
+                return
+            if resp.headers.get("content-type", "").startswith("application/json"):
+                out.failure = Failure("protocol", "a JSON body where an event stream was asked")
                 raw = await resp.aread()
-                out.failure = Failure("http_status", _error_text(raw), resp.status_code)
+                if b'"error"' in raw:
+                    out.failure = Failure("stream_error", _error_text(raw))
                 return
             async for line in resp.aiter_lines():
                 now = time.perf_counter()
@@ -242,6 +273,15 @@ def _usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
     out.completion_tokens = usage.get("completion_tokens")
     details = usage.get("prompt_tokens_details") or {}
     out.cached_tokens = details.get("cached_tokens")
+
+
+async def _status_failure(resp: httpx.Response) -> Failure:
+    """An HTTP error status, with the server's message when its body can be read."""
+    try:
+        text = _error_text(await resp.aread())
+    except Exception as exc:  # noqa: BLE001 - the status is the failure; the body is a bonus
+        text = f"(body unreadable: {type(exc).__name__})"
+    return Failure("http_status", text, resp.status_code)
 
 
 def _error_text(raw: bytes) -> str:

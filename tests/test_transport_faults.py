@@ -1,0 +1,332 @@
+"""Every server fault becomes a transport_error row, never corruption, and the run goes on.
+
+Faults come from the simulator's transport knobs over real loopback HTTP; the sessions are
+driven by ``harness.driver.drive`` and the whole CLI. Rows are counted against the chat
+requests the simulator says it received (``sim:chat_requests_total`` in /metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness import labels as L
+from harness.client import ChatClient
+from harness.config import load_scenario
+from harness.driver import DriveOptions, drive
+from harness.records import TurnWriter, read_turns
+from harness.session import Session, make_plans
+from tests.sim.common import TOOLS, messages
+
+BASE = {"run_id": "t", "variant": "v", "factors": {}, "repeat": 0}
+#: The failure kind each simulator knob must produce on the client side.
+KIND = {
+    "error": "http_status",
+    "disconnect": "cut",
+    "stall": "timeout",
+    "error_event": "stream_error",
+    "bad_json": "protocol",
+}
+
+
+def kind_of(row: dict[str, Any]) -> str:
+    """The failure kind of a transport_error row ("kind: message")."""
+    return str(row["transport_error"]).split(":", 1)[0]
+
+
+def chat_requests(url: str) -> int:
+    text = httpx.get(url + "/metrics").text
+    line = next(x for x in text.splitlines() if x.startswith("sim:chat_requests_total "))
+    return int(float(line.split()[1]))
+
+
+async def drive_sessions(
+    url: str,
+    tmp_path: Path,
+    *,
+    sessions: int = 3,
+    stream: bool = True,
+    concurrency: int | None = None,
+    request_timeout: float = 20.0,
+) -> tuple[list[Session], list[dict[str, Any]]]:
+    scenario = load_scenario().with_overrides(
+        sessions=sessions, steps=4, max_turns=6, max_context=12000
+    )
+    client = ChatClient(url, model="m", request_timeout=request_timeout)
+    try:
+        with TurnWriter(tmp_path / "turns.jsonl") as writer:
+            done = await drive(
+                client,
+                scenario,
+                make_plans(scenario, sessions, seed=5),
+                writer,
+                BASE,
+                DriveOptions(concurrency=concurrency or sessions, stream=stream),
+            )
+    finally:
+        await client.aclose()
+    return done, list(read_turns(tmp_path / "turns.jsonl"))
+
+
+def request(task: str = "Find the race in the cache.") -> dict[str, Any]:
+    return {"messages": messages(task), "tools": TOOLS, "max_tokens": 512, "seed": 1}
+
+
+# ---------------------------------------------------------------- one request per fault
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("knob", list(KIND))
+async def test_each_fault_has_its_failure_kind(
+    make_sim: Callable[..., str], knob: str, stream: bool
+) -> None:
+    if knob == "error_event" and not stream:
+        pytest.skip("error events exist only in streams")
+    url = make_sim(fault_scale=0.0, stall_seconds=30.0, **{f"{knob}_rate": 1.0})
+    client = ChatClient(url, model="m", request_timeout=0.5)
+    try:
+        out = await client.chat(request(), stream=stream)
+    finally:
+        await client.aclose()
+    assert out.failure is not None
+    assert out.failure.kind == KIND[knob], out.failure
+    assert out.sim_injected == f"transport:{knob}"  # the headers were read before the fault
+    assert out.status == (out.failure.status if knob == "error" else 200)
+
+
+# ---------------------------------------------------------------- what the sim does not do
+
+Respond = Callable[[asyncio.StreamWriter], None]
+
+
+async def _raw_chat(respond: Respond, stream: bool) -> Any:
+    """One chat request against a raw TCP server that reads the request, then ``respond``s."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.lower().split(b"\r\n")
+            if line.startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        respond(writer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = ChatClient(f"http://127.0.0.1:{port}", model="m", request_timeout=5.0)
+    try:
+        return await client.chat(request(), stream=stream)
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()  # linger 0: the peer gets a TCP reset
+
+
+def _answer(content_type: str, body: bytes) -> Respond:
+    head = f"HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\n"
+    head += f"content-length: {len(body)}\r\n\r\n"
+    return lambda writer: writer.write(head.encode() + body)
+
+
+_JSON_ERROR = b'{"error": {"message": "engine died", "code": 500}}'
+_EVENT_ERROR = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+_EVENT_ERROR += b'event: error\ndata: {"message": "engine died"}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("respond", "stream", "kind"),
+    [
+        (_reset, True, "cut"),
+        (_reset, False, "cut"),
+        (lambda w: w.write(b"NOT HTTP AT ALL\r\n\r\n"), True, "protocol"),
+        (lambda w: w.write(b"NOT HTTP AT ALL\r\n\r\n"), False, "protocol"),
+        (_answer("application/json", _JSON_ERROR), True, "stream_error"),
+        (_answer("application/json", _JSON_ERROR), False, "protocol"),
+        (_answer("text/event-stream", _EVENT_ERROR), True, "stream_error"),
+        (_answer("text/event-stream", b'data: {"choices": [}\n\n'), True, "protocol"),
+    ],
+    ids=[
+        "reset-stream",
+        "reset-plain",
+        "not-http-stream",
+        "not-http-plain",
+        "json-error-to-stream",
+        "json-error-with-200",
+        "sse-error-event",
+        "sse-bad-json",
+    ],
+)
+async def test_other_broken_servers(respond: Respond, stream: bool, kind: str) -> None:
+    out = await _raw_chat(respond, stream)
+    assert out.failure is not None
+    assert out.failure.kind == kind, out.failure
+
+
+# ---------------------------------------------------------------- sessions under faults
+
+
+@pytest.mark.parametrize("knob", list(KIND))
+async def test_faulty_server_gives_one_transport_error_row_per_failed_request(
+    make_sim: Callable[..., str], tmp_path: Path, knob: str
+) -> None:
+    url = make_sim(fault_scale=0.0, stall_seconds=30.0, seed=2, **{f"{knob}_rate": 0.3})
+    sessions, rows = await drive_sessions(url, tmp_path, request_timeout=1.0)
+    # every request the server received is one row, and every row is one request
+    assert len(rows) == chat_requests(url) == sum(s.turns_sent for s in sessions)
+    failed = [r for r in rows if r["label"] == L.TRANSPORT_ERROR]
+    assert failed, "the knob never fired"
+    assert len(failed) < len(rows)
+    assert not any(r["corrupted"] for r in rows)
+    for r in rows:
+        injected = r["sim_injected"] == f"transport:{knob}"
+        assert injected == (r["label"] == L.TRANSPORT_ERROR), r
+        if injected:
+            assert kind_of(r) == KIND[knob], r["transport_error"]
+        else:
+            assert r["label"] in (L.OK_TOOL_CALL, L.OK_TEXT), r["label"]
+    # failed turns were re-sent: the same turn appears with a higher attempt
+    resent = {(r["session"], r["turn"]) for r in failed}
+    assert any(
+        (r["session"], r["turn"]) in resent and r["attempt"] > 0 and r["label"] != L.TRANSPORT_ERROR
+        for r in rows
+    )
+    assert all(s.ended is not None for s in sessions)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_all_faults_at_once(
+    make_sim: Callable[..., str], tmp_path: Path, stream: bool
+) -> None:
+    """Every answer that gets through is corrupted (salad); transport faults still are not."""
+    rates = {f"{knob}_rate": 0.1 for knob in KIND}
+    url = make_sim(seed=9, stall_seconds=30.0, force_fault="salad", **rates)
+    sessions, rows = await drive_sessions(
+        url, tmp_path, sessions=6, stream=stream, request_timeout=1.0
+    )
+    assert len(rows) == chat_requests(url) == sum(s.turns_sent for s in sessions)
+    fired = {r["sim_injected"] for r in rows}
+    assert len({k for k in fired if k.startswith("transport:")}) >= 3
+    assert "salad" in fired
+    for r in rows:
+        if str(r["sim_injected"]).startswith("transport:"):
+            assert r["label"] == L.TRANSPORT_ERROR
+            assert kind_of(r) == KIND[r["sim_injected"].split(":")[1]]
+            assert not r["corrupted"]
+        else:
+            assert r["label"] == L.TOKEN_SALAD, r["label"]
+            assert r["corrupted"]
+
+
+# ---------------------------------------------------------------- deadlines
+
+
+async def test_a_slow_stream_that_keeps_sending_outlives_the_request_timeout(
+    make_sim: Callable[..., str],
+) -> None:
+    url = make_sim(fault_scale=0.0, speed=0.05, chunk_tokens=1)  # an event every ~40 ms
+    client = ChatClient(url, model="m", request_timeout=1.5)
+    try:
+        out = await client.chat(request(), stream=True)
+    finally:
+        await client.aclose()
+    assert out.failure is None, out.failure
+    assert out.latency_s is not None
+    assert out.latency_s > 1.5  # longer than the timeout in all, never that long without a byte
+    assert out.events > 10
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_stall_shorter_than_the_timeout_is_no_failure(
+    make_sim: Callable[..., str], stream: bool
+) -> None:
+    clean = make_sim(fault_scale=0.0)
+    stalled = make_sim(fault_scale=0.0, stall_rate=1.0, stall_seconds=0.4)
+    outs = []
+    for url in (clean, stalled):
+        client = ChatClient(url, model="m", request_timeout=3.0)
+        try:
+            outs.append(await client.chat(request(), stream=stream))
+        finally:
+            await client.aclose()
+    assert outs[1].failure is None
+    assert outs[1].sim_injected == "transport:stall"
+    assert (outs[1].content, outs[1].tool_calls) == (outs[0].content, outs[0].tool_calls)
+
+
+async def test_the_overall_cap_ends_a_trickling_request(make_sim: Callable[..., str]) -> None:
+    url = make_sim(fault_scale=0.0, speed=0.05, chunk_tokens=1)
+    client = ChatClient(url, model="m", request_timeout=5.0, total_timeout=0.5)
+    try:
+        out = await client.chat(request(), stream=True)
+    finally:
+        await client.aclose()
+    assert out.failure is not None
+    assert out.failure.kind == "timeout"
+    assert "longer than 0.5s" in out.failure.message
+
+
+# ---------------------------------------------------------------- a server that dies
+
+
+def _launch_sim(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.sim", "--port", "0", "--port-file", str(port_file)]
+        + ["--speed", "200", "--fault-scale", "0", "--log-level", "warning", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("the sim did not start")
+        time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port_file.read_text().strip()}"
+
+
+async def test_a_server_that_crashes_mid_run(tmp_path: Path) -> None:
+    proc, url = _launch_sim(tmp_path, "--crash-after", "5")
+    try:
+        sessions, rows = await drive_sessions(url, tmp_path, sessions=3, concurrency=1)
+        code = await asyncio.to_thread(proc.wait, 10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert code == 70
+    assert proc.stderr is not None
+    assert b"crash" in proc.stderr.read()
+    assert all(r["label"] == L.TRANSPORT_ERROR or not r["transport_error"] for r in rows)
+    answered = [r for r in rows if r["label"] != L.TRANSPORT_ERROR]
+    assert len(answered) == 5
+    # one request at a time: the sixth reached the dying server (cut), later ones found no
+    # one listening (or, on a kept-alive connection not yet seen closed, a cut one)
+    kinds = [kind_of(r) for r in rows if r["label"] == L.TRANSPORT_ERROR]
+    assert kinds[0] == "cut"
+    assert "connect" in kinds
+    assert set(kinds) <= {"cut", "connect"}
+    assert len(rows) == sum(s.turns_sent for s in sessions)
+    assert [s.ended for s in sessions].count("attempts exhausted") == 3
