@@ -166,8 +166,8 @@ def test_bad_json_body_or_event(make_sim: Callable[..., str], stream: bool) -> N
 
 
 def test_draw_follows_the_rates_and_error_events_need_a_stream() -> None:
-    rates = (("error", 0.1), ("disconnect", 0.2), ("stall", 0.05), ("error_event", 0.15))
-    rates += (("bad_json", 0.1),)
+    rates: tuple[tuple[str, float], ...] = (("error", 0.1), ("disconnect", 0.2), ("stall", 0.05))
+    rates += (("error_event", 0.15), ("bad_json", 0.1))
     rng = random.Random(5)
     n = 20_000
     streamed = Counter(f.kind if (f := draw(rates, rng, True)) else None for _ in range(n))
