@@ -85,7 +85,7 @@ class TranscriptLog:
         keep_all: bool = False,
     ) -> None:
         self.path = path
-        self.base = {k: base[k] for k in ("variant", "repeat") if k in base}
+        self.base: dict[str, Any] = {k: base[k] for k in ("variant", "repeat") if k in base}
         self.model = model
         self.stream = stream
         self.dialect = dialect
@@ -104,7 +104,7 @@ class TranscriptLog:
         params = {k: v for k, v in body.items() if k != "messages"}
         st = self._sessions.get(session)
         if st is None:
-            header = {
+            header: dict[str, Any] = {
                 "kind": "session",
                 **self.base,
                 "session": session,

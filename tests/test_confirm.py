@@ -1,0 +1,141 @@
+"""``--confirm`` (corrupted turns re-sent alone) and ``--reference-sessions`` (divergence)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import labels as L
+from harness.confirm import (
+    CONFIRM_FILE,
+    CONFIRMED_UNDER_LOAD,
+    REFERENCE_FILE,
+    REPRODUCES_ALONE,
+    compare_session,
+)
+from harness.records import read_turns
+from harness.report import write_report
+from tests.test_replay import LOAD_SCALE, Proxy, _fault_run
+
+
+def _confirm_rows(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run_dir / CONFIRM_FILE).read_text().splitlines()]
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["variant"], r["repeat"], r["session"], r["turn"], r["attempt"])
+
+
+async def test_load_only_corruption_is_confirmed_under_load_and_sessions_do_not_diverge(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    url = make_sim(fault_scale=LOAD_SCALE)
+    await _fault_run(url, tmp_path, 40, confirm=True, reference_sessions=5)
+    turns = read_turns(tmp_path / "turns.jsonl")
+    bad = [r for r in turns if r["corrupted"]]
+    rows = _confirm_rows(tmp_path)
+    assert bad
+    assert sorted(map(_key, rows)) == sorted(map(_key, bad))  # every corrupted send, once
+    for r in rows:
+        assert r["status"] == (REPRODUCES_ALONE if r["corrupted"] else CONFIRMED_UNDER_LOAD)
+        assert r["inflight"] == 1
+    under_load = sum(r["status"] == CONFIRMED_UNDER_LOAD for r in rows)
+    assert under_load >= 0.8 * len(rows)
+
+    # the loaded run is untouched: reference sessions go to their own file
+    assert {r["session"] for r in turns} == set(range(40))
+    reference = read_turns(tmp_path / REFERENCE_FILE)
+    assert {r["session"] for r in reference} == set(range(5))
+    assert max(r["inflight"] for r in reference) == 1
+
+    summary = write_report(tmp_path)
+    [v] = summary["variants"]
+    c = v["confirm"]
+    assert c["confirmed"] == v["corrupted_turns"] == len(bad)
+    assert c[CONFIRMED_UNDER_LOAD] == under_load
+    split = c["turn_rate_under_load"] + c["turn_rate_alone"]
+    assert split == pytest.approx(v["turn_corruption_rate"])
+    # the simulator's output depends only on the seed and the conversation: once the
+    # corrupted sends are re-sent, the loaded sessions say what the lone ones say
+    d = v["divergence"]
+    assert d["reference_sessions"] == 5
+    assert d["compared_turns"] >= 5
+    assert d["diverged_turns"] == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "## Corrupted turns re-sent alone" in md
+    assert "## Divergence under load" in md
+
+
+async def test_corruption_that_happens_alone_too_reproduces_alone(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    url = make_sim(force_fault="salad")
+    await _fault_run(url, tmp_path, 3, confirm=True)
+    rows = _confirm_rows(tmp_path)
+    assert len(rows) == len([r for r in read_turns(tmp_path / "turns.jsonl") if r["corrupted"]])
+    assert {r["status"] for r in rows} == {REPRODUCES_ALONE}
+    assert {r["label"] for r in rows} == {L.TOKEN_SALAD}
+    [v] = write_report(tmp_path)["variants"]
+    assert v["confirm"]["turn_rate_alone"] == v["turn_corruption_rate"] == 1.0
+    assert v["confirm"]["turn_rate_under_load"] == 0.0
+
+
+def _other_path(data: bytes) -> bytes:
+    """A non-streamed response whose first string argument is changed (still well-formed)."""
+    doc = json.loads(data)
+    for call in doc["choices"][0]["message"].get("tool_calls") or []:
+        args = json.loads(call["function"]["arguments"])
+        for key, value in args.items():
+            if isinstance(value, str):
+                args[key] = value.rstrip("/") + "/other"
+                call["function"]["arguments"] = json.dumps(args)
+                return json.dumps(doc).encode()
+    return data
+
+
+async def test_well_formed_but_different_calls_under_load_are_divergence(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    proxy = Proxy(make_sim(index_k="fp8"), rewrite=_other_path)
+    url = await proxy.start()
+    try:
+        await _fault_run(url, tmp_path, 4, stream=False, reference_sessions=3)
+    finally:
+        await proxy.stop()
+    assert proxy.rewritten > 0
+    [v] = write_report(tmp_path)["variants"]
+    assert v["corrupted_turns"] == 0  # no text classifier sees it
+    d = v["divergence"]
+    assert d["diverged_turns"] >= 1
+    ex = d["examples"][0]
+    assert ex["loaded"] != ex["alone"]
+    assert ex["loaded"][0]["name"] == ex["alone"][0]["name"]
+
+
+def _row(turn: int, calls: list[dict[str, Any]], attempt: int = 0, **kw: Any) -> dict[str, Any]:
+    return {"turn": turn, "attempt": attempt, "label": L.OK_TOOL_CALL, "tool_calls": calls,
+            "content": "", "prompt_tokens": 1000 + turn, **kw}  # fmt: skip
+
+
+def test_compare_session_stops_at_the_first_difference() -> None:
+    a = [{"name": "read_file", "arguments": {"path": "a.py"}}]
+    b = [{"name": "read_file", "arguments": '{"path": "b.py"}'}]
+    same = [_row(0, a), _row(1, a), _row(2, a)]
+    assert compare_session(same, same) == (3, [])
+    # arguments given as a JSON string compare by value
+    as_text = [_row(0, [{"name": "read_file", "arguments": '{"path": "a.py"}'}])]
+    assert compare_session(same[:1], as_text) == (1, [])
+    n, found = compare_session(same, [_row(0, a), _row(1, b), _row(2, b)])
+    assert (n, [f["turn"] for f in found]) == (2, [1])
+    # a corrupted send re-sent: the accepted (last) attempt is compared
+    retried = [_row(0, [], label=L.TOKEN_SALAD), _row(0, a, attempt=1), _row(1, a), _row(2, a)]
+    assert compare_session(retried, same) == (3, [])
+    # different prompts: not the same request any more, nothing more is compared
+    assert compare_session(same, [_row(0, a), _row(1, a, prompt_tokens=5)]) == (1, [])
+    # one side malformed: a corruption, not a divergence
+    broken = [_row(0, a), _row(1, [], label=L.MALFORMED_TOOL_CALL)]
+    assert compare_session(same, broken) == (1, [])
