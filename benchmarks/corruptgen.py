@@ -17,14 +17,27 @@ import argparse
 import json
 import random
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.dialects import dsml
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.dialects import dsml  # noqa: E402
 
 BAR = "\uff5c"
-SPECIAL = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "</think>", "<unk>", "<|eot_id|>",
-           f"<{BAR}begin\u2581of\u2581sentence{BAR}>", "<s>", "[PAD]", "<|start_header_id|>"]
+SPECIAL = [
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "</think>",
+    "<unk>",
+    "<|eot_id|>",
+    f"<{BAR}begin\u2581of\u2581sentence{BAR}>",
+    "<s>",
+    "[PAD]",
+    "<|start_header_id|>",
+]
 RUN_CHARS = "!?,;:@%$&"
 _WORD = re.compile(r"\S+")
 _SENT = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
@@ -211,11 +224,14 @@ def malformed_tool_turn(rng: random.Random, content: str) -> str:
         lambda t: t.replace(f"<{BAR}DSML{BAR}{block}>", "< calls>", 1),
         lambda t: t.replace(f"{BAR}DSML{BAR}", "|DSML|"),
         lambda t: t.replace(f"{block}>", block.replace("_", "") + ">", 1),
-        lambda t: re.sub(f"<{BAR}DSML{BAR}invoke name=\"[^\"]*\">\n", "", t, count=1),
+        lambda t: re.sub(f'<{BAR}DSML{BAR}invoke name="[^"]*">\n', "", t, count=1),
         lambda t: t[: t.rfind("</")],
         lambda t: t.replace('name="', "name=\u201c", 1),
-        lambda t: t.replace('string="false">{', 'string="false">{{', 1) if '"false">{' in t
-        else t.replace(f"</{BAR}DSML{BAR}invoke>", "", 1),
+        lambda t: (
+            t.replace('string="false">{', 'string="false">{{', 1)
+            if '"false">{' in t
+            else t.replace(f"</{BAR}DSML{BAR}invoke>", "", 1)
+        ),
         lambda t: t + "\nDone.",
     ]
     return rng.choice(mutations)(text)
@@ -230,9 +246,21 @@ def json_concat(rng: random.Random) -> str:
 def generate(seeds: list[Example], seed: int, per_seed: int) -> list[dict[str, str]]:
     rng = random.Random(seed)
     g = Gen(seeds, rng)
-    transforms = [g.script_salad, g.identifier_soup, g.fragment_soup, g.ascii_soup,
-                  g.stray_tokens, g.special_debris, g.fffd, g.sentence_loop, g.token_loop,
-                  g.drift_loop, g.line_cycle, g.char_run, g.special_loop]
+    transforms = [
+        g.script_salad,
+        g.identifier_soup,
+        g.fragment_soup,
+        g.ascii_soup,
+        g.stray_tokens,
+        g.special_debris,
+        g.fffd,
+        g.sentence_loop,
+        g.token_loop,
+        g.drift_loop,
+        g.line_cycle,
+        g.char_run,
+        g.special_loop,
+    ]
     rows: list[dict[str, str]] = []
     for s in seeds:
         text = s["text"]
@@ -246,20 +274,40 @@ def generate(seeds: list[Example], seed: int, per_seed: int) -> list[dict[str, s
         r = rng.random()
         short = text[: g.cut(text, 0.2, 0.6)].rstrip()
         if r < 0.35 and _plain(s):
-            rows.append({"id": f"gen{seed}-{s['id']}-tool-clean", "label": "clean",
-                         "text": clean_tool_turn(rng, short)})
+            rows.append(
+                {
+                    "id": f"gen{seed}-{s['id']}-tool-clean",
+                    "label": "clean",
+                    "text": clean_tool_turn(rng, short),
+                }
+            )
         elif r < 0.75 and _plain(s):
-            rows.append({"id": f"gen{seed}-{s['id']}-tool-bad", "label": "malformed_tool_call",
-                         "text": malformed_tool_turn(rng, short)})
+            rows.append(
+                {
+                    "id": f"gen{seed}-{s['id']}-tool-bad",
+                    "label": "malformed_tool_call",
+                    "text": malformed_tool_turn(rng, short),
+                }
+            )
         else:
-            rows.append({"id": f"gen{seed}-{s['id']}-json-concat",
-                         "label": "malformed_tool_call", "text": json_concat(rng)})
+            rows.append(
+                {
+                    "id": f"gen{seed}-{s['id']}-json-concat",
+                    "label": "malformed_tool_call",
+                    "text": json_concat(rng),
+                }
+            )
         plain = [x["text"] for x in seeds if x is not s and _plain(x)]
         if not _plain(s) or len(plain) < 2:
             continue
         others = rng.sample(plain, k=2)
-        rows.append({"id": f"gen{seed}-{s['id']}-long-clean", "label": "clean",
-                     "text": "\n\n".join([text, *others])})
+        rows.append(
+            {
+                "id": f"gen{seed}-{s['id']}-long-clean",
+                "label": "clean",
+                "text": "\n\n".join([text, *others]),
+            }
+        )
     return rows
 
 

@@ -7,7 +7,8 @@ Each line is ``{"id", "text", "label", "context"?}`` with label one of ``salad``
 and false-positive rate (share of clean examples given that class) per class, the same for
 "garbled" (the three corrupted classes together) against clean, how the ambiguous examples
 were labelled, and the speed in MB/s of text classified per second on one core (the texts
-are classified again and again until a second or more has passed).
+are classified again and again for half a second of CPU time or more), on three
+workloads: a run-like mix of long outputs, the examples one by one, and one long text.
 
 The classifier is ``harness.verdict.classify_text`` when the package has it; otherwise a
 small wrapper: the DSML parser's verdict for tool-call markup, then ``score_text``.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import sys
 import time
@@ -128,19 +130,45 @@ def _metrics(tp: int, n_true: int, n_pred: int, fp_clean: int, n_clean: int) -> 
 
 
 def speed(rows: list[dict[str, Any]], classify: Callable[[str, str | None], str]) -> float:
-    """MB of text classified per second (one core), over the rows repeated for >= 1 s."""
+    """MB of text classified per second of CPU time (one core), over the rows repeated for
+    0.5 s or more. CPU time, not wall time: a shared machine's other jobs do not count."""
     texts = [(r["text"], r.get("context")) for r in rows]
     size = sum(len(t.encode("utf-8")) for t, _ in texts)
     for t, c in texts[:50]:  # warm-up (lazy tables, regex caches)
         classify(t, c)
-    done, t0 = 0, time.perf_counter()
+    done, t0 = 0, time.process_time()
     while True:
         for t, c in texts:
             classify(t, c)
         done += size
-        elapsed = time.perf_counter() - t0
-        if elapsed >= 1.0:
+        elapsed = time.process_time() - t0
+        if elapsed >= 0.5:
             return done / elapsed / 1e6
+
+
+def _plain(r: dict[str, Any]) -> bool:
+    return "\uff5c" not in r["text"] and "<tool_call>" not in r["text"] and "context" not in r
+
+
+def run_mix(rows: list[dict[str, Any]], n: int = 40, seed: int = 0) -> list[dict[str, Any]]:
+    """What a run sees: mostly clean long outputs (2k-24k characters, glued from the clean
+    examples), one in ten a corrupted example. Deterministic."""
+    rng = random.Random(seed)
+    clean = [r["text"] for r in rows if r["label"] == "clean" and _plain(r)]
+    bad = [r for r in rows if r["label"] in ("salad", "repetition")]
+    out: list[dict[str, Any]] = []
+    if not clean:
+        return out
+    for i in range(n):
+        if bad and i % 10 == 9:
+            out.append(rng.choice(bad))
+            continue
+        target, parts, size = rng.randint(2000, 24000), [], 0
+        while size < target:
+            parts.append(rng.choice(clean))
+            size += len(parts[-1]) + 2
+        out.append({"text": "\n\n".join(parts), "label": "clean"})
+    return out
 
 
 def _fmt(v: float | None) -> str:
@@ -162,11 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--errors", action="store_true", help="list misclassified examples")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument(
-        "--no-context", action="store_true",
+        "--no-context",
+        action="store_true",
         help="ignore the context field (for sets where it describes the source, not the prompt)",
     )
     ap.add_argument(
-        "--classifier", choices=("auto", "fallback"), default="auto",
+        "--classifier",
+        choices=("auto", "fallback"),
+        default="auto",
         help="auto: harness.verdict.classify_text when present; fallback: the wrapper here",
     )
     a = ap.parse_args(argv)
@@ -191,16 +222,18 @@ def main(argv: list[str] | None = None) -> int:
         m, _ = evaluate(all_rows, classify)
         report("all files", m)
     if not a.no_speed:
+        mix = run_mix(all_rows)
+        mix_mbs = speed(mix, classify)
         mbs = speed(all_rows, classify)
-        long_text = "\n\n".join(
-            r["text"] for r in all_rows
-            if r["label"] == "clean"
-            and "\uff5c" not in r["text"]
-            and "<tool_call>" not in r["text"]
-        )
+        long_text = "\n\n".join(r["text"] for r in all_rows if r["label"] == "clean" and _plain(r))
         long_mbs = speed([{"text": long_text}], classify)
-        print(f"\nspeed: {mbs:.1f} MB/s per core over the examples; "
-              f"{long_mbs:.1f} MB/s on one {len(long_text) // 1000} k-character clean text")
+        mix_kb = sum(len(r["text"]) for r in mix) / len(mix) / 1000 if mix else 0.0
+        print(
+            f"\nspeed (MB/s of CPU time, one core): {mix_mbs:.1f} on a run-like mix "
+            f"({len(mix)} outputs, {mix_kb:.0f} k characters on average, one in ten "
+            f"corrupted); {mbs:.1f} over the examples one by one; {long_mbs:.1f} on one "
+            f"{len(long_text) // 1000} k-character text of every clean example"
+        )
     return 0
 
 

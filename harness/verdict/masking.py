@@ -15,20 +15,17 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from harness.dialects.jsonstrict import StrictJSONError, raw_decode_strict
 from harness.verdict.salad import SPECIAL as _DEBRIS
 
-_FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n.*?(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
 _INLINE = re.compile(r"(`{1,2})[^`\n]{1,300}?\1")
 # URLs, e-mail addresses and regexes are found from a literal anchor ("://", "@", a
 # backslash escape) and extended to the surrounding non-space run: fast scans, no
 # per-position backtracking.
-_URL_ANCHOR = re.compile(r"://|www\.|mailto:", re.I)
+_URL_ANCHORS = ("://", "www.", "WWW.", "mailto:", "MAILTO:")
 _EMAIL_ANCHOR = re.compile(r"@[\w-]+\.\w")
 _PATH = re.compile(r"[\\/][\w.@+-]+(?:[\\/][\w.@+-]+)+[\\/]?")
 _NONSPACE = re.compile(r"[^\s<>\"'`)\]]*")
-_BLOB_CHARS = np.zeros(128, dtype=bool)
-for _c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-=":
-    _BLOB_CHARS[ord(_c)] = True
 _DSML_BLOCK = re.compile(
     "<\uff5cDSML\uff5c(tool_calls|function_calls)>.*?</\uff5cDSML\uff5c\\1>", re.S
 )
@@ -44,18 +41,24 @@ _MATH = re.compile(
     r"\$\$.{1,2000}?\$\$|\$[^$\n]{1,300}?\$|\\\(.{1,300}?\\\)|\\\[.{1,2000}?\\\]", re.S
 )
 _TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>\n]{0,300})?/?>")
-_CODE_LINES = re.compile(r"(?:^(?: {4}|\t)[^\n]*\n?){3,}", re.M)
 
 
 @dataclass(frozen=True)
 class Masked:
-    text: str  # same length as the original; masked regions are spaces
-    loops: str  # the same, but fenced and indented code kept (loops in code are real loops)
+    original: str
+    loops: str  # masked regions blanked, but fenced and indented code kept (salad and loops
+    # in code are still evidence, weighed less)
     starts: npt.NDArray[np.int64]  # sorted, non-overlapping masked intervals
     ends: npt.NDArray[np.int64]
     code: tuple[tuple[int, int], ...]  # fenced or indented code (a subset of the intervals)
     values: tuple[tuple[int, int], ...]  # long tool-call argument values, scored on their own
     quoted: tuple[tuple[int, int], ...] = ()  # inline code spans
+
+    @property
+    def text(self) -> str:
+        """Same length as the original; every masked region (code too) blanked."""
+        merged = [[int(s), int(e)] for s, e in zip(self.starts, self.ends, strict=True)]
+        return _blank(self.original, merged)
 
     def quoted_at(self, pos: int) -> bool:
         return any(s <= pos < e for s, e in self.quoted)
@@ -87,10 +90,10 @@ def mask(text: str) -> Masked:
     spans: list[tuple[int, int]] = []
     code: list[tuple[int, int]] = []
     values: list[tuple[int, int]] = []
-    if "```" in text or "~~~" in text:
-        code.extend(m.span() for m in _FENCE.finditer(text))
-    if "    " in text or "\t" in text:
-        code.extend(m.span() for m in _CODE_LINES.finditer(text))
+    fenced = "```" in text or "~~~" in text
+    indented = "\n    " in text or "\t" in text or text.startswith("    ")
+    if fenced or indented:
+        code.extend(_code_blocks(text, fenced, indented))
     if "$" in text or "\\(" in text or "\\[" in text:
         spans.extend(m.span() for m in _MATH.finditer(text))
     quoted: list[tuple[int, int]] = []
@@ -110,8 +113,23 @@ def mask(text: str) -> Masked:
         for m in _HERMES.finditer(text):
             if _is_json(m.group(1)):
                 spans.append(m.span())
-    if "/" in text or ":" in text or "www" in text:
-        spans.extend(_around(text, m.start()) for m in _URL_ANCHOR.finditer(text))
+            elif (objs := _json_values(text, m.start(1), m.end(1))) is not None:
+                spans.append(m.span())  # concatenated calls: the dialect reports them;
+                values.extend(objs)  # each call is still read on its own
+    if "DSML" in text or "dsml" in text or "calls" in text:
+        # mangled envelope tags (ASCII or doubled bars, a lost marker): markup, not salad;
+        # the dialect parser reports them
+        spans.extend(m.span() for m in _MANGLED_TAG.finditer(text))
+    if "}{" in text or "} {" in text or "][" in text or "] [" in text:
+        tail = _json_tail(text)
+        if tail is not None:
+            spans.append((tail[0][0], tail[-1][1]))
+            values.extend(tail)
+    for anchor in _URL_ANCHORS:
+        i = text.find(anchor)
+        while i >= 0:
+            spans.append(_around(text, i))
+            i = text.find(anchor, spans[-1][1])
     if "@" in text:
         spans.extend(_around(text, m.start()) for m in _EMAIL_ANCHOR.finditer(text))
     if "/" in text or "\\" in text:
@@ -128,7 +146,7 @@ def mask(text: str) -> Masked:
     merged = _merge(spans + code)
     arr = np.array(merged, dtype=np.int64).reshape(-1, 2)
     return Masked(
-        _blank(text, merged),
+        text,
         loops,
         arr[:, 0].copy(),
         arr[:, 1].copy(),
@@ -138,6 +156,46 @@ def mask(text: str) -> Masked:
     )
 
 
+# Every line-based pattern starts with a literal newline (the text start is checked
+# apart): the regex engine then jumps from newline to newline instead of trying each
+# position.
+_FENCE_OPEN = re.compile(r"\n[ \t]*(```|~~~)[^\n]*\n")
+_FENCE_CLOSE = {f: re.compile(rf"\n[ \t]*{f}[ \t]*(?=\n|\Z)") for f in ("```", "~~~")}
+_INDENTED_LINE = re.compile(r"\n(?: {4}|\t)")
+
+
+def _code_blocks(text: str, fenced: bool, indented: bool) -> list[tuple[int, int]]:
+    """Fenced blocks (an opener line of ``` or ~~~, up to the same fence alone on a line or
+    the end) and runs of 3+ lines indented by four spaces or a tab."""
+    out: list[tuple[int, int]] = []
+    body = "\n" + text  # offsets in body are one more than in text
+    pos = 0
+    while fenced:
+        m = _FENCE_OPEN.search(body, pos)
+        if m is None:
+            break
+        close = _FENCE_CLOSE[m.group(1)].search(body, m.end() - 1)
+        end = close.end() - 1 if close is not None else len(text)
+        out.append((m.start(), end))
+        pos = end + 1
+    if indented:
+        run_start, run, prev_end = -1, 0, -2
+        for m in _INDENTED_LINE.finditer(body):
+            s = m.start()  # the line start, in text offsets
+            nl = text.find("\n", s)
+            e = nl + 1 if nl >= 0 else len(text)
+            if s == prev_end:
+                run += 1
+            else:
+                if run >= 3:
+                    out.append((run_start, prev_end))
+                run_start, run = s, 1
+            prev_end = e
+        if run >= 3:
+            out.append((run_start, prev_end))
+    return out
+
+
 def _around(text: str, i: int) -> tuple[int, int]:
     """The run of non-space characters around position ``i``."""
     s = max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1
@@ -145,19 +203,32 @@ def _around(text: str, i: int) -> tuple[int, int]:
     return s, m.end() if m else i + 1
 
 
+_BLOB_TABLE = bytes(
+    1 if chr(c) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-=" else 0
+    for c in range(256)
+)
+
+
 def _blobs(text: str) -> list[tuple[int, int]]:
     """Runs of 40+ base64 / identifier characters with some variety (keys, hashes, data)."""
-    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    ok = np.zeros(codes.size, dtype=bool)
-    small = codes < 128
-    ok[small] = _BLOB_CHARS[codes[small]]
-    if ok.sum() < 40:
+    if len(text) < 40:
+        return []
+    b = text.encode("ascii", "replace") if not text.isascii() else text.encode("ascii")
+    if len(b) != len(text):  # surrogates: no blob check
+        return []
+    ok = np.frombuffer(b.translate(_BLOB_TABLE), dtype=np.bool_)
+    # a run of 40+ holds a whole aligned block of 20: one reduction rejects most texts
+    m = ok.size // 20 * 20
+    if not ok[:m].reshape(-1, 20).all(axis=1).any():
         return []
     d = np.diff(np.concatenate(([0], ok.view(np.int8), [0])))
     st, en = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
     keep = (en - st) >= 40
-    return [(s, e) for s, e in zip(st[keep].tolist(), en[keep].tolist(), strict=True)
-            if len(set(text[s:e])) >= 8]
+    return [
+        (s, e)
+        for s, e in zip(st[keep].tolist(), en[keep].tolist(), strict=True)
+        if len(set(text[s:e])) >= 8
+    ]
 
 
 def _merge(spans: list[tuple[int, int]]) -> list[list[int]]:
@@ -184,6 +255,49 @@ def _blank(text: str, merged: list[list[int]]) -> str:
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+
+
+_MANGLED_TAG = re.compile(
+    r"</?[^<>\n]{0,6}DSML[^<>\n]{0,200}>"
+    r"|<[ \t]{0,2}/?[ \t]{0,2}(?:tool_?calls|function_?calls|calls)[ \t]{0,2}>",
+    re.IGNORECASE,
+)
+_JSON_START = re.compile(r"(?:\A|\n)[ \t]*(?=[\[{])")
+_END_TOKEN = re.compile(
+    r"(?:<\|im_end\|>|<\|eot_id\|>|<\uff5cend\u2581of\u2581sentence\uff5c>)?\s*\Z"
+)
+
+
+def _json_values(text: str, start: int, end: int) -> list[tuple[int, int]] | None:
+    """Spans of two or more JSON values that fill ``text[start:end]`` (whitespace aside)."""
+    out: list[tuple[int, int]] = []
+    pos = start
+    while True:
+        while pos < end and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= end:
+            return out if len(out) >= 2 else None
+        if text[pos] not in "[{":
+            return None
+        try:
+            _, stop = raw_decode_strict(text[:end], pos)
+        except StrictJSONError:
+            return None
+        out.append((pos, stop))
+        pos = stop
+
+
+def _json_tail(text: str) -> list[tuple[int, int]] | None:
+    """JSON values glued together at the end of an output (``{...}{...}``): the spans."""
+    m = _END_TOKEN.search(text)
+    end = m.start() if m else len(text)
+    if end == 0 or text[end - 1] not in "}]":
+        return None
+    for s in _JSON_START.finditer(text, 0, end):
+        found = _json_values(text, s.end(), end)
+        if found is not None:
+            return found
+    return None
 
 
 def _is_json(s: str) -> bool:

@@ -1,30 +1,47 @@
 """Salad events: each is (position, weight, signal). Positions are character offsets.
 
 Weights are on the scale of ``text.THRESHOLD`` (0.7): one event of weight 1.0 is enough on
-its own; weaker events must meet others in the same window. Patterns are compiled regexes
-scanned once, or numpy comparisons over the code points (runs, stutters, case changes) whose
-few hits are then checked: linear time, no Python loop over characters.
+its own; weaker events must meet others in the same window.
+
+Speed: every text is seen through one ``Chars`` view, built once: the ASCII bytes of the
+text with every non-ASCII character replaced by 0x7F. Character classes are then
+``bytes.translate`` lookups (C speed, one byte per character) read as numpy boolean arrays;
+candidate positions come from a few vectorized comparisons, and only the few candidates
+are checked in Python. No regex is tried at every position of a long text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
 Event = tuple[int, float, str]
+BoolArray = npt.NDArray[np.bool_]
 
-#: Special tokens of chat templates and tokenizers that never belong in visible content.
-SPECIAL = re.compile(
-    r"<\|(?:im_start|im_end|im_sep|endoftext|end_of_text|begin_of_text|eot_id|eom_id"
+#: Special tokens of chat templates and tokenizers that never belong in visible content,
+#: written without their leading "<" (every one of them starts with it) ...
+_SPECIAL_LT = (
+    r"\|(?:im_start|im_end|im_sep|endoftext|end_of_text|begin_of_text|eot_id|eom_id"
     r"|start_header_id|end_header_id|fim_prefix|fim_middle|fim_suffix|endofprompt|pad"
     r"|assistant|user|system|end|start|return|call|channel|message|constrain)\|>"
-    r"|<\uff5c(?!DSML\uff5c)[^\uff5c<>\n]{1,40}\uff5c>"  # DeepSeek fullwidth-bar tokens
-    r"|</?think>|</?s>|<unk>|<pad>|<mask>|<bos>|<eos>|<start_of_turn>|<end_of_turn>"
-    r"|\[(?:PAD|UNK|CLS|SEP|MASK)\]|<<SYS>>|<</SYS>>|\[/?INST\]"
-    r"|<extra_id_\d+>|<\|reserved_special_token_\d+\|>|<0x[0-9A-F]{2}>"
+    r"|\uff5c(?!DSML\uff5c)[^\uff5c<>\n]{1,40}\uff5c>"  # DeepSeek fullwidth-bar tokens
+    r"|/?think>|/?s>|unk>|pad>|mask>|bos>|eos>|start_of_turn>|end_of_turn>"
+    r"|<SYS>>|</SYS>>|extra_id_\d+>|\|reserved_special_token_\d+\|>|0x[0-9A-F]{2}>"
+)
+#: ... and the bracketed ones.
+_SPECIAL_SQ = r"\[(?:PAD|UNK|CLS|SEP|MASK)\]|\[/?INST\]"
+SPECIAL = re.compile(f"<(?:{_SPECIAL_LT})|{_SPECIAL_SQ}")
+# One pattern per leading character: each starts with a literal, which the regex engine
+# finds at memchr speed instead of trying the whole alternation at every position.
+_SPECIAL_SCANS = (re.compile(f"<(?:{_SPECIAL_LT})"), re.compile(_SPECIAL_SQ))
+#: End-of-turn tokens: one at the very end of a raw output is where it belongs.
+_EOS_END = re.compile(
+    "(?:<\uff5cend\u2581of\u2581sentence\uff5c>|<\\|im_end\\|>|<\\|eot_id\\|>|<\\|endoftext\\|>"
+    "|<\\|end\\|>|<\\|return\\|>|<end_of_turn>|</s>)\\s*\\Z"
 )
 _FFFD = re.compile("\ufffd+")
 #: One character repeated: punctuation and symbols (not the ones markdown and ASCII art
@@ -33,116 +50,213 @@ _RULE_CHARS = set("-=_*#~.·─━═+|/\\<>`'\"")
 _ASCII_SOUP = re.compile(r"(?:[A-Za-z0-9]{0,6}[!-/:-@\[-`{-~]){6,}[A-Za-z0-9]{0,6}")
 _REGEX_LIKE = re.compile(r"\\[dwsDWSbB.]|\[\^?[^\]]{1,40}\]|\(\?[:=!<]|\{\d+(?:,\d*)?\}")
 _SOUP_NORMAL = set('{}[]":,.-_/')
+ODD_SET = {chr(c) for c in range(33, 127) if not chr(c).isalnum()} - _SOUP_NORMAL
 #: Sentence punctuation glued between two letters ("doubts?只", "i#else").
-_GLUED = re.compile(r"[?!;#~](?=[^\W\d_])")
+GLUED = re.compile(r"[?!;#~](?=[^\W\d_])")
 #: An ASCII symbol inside a run of spaceless-script letters ("的$的").
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\u0e00-\u0e7f"
 _SANDWICH = re.compile(f"(?<=[{_CJK}])[?!;#~$@^\\\\|&*=+%](?=[{_CJK}])")
-#: Two different clause marks touching ("?;", ",:"): no writing system puts them together.
-_CLASH = re.compile(r"[?!][;:,]|[;:,][?!;:,]")
 _CLAUSE = set("?!;:,.")
+#: Two different clause marks touching ("?;", ",:"): no writing system puts them together.
+CLASH = re.compile(r"[?!][;:,]|[;:,][?!;:,]")
 #: Lower-case letters followed by upper-case ones to the end of the word ("bolE",
 #: "ManagerULATE"): tokenizer pieces glued, outside code.
-_CASE = re.compile(r"(?<![A-Za-z])[A-Za-z]?[a-z]{2,}[A-Z]+(?![A-Za-z])|[a-z][A-Z]{3,}")
+CASE = re.compile(r"(?<![A-Za-z])[A-Za-z]?[a-z]{2,}[A-Z]+(?![A-Za-z])|[a-z][A-Z]{3,}")
 #: Three or more spaceless-script characters each doubled in a row ("的的是是在在").
 _DOUBLED = re.compile(f"(?:([{_CJK}])\\1){{3,}}")
-#: A syllable doubled inside a word ("overwardwardwards").
-_STUTTER = re.compile(r"([^\W\d_]{3,8})\1(?=[^\W\d_])", re.I)
-#: The same word twice in a row ("side side").
-_DOUBLE_WORD = re.compile(r"\b([^\W\d_]{2,})\s+\1\b")
-_ADJ = re.compile(r"(\w\w)\s+\1")
 
 
-_EOS_END = re.compile("<\uff5cend\u2581of\u2581sentence\uff5c>\\s*\\Z")
+def _chars(chars: str | Iterable[int]) -> set[int]:
+    return {ord(c) if isinstance(c, str) else c for c in chars}
+
+
+_PUNCT_SET = {*range(33, 48), *range(58, 65), *range(91, 97), *range(123, 127)}
+WIDE = 127  # every non-ASCII character is this byte in ``Chars.b7``
+#: Character classes of the ASCII bytes (and of WIDE: "some non-ASCII character").
+_CLASSES: dict[str, set[int]] = {
+    "punct": _PUNCT_SET,
+    "odd": {c for c in _PUNCT_SET if chr(c) not in _SOUP_NORMAL},
+    # what ends a run of ASCII soup: anything but an ASCII letter, digit or punctuation
+    "soup_sep": {c for c in range(256) if not (33 <= c <= 126)},
+    "glue": _chars("?!;#~"),
+    "letter_or_wide": {*range(65, 91), *range(97, 123), WIDE},
+    "low": set(range(97, 123)),
+    "up": set(range(65, 91)),
+    "sandwich": _chars("?!;#~$@^\\|&*=+%"),
+    "bang": _chars("?!"),
+    "semi": _chars(";:,"),
+    "clause": _chars("?!;:,."),
+    "wide": {WIDE},
+    "run_ok": {
+        c for c in range(256) if not (chr(c).isspace() or chr(c).isdigit() or chr(c) in _RULE_CHARS)
+    },
+    "digit": set(range(48, 58)),
+}
+_NAMES = list(_CLASSES)
+_BIT = {name: (i // 8, np.uint8(1 << (i % 8))) for i, name in enumerate(_NAMES)}
+#: Two ``bytes.translate`` tables: per byte value, the class bits (eight per table).
+_FLAG_TABLES = tuple(
+    bytes(
+        sum(1 << (i % 8) for i, name in enumerate(_NAMES) if i // 8 == t and c in _CLASSES[name])
+        for c in range(256)
+    )
+    for t in range((len(_NAMES) + 7) // 8)
+)
+
+
+class Chars:
+    """One text seen as arrays: ASCII bytes (non-ASCII as 0x7F) and, if needed, code points.
+
+    ``cls(name)`` is a boolean array per character for one class of ``_CLASSES``: two
+    ``bytes.translate`` calls give every class bit at once, each class is one AND away.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.ascii = text.isascii()
+        self._cls: dict[str, BoolArray] = {}
+        if self.ascii:
+            self.b7 = text.encode("ascii")
+        else:
+            low = self.codes.view(np.uint8)[::4]  # the low byte of each code point
+            self.b7 = np.where(self.codes < 128, low, np.uint8(WIDE)).astype(np.uint8).tobytes()
+
+    @cached_property
+    def codes(self) -> npt.NDArray[np.uint32]:
+        """Code points (uint32); for ASCII text the bytes widened."""
+        if self.ascii:
+            return np.frombuffer(self.b7, dtype=np.uint8).astype(np.uint32)
+        return np.frombuffer(self.text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+    @cached_property
+    def b(self) -> npt.NDArray[np.uint8]:
+        return np.frombuffer(self.b7, dtype=np.uint8)
+
+    @cached_property
+    def _flags(self) -> tuple[npt.NDArray[np.uint8], ...]:
+        return tuple(np.frombuffer(self.b7.translate(t), dtype=np.uint8) for t in _FLAG_TABLES)
+
+    @cached_property
+    def wide(self) -> npt.NDArray[np.int64]:
+        """Positions of the non-ASCII characters."""
+        if self.ascii:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.b == WIDE)
+
+    def cls(self, name: str) -> BoolArray:
+        """Per character: does its (ASCII) byte belong to the class ``name``."""
+        got = self._cls.get(name)
+        if got is None:
+            t, bit = _BIT[name]
+            got = self._cls[name] = (self._flags[t] & bit) != 0
+        return got
+
+    def __len__(self) -> int:
+        return len(self.text)
 
 
 def special_tokens(text: str) -> Iterator[tuple[int, int, str]]:
-    """Special tokens in ``text``; DeepSeek's end-of-turn token at the very end is normal."""
-    eos = _EOS_END.search(text)
-    for m in SPECIAL.finditer(text):
-        if eos is None or m.start() != eos.start():
-            yield m.start(), m.end(), m.group(0)
-
-
-def _runs(mask: npt.NDArray[np.bool_], min_len: int) -> list[tuple[int, int]]:
-    """(start, end) of the runs of True in ``mask`` at least ``min_len`` long."""
-    if min_len > 1:  # cheap rejection: is there any window of min_len Trues at all?
-        if mask.size < min_len:
-            return []
-        c = np.cumsum(mask, dtype=np.int32)
-        if int((c[min_len - 1 :] - np.concatenate(([0], c[: -min_len]))).max()) < min_len:
-            return []
-    elif not mask.any():
-        return []
-    d = np.diff(np.concatenate(([0], mask.view(np.int8), [0])))
-    st, en = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
-    keep = (en - st) >= min_len
-    return list(zip(st[keep].tolist(), en[keep].tolist(), strict=True))
-
-
-def events(text: str, ascii_only: bool) -> Iterator[Event]:
-    """Salad events of ``text`` (already masked: code, URLs and markup are blanks)."""
-    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    if codes.size < 2:
+    """Special tokens in ``text``; one end-of-turn token at the very end is normal."""
+    if "<" not in text and "[" not in text:
         return
-    if "\ufffd" in text:
+    eos = _EOS_END.search(text) if text.rstrip().endswith(">") else None
+    found: list[tuple[int, int, str]] = []
+    for pat, lead in zip(_SPECIAL_SCANS, "<[", strict=True):
+        if lead in text:
+            found.extend((m.start(), m.end(), m.group(0)) for m in pat.finditer(text))
+    found.sort()
+    for s, e, tok in found:
+        if eos is None or s != eos.start():
+            yield s, e, tok
+
+
+def events(text: str, ascii_only: bool | None = None) -> Iterator[Event]:
+    """All salad events of ``text`` (already masked: code, URLs and markup are blanks)."""
+    ch = Chars(text)
+    yield from primary_events(ch)
+    yield from stutter_events(ch)
+
+
+def primary_events(ch: Chars) -> list[Event]:
+    """Every salad event except stutters (those only count next to other evidence)."""
+    out: list[Event] = []
+    text = ch.text
+    if len(text) < 2:
+        return out
+    if not ch.ascii and "\ufffd" in text:
         for m in _FFFD.finditer(text):
-            yield m.start(), min(1.5, 0.6 * (m.end() - m.start())), "replacement_char"
-    # runs of one character: equal neighbours, vectorized; the few runs found are checked
-    for s, e in _runs(codes[1:] == codes[:-1], 3):
-        ch, n = text[s], e - s + 1
-        if ch.isspace() or ch.isdigit() or ch in _RULE_CHARS:
+            out.append((m.start(), min(1.5, 0.6 * (m.end() - m.start())), "replacement_char"))
+    _char_runs(ch, out)
+    _symbol_soup(ch, out)
+    _glued(ch, out)
+    _clash(ch, out)
+    _case(ch, out)
+    if not ch.ascii:
+        _sandwich(ch, out)
+        if len(text) >= 6:
+            c = ch.codes
+            eq = (c[1:] == c[:-1]) & (c[1:] >= 0x0E00)  # doubled spaceless characters
+            last = -1
+            for i in np.flatnonzero(eq[:-4] & eq[2:-2] & eq[4:]).tolist():
+                dm = _DOUBLED.match(text, i) if i >= last else None
+                if dm is not None:
+                    last = dm.end()
+                    out.append((dm.start(), (dm.end() - dm.start()) / 4 - 0.5, "stutter_run"))
+    return out
+
+
+def _char_runs(ch: Chars, out: list[Event]) -> None:
+    """Four or more of the same character (not spaces, digits or rule characters)."""
+    text = ch.text
+    if len(text) < 4:
+        return
+    c = ch.b if ch.ascii else ch.codes
+    eq = c[1:] == c[:-1]
+    four = eq[:-2] & eq[1:-1] & eq[2:] & ch.cls("run_ok")[:-3]
+    if not four.any():
+        return
+    idx = np.flatnonzero(four)
+    breaks = np.flatnonzero(np.diff(idx) != 1)
+    firsts = idx[np.concatenate(([0], breaks + 1))].tolist()
+    lasts = idx[np.concatenate((breaks, [idx.size - 1]))].tolist()
+    for s, last in zip(firsts, lasts, strict=True):
+        c0, n = text[s], last - s + 4
+        if c0.isspace() or c0.isdigit() or c0 in _RULE_CHARS:
             continue
         # letters ("AAAAAAA", "加加加加") need longer runs than punctuation ("!!!!")
-        w = ((n - 3) / 5 if ch.isascii() else (n - 2) / 6) if ch.isalnum() else (n - 2) / 4
+        w = ((n - 3) / 5 if c0.isascii() else (n - 2) / 6) if c0.isalnum() else (n - 2) / 4
         if w > 0:
-            yield s, min(w, 3.0), "char_run"
-    # symbol soup: only where ASCII punctuation is dense
-    punct = ((codes >= 33) & (codes <= 47)) | ((codes >= 58) & (codes <= 64))
-    punct |= ((codes >= 91) & (codes <= 96)) | ((codes >= 123) & (codes <= 126))
-    if punct.sum() >= 5:
-        c = np.concatenate(([0], np.cumsum(punct)))
-        w16 = min(16, codes.size)
-        dense = (c[w16:] - c[:-w16]) >= 5
-        for s, e in _runs(dense, 1):
-            yield from _soup(text, max(0, s - 8), min(len(text), e + w16 + 8))
-    for m in _GLUED.finditer(text):
-        i = m.start()
-        if i > 0 and _is_letter(text[i - 1]):
-            yield i, 0.4, "glued_punctuation"
-    if not ascii_only:
-        for m in _SANDWICH.finditer(text):
-            yield m.start(), 0.6, "stray_symbol"
-    for m in _CLASH.finditer(text):
-        i, j = m.start(), m.end()
-        if (i == 0 or text[i - 1] not in _CLAUSE) and (j >= len(text) or text[j] not in _CLAUSE):
-            yield i, 0.4, "stray_symbol"
-    # lower-case letter followed by an upper-case one: check only those spots
-    low = (codes >= 97) & (codes <= 122)
-    up = (codes >= 65) & (codes <= 90)
-    last = -1
-    for i in np.flatnonzero(low[:-1] & up[1:]).tolist():
-        if i < last:
-            continue
-        cm = _CASE.search(text, max(0, i - 12), min(len(text), i + 40))
-        if cm is not None and cm.start() <= i + 1 < cm.end():
-            last = cm.end()
-            yield cm.start(), 0.3, "identifier_soup"
-    # a syllable of 3 to 8 letters doubled inside a word
-    is_letter = _letter_mask(codes)
-    for k in range(3, 9):
-        if codes.size <= 2 * k:
-            break
-        eq = (codes[k:] == codes[:-k]) & is_letter[k:] & is_letter[:-k]
-        for s, e in _runs(eq, k):
-            if e + k < len(text) and _is_letter(text[e + k]) and len(set(text[s : s + k])) > 1:
-                yield s, 0.35, "stutter"
-    if not ascii_only:
-        for m in _DOUBLED.finditer(text):
-            yield m.start(), (m.end() - m.start()) / 4 - 0.5, "stutter_run"
-    if _ADJ.search(text):
-        for m in _DOUBLE_WORD.finditer(text):
-            yield m.start(), 0.25, "stutter"
+            out.append((s, min(w, 3.0), "char_run"))
+
+
+def _symbol_soup(ch: Chars, out: list[Event]) -> None:
+    """Space-free runs dense in ASCII punctuation: only runs of 16+ characters with 6+ marks,
+    3 of them outside the JSON set, are read by the soup pattern."""
+    odd = np.flatnonzero(ch.cls("odd"))
+    if odd.size < 3:
+        return
+    seps = np.flatnonzero(ch.cls("soup_sep"))
+    seg = np.searchsorted(seps, odd)  # which space-free run each odd mark is in
+    hit = np.flatnonzero(seg[2:] == seg[:-2])
+    if not hit.size:
+        return
+    k = seg[hit]
+    k = k[np.concatenate(([True], k[1:] != k[:-1]))]  # distinct runs (seg is sorted)
+    n = len(ch)
+    lo = np.where(k > 0, seps[np.maximum(k - 1, 0)] + 1, 0) if seps.size else np.zeros_like(k)
+    hi = seps[np.minimum(k, seps.size - 1)] if seps.size else np.full_like(k, n)
+    if seps.size:
+        hi = np.where(k < seps.size, hi, n)
+    keep = (hi - lo) >= 16
+    if not keep.any():
+        return
+    lo, hi = lo[keep], hi[keep]
+    punct = np.flatnonzero(ch.cls("punct"))
+    many = (np.searchsorted(punct, hi) - np.searchsorted(punct, lo)) >= 6
+    text = ch.text
+    for a, b in zip(lo[many].tolist(), hi[many].tolist(), strict=True):
+        if len(set(text[a:b]) & ODD_SET) >= 3:  # three kinds of odd marks, or no soup
+            out.extend(_soup(text, a, b))
 
 
 def _soup(text: str, lo: int, hi: int) -> Iterator[Event]:
@@ -154,10 +268,119 @@ def _soup(text: str, lo: int, hi: int) -> Iterator[Event]:
             yield m.start(), min(1.5, len(s) / 20 * len(odd) / 5), "symbol_soup"
 
 
-def _is_letter(ch: str) -> bool:
-    return ch.isalpha()
+def _neighbours(ch: Chars, table: str, around: str) -> npt.NDArray[np.int64]:
+    """Positions of ``table`` characters with an ``around`` character on both sides."""
+    mark = ch.cls(table)
+    if len(ch) < 3 or not mark[1:-1].any():
+        return np.zeros(0, dtype=np.int64)
+    nb = ch.cls(around)
+    return np.flatnonzero(mark[1:-1] & nb[:-2] & nb[2:]) + 1
 
 
-def _letter_mask(codes: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
-    ascii_letter = ((codes >= 65) & (codes <= 90)) | ((codes >= 97) & (codes <= 122))
-    return ascii_letter | (codes >= 0xC0)
+def _glued(ch: Chars, out: list[Event]) -> None:
+    text = ch.text
+    for i in _neighbours(ch, "glue", "letter_or_wide").tolist():
+        if text[i - 1].isalpha() and GLUED.match(text, i):
+            out.append((i, 0.4, "glued_punctuation"))
+
+
+def _sandwich(ch: Chars, out: list[Event]) -> None:
+    for i in _neighbours(ch, "sandwich", "wide").tolist():
+        if _SANDWICH.match(ch.text, i):
+            out.append((i, 0.6, "stray_symbol"))
+
+
+def _clash(ch: Chars, out: list[Event]) -> None:
+    """Two different clause marks touching ("?;", ",:"), not inside a longer run of marks."""
+    semi = ch.cls("semi")
+    if len(ch) < 2 or not semi.any():
+        return
+    bang = ch.cls("bang")
+    pair = (bang[:-1] & semi[1:]) | (semi[:-1] & (semi[1:] | bang[1:]))
+    if not pair.any():
+        return
+    clause = ch.cls("clause")
+    ok = pair.copy()
+    ok[1:] &= ~clause[:-2]
+    ok[:-1] &= ~clause[2:]
+    out.extend((i, 0.4, "stray_symbol") for i in np.flatnonzero(ok).tolist())
+
+
+def _case(ch: Chars, out: list[Event]) -> None:
+    """Identifier soup: lower case, then capitals to the end of the word (``_CASE``).
+
+    Vectorized: for every lower-to-upper transition, the capitals that follow and the
+    lower-case run before it decide; camelCase (``getElementById``) falls out at once.
+    """
+    low, up = ch.cls("low"), ch.cls("up")
+    cand = np.flatnonzero(low[:-1] & up[1:])
+    if not cand.size:
+        return
+    n = len(ch)
+    letter = low | up
+    notup = np.flatnonzero(~up)
+    k = np.searchsorted(notup, cand + 1)
+    nxt = np.where(k < notup.size, notup[np.minimum(k, notup.size - 1)], n)
+    caps = nxt - cand - 1
+    after_letter = np.zeros(cand.size, dtype=bool)
+    inside = nxt < n
+    after_letter[inside] = letter[nxt[inside]]
+    # branch 1: [A-Za-z]?[a-z]{2,} then the capitals, then no letter
+    notlow = np.flatnonzero(~low)
+    j = np.searchsorted(notlow, cand) - 1
+    jpos = np.where(j >= 0, notlow[np.maximum(j, 0)], -1)  # last non-lower before cand
+    run = cand - jpos  # lower-case letters ending at cand
+    lead = np.zeros(cand.size, dtype=bool)  # one letter leads the lower-case run
+    ok_j = jpos >= 0
+    lead[ok_j] = letter[jpos[ok_j]]
+    before = jpos - 1
+    clear = np.ones(cand.size, dtype=bool)  # no letter before the match
+    ok_b = lead & (before >= 0)
+    clear[ok_b] = ~letter[before[ok_b]]
+    word_like = ~after_letter & (run >= 2) & clear
+    # branch 2: [a-z][A-Z]{3,} anywhere
+    start = np.where(word_like, np.where(lead, jpos, jpos + 1), cand)
+    hit = word_like | (caps >= 3)
+    out.extend((p, 0.3, "identifier_soup") for p in sorted(set(start[hit].tolist())))
+
+
+def stutter_events(ch: Chars, spans: list[tuple[int, int]] | None = None) -> list[Event]:
+    """A 3-8 letter syllable doubled inside a word ("overwardwardwards"), starting inside
+    one of ``spans`` (all of the text by default). (The same word twice in a row is found
+    from tokens, in text.py.)
+
+    Weak (capped below the threshold), so text.py reads them only near other evidence.
+    Vectorized: a doubled syllable of k letters needs three equal letters at distance k;
+    only those few spots are checked.
+    """
+    out: list[Event] = []
+    text = ch.text
+    c = ch.b if ch.ascii else ch.codes
+    letter = ch.cls("letter_or_wide")
+    for k in range(3, 9):
+        if c.size < 2 * k + 1:
+            break
+        eq = (c[k:] == c[:-k]) & letter[:-k]
+        three = eq[:-2] & eq[1:-1] & eq[2:]
+        for s in np.flatnonzero(three).tolist():
+            e = s + k
+            if (
+                e + k < len(text)
+                and text[s:e] == text[e : e + k]
+                and text[e + k].isalpha()
+                and text[s : e + k].isalpha()
+                and len(set(text[s:e])) > 1
+                and (spans is None or any(lo <= s < hi for lo, hi in spans))
+            ):
+                out.append((s, 0.35, "stutter"))
+    return out
+
+
+def _runs(mask: BoolArray, min_len: int) -> list[tuple[int, int]]:
+    """(start, end) of the runs of True in ``mask`` at least ``min_len`` long."""
+    if mask.size < min_len or not mask.any():
+        return []
+    d = np.diff(np.concatenate(([0], mask.view(np.int8), [0])))
+    st, en = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    keep = (en - st) >= min_len
+    return list(zip(st[keep].tolist(), en[keep].tolist(), strict=True))

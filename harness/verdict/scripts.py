@@ -19,6 +19,8 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
+from harness.verdict.salad import Chars
+
 NONLETTER = 0
 NEUTRAL = 1  # letters without a script worth counting (math alphanumerics, modifiers, ...)
 INHERIT = 2  # combining marks: take the script of the letter before them
@@ -142,11 +144,23 @@ def _pair_weights(n: int, names: dict[str, int]) -> npt.NDArray[np.float32]:
     return w
 
 
+_ASCII_IDS = bytes(LATIN if chr(c).isascii() and chr(c).isalpha() else 0 for c in range(256))
+
+
 def script_ids(text: str) -> npt.NDArray[np.uint8]:
     """One script id per character of ``text`` (combining marks take their base's script)."""
+    return script_ids_of(Chars(text))
+
+
+def script_ids_of(ch: Chars) -> npt.NDArray[np.uint8]:
+    """``script_ids`` from a text's ``Chars`` view: ASCII by byte table, the rest looked up."""
+    ids = np.frombuffer(ch.b7.translate(_ASCII_IDS), dtype=np.uint8)
+    if ch.ascii:
+        return ids
     table, _, _ = _tables()
-    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    ids = table[np.minimum(codes, _PLANES)]
+    ids = ids.copy()
+    wide = ch.wide
+    ids[wide] = table[np.minimum(ch.codes[wide], _PLANES)]
     inherit = ids == INHERIT
     if inherit.any():
         idx = np.where(inherit, 0, np.arange(ids.size))
@@ -167,6 +181,33 @@ def switch_events(
     w = weights[a, b]
     pos = np.flatnonzero(w > 0)
     return pos + 1, w[pos]
+
+
+def switch_events_near(
+    ids: npt.NDArray[np.uint8], wide: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """``switch_events`` when only the non-ASCII positions ``wide`` can switch script (two
+    ASCII letters are both Latin): looks at the pairs around them only."""
+    if ids.size < 2 or not wide.size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    _, weights, _ = _tables()
+    near = np.zeros(ids.size + 1, dtype=bool)
+    near[wide] = True
+    near[wide + 1] = True
+    near[0] = False
+    pos = np.flatnonzero(near[: ids.size])
+    w = weights[ids[pos - 1], ids[pos]]
+    keep = np.flatnonzero(w > 0)
+    return pos[keep].astype(np.int64), w[keep]
+
+
+def scripts_present(ids: npt.NDArray[np.uint8], wide: npt.NDArray[np.int64]) -> int:
+    """How many real scripts the letters of the text use (Latin counted from ASCII too)."""
+    counts = np.bincount(ids[wide], minlength=256) if wide.size else np.zeros(256, np.int64)
+    present = set(np.flatnonzero(counts).tolist())
+    if wide.size < ids.size:
+        present.add(LATIN)  # cheap upper bound: assume the ASCII part has letters
+    return sum(1 for s in present if s >= LATIN)
 
 
 def variety_events(

@@ -79,47 +79,171 @@ def score_text(text: str, context: str | None = None) -> TextFinding:
     if not text or text.isspace():
         return CLEAN
     work = _unescape(text)
-    m = mask(work)
-    ev: list[tuple[int, float, str]] = []
-    _special(work, m, ev)
-    ev.extend(salad.events(m.loops, work.isascii()))
-    if not m.loops.isascii():
-        ids = scripts.script_ids(m.loops)
-        pos, w = scripts.switch_events(ids)
-        ev.extend(zip(pos.tolist(), w.tolist(), ["script_switch"] * pos.size, strict=True))
-        pos, w = scripts.variety_events(ids)
-        ev.extend(zip(pos.tolist(), w.tolist(), ["script_variety"] * pos.size, strict=True))
-    if m.code and ev:  # salad inside code counts, but code is noisy: less weight
-        where = m.in_code(np.array([e[0] for e in ev], dtype=np.int64))
-        ev = [
-            (p, w * CODE_WEIGHT, s) if c else (p, w, s)
-            for (p, w, s), c in zip(ev, where, strict=True)
-            if not (c and s in _PROSE_ONLY)
-        ]
-    _loops(m.loops, context, m.code, ev)
+    if len(work) <= _QUICK_MAX and quick_clean(work):
+        return CLEAN
+    return _score(work, context)
+
+
+def _score(work: str, context: str | None) -> TextFinding:
+    """The full detector: mask, every signal, windows."""
+    m = mask(work)  # every step is gated by a substring test: plain prose costs little
+    mch = salad.Chars(m.loops)
+    ev = _events(mch, repeat.tokenize(m.loops, mch), context, m, _special(work))
     for vs, ve in m.values:
         sub = score_text(work[vs:ve], context)
         if sub.label is not None and sub.offset is not None:
             sig = "loop" if sub.label == REPETITION else "tool_value"
             ev.append((vs + sub.offset, sub.score, sig))
-    if not ev:
-        return CLEAN
-    return _combine(ev)
+    return _combine(ev) if ev else CLEAN
 
 
-def _special(text: str, m: Masked, ev: list[tuple[int, float, str]]) -> None:
+# ------------------------------------------------------------------ first pass
+#: Up to this length the first pass is a few C-speed string scans; past it the vectorized
+#: full path costs less than the regex scans would.
+_QUICK_MAX = 6000
+#: Non-ASCII characters that change nothing for any signal (typographic punctuation);
+#: any other one sends the text to the full path (scripts, spaceless tokens, U+FFFD, ...).
+_NOT_PLAIN = re.compile("[^\x00-\x7f\u00a0\u00b7\u2010-\u2015\u2018-\u201f\u2022\u2026]")
+_RUN4 = re.compile(r"([^\s\d\-=_*#~.+|/\\<>`'\"])\1{3}")
+_LOWER_UPPER = re.compile(r"[a-z][A-Z]")
+_TOKEN_SEP = bytes(
+    c if (48 <= c <= 57 or 97 <= c <= 122) else (c + 32 if 65 <= c <= 90 else 32)
+    for c in range(256)
+)
+_ODD_BYTES = bytes(c for c in range(33, 127) if chr(c) in salad.ODD_SET)
+_NOT_ODD = bytes(c for c in range(256) if c not in _ODD_BYTES)
+
+
+def quick_clean(text: str) -> bool:
+    """True when no signal can fire: the text is clean, with a score of 0.
+
+    A handful of C-speed scans (substring tests, short regexes with a literal or a small
+    character class first, one ``bytes.translate``, a set of token trigrams). It only
+    answers True when the full path would find no event at all; anything that might be
+    evidence (a special token, a run, dense punctuation, a glued mark, a capital after a
+    lower-case letter, a repeated trigram, a non-ASCII letter) sends the text on.
+    """
+    if _NOT_PLAIN.search(text):
+        return False
+    if ("<" in text or "[" in text) and next(salad.special_tokens(text), None) is not None:
+        return False
+    if _RUN4.search(text):
+        return False
+    for m in salad.GLUED.finditer(text):
+        if m.start() > 0 and text[m.start() - 1].isalpha():
+            return False
+    if salad.CLASH.search(text):
+        return False
+    if _LOWER_UPPER.search(text) and salad.CASE.search(text):
+        return False
+    raw = text.encode("ascii", "replace")
+    for word in raw.split():
+        # symbol soup needs 16+ characters without a space and three kinds of odd marks
+        if len(word) >= 16 and len(set(word.translate(None, _NOT_ODD))) >= 3:
+            return False
+    toks = raw.translate(_TOKEN_SEP).split()
+    tri = list(zip(toks, toks[1:], toks[2:], strict=False))
+    dup3 = len(tri) - len(set(tri))
+    if dup3:
+        quads = list(zip(toks, toks[1:], toks[2:], toks[3:], strict=False))
+        if len(quads) != len(set(quads)) or dup3 >= 0.44 * min(64, len(tri)):
+            return False
+    return True
+
+
+def _events(
+    ch: salad.Chars,
+    tok: repeat.Tokens,
+    context: str | None,
+    m: Masked | None,
+    specials: list[tuple[int, float, str]] | None = None,
+) -> list[tuple[int, float, str]]:
+    """All events of one text (``m``: the mask, in the second pass)."""
+    ev = salad.primary_events(ch)
+    if not ch.ascii:
+        _scripts(ch, ev)
+    code = m.code if m is not None else ()
+    if specials is None:
+        specials = _special(ch.text)
+    ev.extend(e for e in specials if m is None or not m.quoted_at(e[0]))
+    if code and ev:  # salad inside code counts, but code is noisy: less weight
+        ev = _code_weight(ev, m)
+    _loops(tok, context, code, ev)
+    if ev:
+        _stutters(ch, tok, m, ev)
+    return ev
+
+
+def _scripts(ch: salad.Chars, ev: list[tuple[int, float, str]]) -> None:
+    ids = scripts.script_ids_of(ch)
+    pos, w = scripts.switch_events_near(ids, ch.wide)
+    ev.extend(zip(pos.tolist(), w.tolist(), ["script_switch"] * pos.size, strict=True))
+    if scripts.scripts_present(ids, ch.wide) >= 4:
+        pos, w = scripts.variety_events(ids)
+        ev.extend(zip(pos.tolist(), w.tolist(), ["script_variety"] * pos.size, strict=True))
+
+
+def _code_weight(
+    ev: list[tuple[int, float, str]], m: Masked | None
+) -> list[tuple[int, float, str]]:
+    if m is None:
+        return ev
+    where = m.in_code(np.array([e[0] for e in ev], dtype=np.int64))
+    return [
+        (p, w * CODE_WEIGHT, s) if c else (p, w, s)
+        for (p, w, s), c in zip(ev, where, strict=True)
+        if not (c and s in _PROSE_ONLY)
+    ]
+
+
+def _stutters(
+    ch: salad.Chars, tok: repeat.Tokens, m: Masked | None, ev: list[tuple[int, float, str]]
+) -> None:
+    """Stutters are capped below the threshold: read only within a window of other events."""
+    spans: list[list[int]] = []
+    for p in sorted({e[0] for e in ev}):
+        lo, hi = max(0, p - WINDOW - 16), min(len(ch), p + WINDOW + 16)
+        if spans and lo <= spans[-1][1]:
+            spans[-1][1] = hi
+        else:
+            spans.append([lo, hi])
+    found = salad.stutter_events(ch, [(lo, hi) for lo, hi in spans])
+    for lo, hi in spans:
+        found.extend(_double_words(ch.text, tok, lo, hi))
+    if found and m is not None and m.code:
+        found = _code_weight(found, m)
+    ev.extend(found)
+
+
+def _double_words(text: str, tok: repeat.Tokens, lo: int, hi: int) -> list[tuple[int, float, str]]:
+    """The same word twice in a row ("side side"), from equal neighbouring token ids."""
+    i, j = np.searchsorted(tok.starts, [lo, hi]).tolist()
+    if j - i < 2:
+        return []
+    ids = tok.ids[i:j]
+    out = []
+    for k in (np.flatnonzero(ids[1:] == ids[:-1]) + i).tolist():
+        s1, e1 = int(tok.starts[k]), int(tok.ends[k])
+        s2, e2 = int(tok.starts[k + 1]), int(tok.ends[k + 1])
+        w = text[s1:e1]
+        if len(w) >= 2 and w.isalpha() and w == text[s2:e2] and text[e1:s2].isspace():
+            out.append((s1, 0.25, "stutter"))
+    return out
+
+
+def _special(text: str) -> list[tuple[int, float, str]]:
     """Special-token debris; a run of the same token is a loop, not just debris.
 
-    Searched in the whole text (debris inside a tool-call argument is still debris) except
-    quoted code spans, where documentation legitimately shows template tokens.
+    Searched in the whole text (debris inside a tool-call argument is still debris); the
+    caller drops the ones in quoted code spans, where documentation shows template tokens.
     """
-    if "<" not in text and "[" not in text:
-        return
-    run_start, run_tok, run_end, count = -1, "", -1, 0
-    found = [f for f in salad.special_tokens(text) if not m.quoted_at(f[0])]
-    html_s = "<s>" in text and "</s>" in text  # strike-through markup, not BOS/EOS
-    if html_s:
+    found = list(salad.special_tokens(text))
+    if not found:
+        return []
+    ev: list[tuple[int, float, str]] = []
+    if "<s>" in text and "</s>" in text:  # strike-through markup, not BOS/EOS
         found = [f for f in found if f[2] not in ("<s>", "</s>")]
+    run_start, run_tok, run_end, count = -1, "", -1, 0
     found.append((len(text) + 1, len(text) + 1, "\0"))
     for s, e, tok in found:
         if tok == run_tok and _GAP.fullmatch(text, run_end, s):
@@ -131,23 +255,19 @@ def _special(text: str, m: Masked, ev: list[tuple[int, float, str]]) -> None:
             if count >= 3:
                 ev.append((run_start, (count - 1) / 2, "special_token_run"))
         run_start, run_tok, run_end, count = s, tok, e, 1
+    return ev
 
 
 def _loops(
-    text: str,
+    tok: repeat.Tokens,
     context: str | None,
     code: tuple[tuple[int, int], ...],
     ev: list[tuple[int, float, str]],
 ) -> None:
-    tokens = repeat.tokens_of(text)
-    ctx = repeat.tokens_of(context) if context else None
-    loops = repeat.find_loops(tokens, ctx)
-    if not loops:
-        return
-    loops = loops[:8]
-    starts = repeat.token_starts(text, max(lp.start for lp in loops) + 1)
-    for lp in loops:
-        pos = starts[min(lp.start, len(starts) - 1)]
+    ctx = (lambda: repeat.tokenize(context)) if context else None
+    loops = repeat.find(tok, ctx)
+    for lp in loops[:8]:
+        pos = int(tok.starts[min(lp.start, len(tok) - 1)])
         score = lp.score
         if any(s <= pos < e for s, e in code):
             score *= 0.5
