@@ -188,11 +188,21 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "itl_p95_s": _quantile(ok["itl_s"], 0.95),
         "latency_p50_s": _quantile(ok["latency_s"], 0.5),
     }
-    injected = ok["sim_injected"].notna() & (ok["sim_injected"].astype(str) != "")
-    if injected.any():
+    kinds = ok["sim_injected"].astype(str)
+    known = ok["sim_injected"].notna() & (kinds != "")
+    # corruption the simulator injected: not "none", not a transport fault
+    injected = known & (kinds != "none") & ~kinds.str.startswith("transport:")
+    if known.any():
         out["sim_injected_turns"] = int(injected.sum())
-        out["sim_recall"] = float((ok["is_corrupted"] & injected).sum() / injected.sum())
+        n_injected = int(injected.sum())
+        out["sim_recall"] = (
+            float((ok["is_corrupted"] & injected).sum() / n_injected) if n_injected else None
+        )
         out["sim_false_alarms"] = int((ok["is_corrupted"] & ~injected).sum())
+        flagged = int(ok["is_corrupted"].sum())
+        out["sim_precision"] = (
+            float((ok["is_corrupted"] & injected).sum() / flagged) if flagged else None
+        )
     return out
 
 

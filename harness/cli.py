@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from harness import __version__
 from harness.errors import HarnessError, UsageError
@@ -39,14 +39,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line that says what to fix, not the whole usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="harness",
         description="Concurrency stress-test and corruption detector for LLM inference servers.",
     )
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
 
     run = sub.add_parser("run", help="drive concurrent tool-call sessions and judge every turn")
     run.add_argument(

@@ -241,6 +241,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
     except InfrastructureError as exc:
         infra = str(exc)
+    turns_path = opts.out_dir / TURNS_FILE
+    nothing_ran = not turns_path.exists() or turns_path.stat().st_size == 0
+    if nothing_ran and (interrupted or infra):
+        print(f"harness: error: {interrupted or infra}", file=sys.stderr)
+        return 130 if interrupted else 3
     if interrupted or infra:
         print(
             f"harness: {interrupted or infra}; the report covers the turns done so far "
@@ -252,9 +257,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"harness: variant {o.label}: {o.error}", file=sys.stderr)
     from harness.report import format_table, write_report
 
-    turns_path = opts.out_dir / TURNS_FILE
-    if not turns_path.exists() or turns_path.stat().st_size == 0:
-        return 130 if interrupted else 3
+    if nothing_ran:
+        return 3
     summary = write_report(opts.out_dir)
     print(format_table(summary))
     print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")

@@ -86,7 +86,7 @@ KNOWN_METRICS = (
     "turn_corruption_ci_hi", "transport_errors", "transport_error_rate", "retries",
     "noncanonical_turns", "first_corrupted_turn_median", "prompt_tokens_max", "ttft_p50_s",
     "ttft_p95_s", "itl_p50_s", "itl_p95_s", "latency_p50_s", "sim_injected_turns",
-    "sim_recall", "sim_false_alarms",
+    "sim_recall", "sim_precision", "sim_false_alarms",
 )  # fmt: skip
 
 

@@ -130,12 +130,15 @@ def finished_sessions(run_dir: Path) -> set[tuple[str, int, int]]:
     return done
 
 
-async def served_model(base_url: str) -> str:
+async def served_model(base_url: str, api_key: str | None = None) -> str:
     """The first model id in the server's /v1/models ("default" when it lists none)."""
     import httpx
 
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(base_url=base_url, timeout=10.0, trust_env=False) as http:
+        async with httpx.AsyncClient(
+            base_url=base_url, timeout=10.0, trust_env=False, headers=headers
+        ) as http:
             data = (await http.get("/v1/models")).json().get("data") or []
         return str(data[0]["id"])
     except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
@@ -189,7 +192,7 @@ async def _run_variant(
             if spec.warm_up:
                 await warm_up(base_url, opts.model or spec.model, api_key=opts.api_key)
         announce(f"{name}: {len(plans)} sessions on {base_url}")
-        model = opts.model or await served_model(base_url)
+        model = opts.model or await served_model(base_url, opts.api_key)
         client = ChatClient(
             base_url,
             model=model,
@@ -260,6 +263,10 @@ async def _run_variant(
                     announce(f"{name}: stopped: {error}")
                 finally:
                     watcher.cancel()
+                alive = getattr(target, "alive", None)
+                if error is None and alive is not None and not alive():
+                    error = "the server process died during the run"
+                    announce(f"{name}: {error}")
                 if error is None:
                     await _after_load(opts, run_id, variant, repeat, plans, client, base, announce)
         finally:

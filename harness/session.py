@@ -229,7 +229,8 @@ class Session:
             for attempt in range(sh.scenario.max_attempts):
                 out, verdict, _ = await self.send(turn, attempt)
                 if out.failure is not None:
-                    await asyncio.sleep(sh.retry_delay_s * (2**attempt))
+                    if attempt + 1 < sh.scenario.max_attempts:
+                        await asyncio.sleep(sh.retry_delay_s * (2**attempt))
                     continue
                 if verdict.corrupted and sh.on_corruption == "retry":
                     continue

@@ -56,7 +56,11 @@ async def wait_ready(
                 try:
                     resp = await http.get(path)
                 except httpx.HTTPError as exc:
-                    last = f"{path}: {type(exc).__name__}"
+                    cause = exc.__cause__ or exc.__context__
+                    refused = isinstance(exc, httpx.ConnectError) or isinstance(
+                        cause, ConnectionRefusedError
+                    )
+                    last = f"{path}: connection refused" if refused else f"{path}: {exc!r}"
                     break  # not listening yet: no point trying the other paths
                 if resp.status_code == 200:
                     return path
@@ -70,7 +74,7 @@ async def wait_ready(
 class EndpointTarget:
     """A server that is already up."""
 
-    def __init__(self, base_url: str, ready_timeout_s: float = 30.0) -> None:
+    def __init__(self, base_url: str, ready_timeout_s: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.ready_timeout_s = ready_timeout_s
 
