@@ -8,8 +8,10 @@ lag, pool waits, CPU and turns per second, left in ``Progress.harness_self`` whe
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -41,6 +43,30 @@ class Progress:
             self.corrupted_sessions.add((rec.get("repeat", 0), rec["session"]))
         if rec.get("transport_error"):
             self.transport_errors += 1
+
+
+# The cyclic garbage collector's first threshold while sessions run. At the default (700
+# allocations) a run with thousands of sessions spent a quarter of its CPU in collections
+# that found little: turns free their objects by reference counting.
+GC_GEN0_THRESHOLD = 20_000
+_gc_users = 0
+_gc_saved: tuple[int, int, int] | None = None
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    global _gc_users, _gc_saved
+    if _gc_users == 0:
+        _gc_saved = gc.get_threshold()
+        gen0, gen1, gen2 = _gc_saved
+        gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), max(gen1, 50), max(gen2, 100))
+    _gc_users += 1
+    try:
+        yield
+    finally:
+        _gc_users -= 1
+        if _gc_users == 0 and _gc_saved is not None:
+            gc.set_threshold(*_gc_saved)
 
 
 @dataclass(frozen=True)
@@ -90,18 +116,19 @@ async def drive(
         observers.append(report)
     report.start()
     try:
-        return await _drive(
-            client,
-            scenario,
-            plans,
-            writer,
-            base,
-            options,
-            progress,
-            report,
-            on_turn,
-            on_session_end,
-        )
+        with _fewer_collections():
+            return await _drive(
+                client,
+                scenario,
+                plans,
+                writer,
+                base,
+                options,
+                progress,
+                report,
+                on_turn,
+                on_session_end,
+            )
     finally:
         if observers is not None:
             observers.remove(report)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -132,6 +133,7 @@ async def test_drive_leaves_its_self_report(make_sim: Callable[..., str], tmp_pa
     scenario = load_scenario().with_overrides(sessions=3, steps=2, max_turns=3, max_context=6000)
     client = ChatClient(url, model="m", request_timeout=20)
     progress = Progress()
+    thresholds = gc.get_threshold()
     try:
         with TurnWriter(tmp_path / "turns.jsonl") as writer:
             await drive(
@@ -145,6 +147,7 @@ async def test_drive_leaves_its_self_report(make_sim: Callable[..., str], tmp_pa
             )
     finally:
         await client.aclose()
+    assert gc.get_threshold() == thresholds  # raised while driving, restored after
     rows = read_turns(tmp_path / "turns.jsonl")
     me = progress.harness_self
     assert me is not None

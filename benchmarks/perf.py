@@ -1,0 +1,202 @@
+"""Harness vs a raw aiohttp client against a loopback endpoint that does no work.
+
+    python benchmarks/perf.py                       # the standard cases, about 3 minutes
+    python benchmarks/perf.py --quick               # fewer turns, one repeat
+    python benchmarks/perf.py --clients shipped,aiohttp --markdown out.md
+
+Starts ``null_endpoint.py`` as its own process, then runs each case in fresh client processes
+(``perf_client.py``), alternating raw and harness runs ``--repeats`` times, so each run has
+its own peak memory and both see the same machine state. Prints one table: turns/s, client
+CPU ms per turn, events/s, peak RSS, request size, the endpoint's own CPU, and each harness
+client's turns/s as a ratio of the raw client's in the same case (median over repeats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    concurrency: int
+    sessions: int
+    turns: int
+    context: int
+    stream: bool = True
+    delay_ms: int = 0  # a paced endpoint: each answer after this long
+
+
+CASES = [
+    Case("80 x 2k", 80, 800, 5, 2000),
+    Case("500 x 2k", 500, 1000, 5, 2000),
+    Case("2000 x 2k", 2000, 2000, 4, 2000),
+    Case("80 x 80k", 80, 80, 10, 78000),
+    Case("80 x 2k plain", 80, 800, 5, 2000, stream=False),
+    Case("80 x 2k paced 200ms", 80, 400, 5, 2000, delay_ms=200),
+    Case("2000 x 2k paced 5s", 2000, 2000, 2, 2000, delay_ms=5000),
+]
+QUICK = [
+    Case("80 x 2k", 80, 240, 5, 2000),
+    Case("500 x 2k", 500, 500, 4, 2000),
+    Case("2000 x 2k", 2000, 2000, 2, 2000),
+    Case("80 x 80k", 80, 80, 4, 78000),
+]
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_endpoint(delay_ms: int) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "null_endpoint.py"),
+            "--port",
+            "0",
+            "--delay-ms",
+            str(delay_ms),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        proc.kill()
+        raise SystemExit(f"endpoint did not start: {line!r}")
+    return proc, f"http://127.0.0.1:{line.split()[1]}"
+
+
+def run_client(url: str, case: Case, mode: str, client: str, endpoint: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        str(HERE / "perf_client.py"),
+        "--mode",
+        mode,
+        "--client",
+        client,
+        "--url",
+        url,
+        "--concurrency",
+        str(case.concurrency),
+        "--sessions",
+        str(case.sessions),
+        "--turns",
+        str(case.turns),
+        "--context",
+        str(case.context),
+    ]
+    if not case.stream:
+        cmd.append("--plain")
+    cpu0 = cpu_seconds(endpoint)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{mode}/{client} failed on {case.name}:\n{done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["endpoint_cpu_ms_per_turn"] = (
+        1000 * (cpu_seconds(endpoint) - cpu0) / max(1, result["requests"])
+    )
+    return result
+
+
+def median(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(float(r[key]) for r in rows)
+
+
+def table(results: dict[tuple[str, str], list[dict[str, Any]]], cases: list[Case]) -> str:
+    head = (
+        "| case | client | turns/s | ratio | client CPU ms/turn | events/s | peak RSS MB "
+        "| request KB | endpoint CPU ms/turn | loop lag p99 ms | send lag p99 ms |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    lines = []
+    for case in cases:
+        raw = results.get((case.name, "raw"))
+        if not raw:
+            continue
+        raw_tps = median(raw, "turns_per_s")
+        for (name, client), rows in results.items():
+            if name != case.name:
+                continue
+            tps = median(rows, "turns_per_s")
+            lag = send = "-"
+            me = [r["harness_self"] for r in rows if r.get("harness_self")]
+            lags = [m["loop_lag_ms"]["p99"] for m in me if m.get("loop_lag_ms")]
+            sends = [m["send_lag_ms"]["p99"] for m in me if m.get("send_lag_ms")]
+            if lags:
+                lag = f"{statistics.median(lags):.0f}"
+            if sends:
+                send = f"{statistics.median(sends):.1f}"
+            label = "raw aiohttp" if client == "raw" else f"harness ({client})"
+            lines.append(
+                f"| {case.name} | {label} | {tps:,.0f} | {tps / raw_tps:.2f} "
+                f"| {median(rows, 'cpu_ms_per_turn'):.2f} | {median(rows, 'events_per_s'):,.0f} "
+                f"| {max(r['peak_rss_mb'] for r in rows):.0f} | {median(rows, 'req_kb'):.1f} "
+                f"| {median(rows, 'endpoint_cpu_ms_per_turn'):.2f} | {lag} | {send} |"
+            )
+    return head + "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", default="shipped", help="harness ChatClient variants, comma")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cases", default="", help="only cases whose name contains one of these")
+    ap.add_argument("--json", type=Path, help="write every run's figures here")
+    ap.add_argument("--markdown", type=Path, help="write the table here")
+    args = ap.parse_args()
+    cases = QUICK if args.quick else CASES
+    if args.cases:
+        wanted = [w.strip() for w in args.cases.split(",")]
+        cases = [c for c in cases if any(w in c.name for w in wanted)]
+    clients = [c for c in args.clients.split(",") if c]
+    repeats = 1 if args.quick else args.repeats
+    endpoints = {d: start_endpoint(d) for d in sorted({c.delay_ms for c in cases})}
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    t0 = time.perf_counter()
+    try:
+        for case in cases:
+            proc, url = endpoints[case.delay_ms]
+            for _ in range(repeats):
+                for mode, client in [("raw", "shipped"), *(("harness", c) for c in clients)]:
+                    row = run_client(url, case, mode, client, proc.pid)
+                    key = (case.name, "raw" if mode == "raw" else client)
+                    results.setdefault(key, []).append(row)
+                    print(
+                        f"{case.name:>14} {key[1]:>9}: {row['turns_per_s']:8,.0f} turns/s "
+                        f"{row['cpu_ms_per_turn']:5.2f} ms/turn {row['peak_rss_mb']:6.0f} MB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    finally:
+        for proc, _ in endpoints.values():
+            proc.terminate()
+            proc.wait(timeout=10)
+    if args.json:
+        rows = [dict(r, case=k[0], client=k[1]) for k, rs in results.items() for r in rs]
+        args.json.write_text(json.dumps(rows, indent=1))
+    out = table(results, cases)
+    print(out)
+    print(f"({time.perf_counter() - t0:.0f} s, {os.cpu_count()} cores)")
+    if args.markdown:
+        args.markdown.write_text(out)
+
+
+if __name__ == "__main__":
+    main()
