@@ -95,6 +95,14 @@ def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure:
     return Failure("protocol", f"{type(exc).__name__}: {exc}")
 
 
+def chat_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:
+    """The exact bytes sent for one chat request (transcripts rebuild them with this too)."""
+    payload = dict(body, model=body.get("model", model), stream=stream)
+    if stream:
+        payload["stream_options"] = {"include_usage": True}
+    return orjson.dumps(payload)
+
+
 class ChatClient:
     """One pooled client for one endpoint, sized for the run's concurrency."""
 
@@ -135,10 +143,7 @@ class ChatClient:
             return _failure_from(exc)
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
-        payload = dict(body, model=body.get("model", self.model), stream=stream)
-        if stream:
-            payload["stream_options"] = {"include_usage": True}
-        data = orjson.dumps(payload)
+        data = chat_payload(body, self.model, stream)
         out = TurnOutput()
         t0 = time.perf_counter()
         cap = asyncio.timeout(self.total_timeout)

@@ -33,6 +33,7 @@ from typing import IO, Any
 
 import orjson
 
+from harness.client import chat_payload  # noqa: E402 (sorted below)
 from harness.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,8 @@ TRANSCRIPTS_FILE = "transcripts.jsonl"
 
 
 def wire_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:
-    """The bytes ``ChatClient.chat`` sends for ``body`` (mirrors its payload building)."""
-    payload = dict(body, model=body.get("model", model), stream=stream)
-    if stream:
-        payload["stream_options"] = {"include_usage": True}
-    return orjson.dumps(payload)
+    """The bytes ``ChatClient.chat`` sends for ``body``."""
+    return chat_payload(body, model, stream)
 
 
 def _joined(messages: list[dict[str, Any]]) -> str:
