@@ -33,7 +33,7 @@ from typing import IO, Any
 
 import orjson
 
-from harness.client import chat_payload  # noqa: E402 (sorted below)
+from harness.client import chat_payload
 from harness.errors import UsageError
 
 log = logging.getLogger(__name__)
