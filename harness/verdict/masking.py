@@ -40,19 +40,23 @@ _REGEX_MARK = re.compile(
 _MATH = re.compile(
     r"\$\$.{1,2000}?\$\$|\$[^$\n]{1,300}?\$|\\\(.{1,300}?\\\)|\\\[.{1,2000}?\\\]", re.S
 )
+#: Inline "math" holding marks LaTeX never writes is not math (soup between two dollars).
+_NOT_MATH = re.compile(r"[`\"?@]")
 _TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>\n]{0,300})?/?>")
 
 
 @dataclass(frozen=True)
 class Masked:
     original: str
-    loops: str  # masked regions blanked, but fenced and indented code kept (salad and loops
-    # in code are still evidence, weighed less)
+    loops: str  # what loops are searched in: markup, quoted code, URLs, regexes blanked;
+    # code, math and blobs kept (a formula or a hash repeated is still a loop)
     starts: npt.NDArray[np.int64]  # sorted, non-overlapping masked intervals
     ends: npt.NDArray[np.int64]
     code: tuple[tuple[int, int], ...]  # fenced or indented code (a subset of the intervals)
     values: tuple[tuple[int, int], ...]  # long tool-call argument values, scored on their own
     quoted: tuple[tuple[int, int], ...] = ()  # inline code spans
+    #: what salad is read in: ``loops`` with math and blobs blanked as well
+    prose: str = ""
 
     @property
     def text(self) -> str:
@@ -94,8 +98,9 @@ def mask(text: str) -> Masked:
     indented = "\n    " in text or "\t" in text or text.startswith("    ")
     if fenced or indented:
         code.extend(_code_blocks(text, fenced, indented))
+    data: list[tuple[int, int]] = []  # math and blobs: not prose, but loops in them count
     if "$" in text or "\\(" in text or "\\[" in text:
-        spans.extend(m.span() for m in _MATH.finditer(text))
+        data.extend(m.span() for m in _MATH.finditer(text) if not _NOT_MATH.search(m.group(0)))
     quoted: list[tuple[int, int]] = []
     if "`" in text:
         quoted = [m.span() for m in _INLINE.finditer(text)]
@@ -134,16 +139,17 @@ def mask(text: str) -> Masked:
         spans.extend(_around(text, m.start()) for m in _EMAIL_ANCHOR.finditer(text))
     if "/" in text or "\\" in text:
         spans.extend(m.span() for m in _PATH.finditer(text))
-    spans.extend(_blobs(text))
+    data.extend(_blobs(text))
     if "\\" in text:
         for m in _REGEX.finditer(text):
             s, e = _around(text, m.start())
             if len(_REGEX_MARK.findall(text, s, e)) >= 2:
-                spans.append((s, e))
-    if not spans and not code:
-        return Masked(text, text, _EMPTY, _EMPTY, (), tuple(values), tuple(quoted))
+                spans.append((s, e))  # a regex repeats its pieces by design: no loops
+    if not spans and not code and not data:
+        return Masked(text, text, _EMPTY, _EMPTY, (), tuple(values), tuple(quoted), text)
     loops = _blank(text, _merge(spans))
-    merged = _merge(spans + code)
+    prose = _blank(text, _merge(spans + data)) if data else loops
+    merged = _merge(spans + data + code)
     arr = np.array(merged, dtype=np.int64).reshape(-1, 2)
     return Masked(
         text,
@@ -153,6 +159,7 @@ def mask(text: str) -> Masked:
         tuple((s, e) for s, e in _merge(code)),
         tuple(values),
         tuple(quoted),
+        prose,
     )
 
 
@@ -204,7 +211,7 @@ def _around(text: str, i: int) -> tuple[int, int]:
 
 
 _BLOB_TABLE = bytes(
-    1 if chr(c) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-=" else 0
+    1 if chr(c) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-=." else 0
     for c in range(256)
 )
 

@@ -77,6 +77,9 @@ class Tokens:
     digit: npt.NDArray[np.bool_]  # all digits
     small: npt.NDArray[np.bool_]  # one ASCII character, or all digits (formula units)
     words: Callable[[int, int], list[str]]  # the case-folded tokens [i, j)
+    letters: npt.NDArray[np.bool_] | None = None  # no digit inside
+    #: ids of arbitrary character ranges [s, e), comparable with ``ids``
+    sub: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], Ids] | None = None
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -140,18 +143,58 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
     h = np.zeros(n + 1, dtype=np.uint64)
     with np.errstate(over="ignore"):
         np.cumsum(vals * pw[:n], out=h[1:])
-        ids = (h[ends] - h[starts]) * ipw[starts]
-        ids = (ids ^ (ids >> np.uint64(31))) * _M1
+
+    def sub(s: npt.NDArray[np.int64], e: npt.NDArray[np.int64]) -> Ids:
+        with np.errstate(over="ignore"):
+            raw = (h[e] - h[s]) * ipw[s]
+            return (raw ^ (raw >> np.uint64(31))) * _M1
+
+    ids = sub(starts, ends)
     lens = ends - starts
     dpos = np.flatnonzero(ch.cls("digit"))
-    digit = (np.searchsorted(dpos, ends) - np.searchsorted(dpos, starts)) == lens
+    ndig = np.searchsorted(dpos, ends) - np.searchsorted(dpos, starts)
+    digit = ndig == lens
     small = digit | ((lens == 1) & (ch.b[starts] != WIDE))
 
     def words(i: int, j: int) -> list[str]:
         pairs = zip(starts[i:j].tolist(), ends[i:j].tolist(), strict=True)
         return [text[s:e].lower() for s, e in pairs]
 
-    return Tokens(ids, starts, ends, digit, small, words)
+    return Tokens(ids, starts, ends, digit, small, words, ndig == 0, sub)
+
+
+def glued(tok: Tokens, part: int = 3) -> npt.NDArray[np.int64]:
+    """Tokens that are two other tokens of the same text glued together ("eineDas",
+    "ΑθήναΑθήνα", "wiewie"): word soup made of the text's own words. Only tokens seen once,
+    of letters, 2 x ``part`` long or more; both pieces (``part``+ letters) must occur on
+    their own elsewhere in the text. Returns the character offsets of those tokens.
+    Vectorized: every split point of every candidate is hashed and looked up at once."""
+    none = np.zeros(0, dtype=np.int64)
+    if tok.sub is None or tok.letters is None or len(tok) < 3:
+        return none
+    lens = tok.ends - tok.starts
+    words = tok.letters & (lens >= part)
+    vocab = np.sort(tok.ids[words])
+    if vocab.size < 2:
+        return none
+    once = (np.searchsorted(vocab, tok.ids, "right") - np.searchsorted(vocab, tok.ids)) == 1
+    cand = np.flatnonzero(words & once & (lens >= 2 * part))
+    if not cand.size:
+        return none
+    splits = lens[cand] - 2 * part + 1
+    which = np.repeat(cand, splits)
+    first = np.cumsum(splits) - splits
+    at = np.arange(which.size) - np.repeat(first, splits) + part + tok.starts[which]
+    a = tok.sub(tok.starts[which], at)
+    b = tok.sub(at, tok.ends[which])
+    ka = np.minimum(np.searchsorted(vocab, a), vocab.size - 1)
+    kb = np.minimum(np.searchsorted(vocab, b), vocab.size - 1)
+    ok = (vocab[ka] == a) & (vocab[kb] == b)
+    hit = which[ok]
+    if not hit.size:
+        return none
+    out: npt.NDArray[np.int64] = tok.starts[np.unique(hit)]
+    return out
 
 
 def tokens_of(text: str) -> list[str]:

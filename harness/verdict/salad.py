@@ -91,6 +91,9 @@ _CLASSES: dict[str, set[int]] = {
         c for c in range(256) if not (chr(c).isspace() or chr(c).isdigit() or chr(c) in _RULE_CHARS)
     },
     "digit": set(range(48, 58)),
+    "dot": _chars("."),
+    "space": _chars(" \t\n\r\f\v"),
+    "alnum": {*range(48, 58), *range(65, 91), *range(97, 123)},
 }
 _NAMES = list(_CLASSES)
 _BIT = {name: (i // 8, np.uint8(1 << (i % 8))) for i, name in enumerate(_NAMES)}
@@ -177,18 +180,30 @@ def events(text: str, ascii_only: bool | None = None) -> Iterator[Event]:
     yield from stutter_events(ch)
 
 
-def primary_events(ch: Chars) -> list[Event]:
+def replacement_chars(text: str) -> list[Event]:
+    """U+FFFD runs: broken bytes, evidence wherever they are (code and quotes too)."""
+    if "\ufffd" not in text:
+        return []
+    return [
+        (m.start(), min(1.5, 0.6 * (m.end() - m.start())), "replacement_char")
+        for m in _FFFD.finditer(text)
+    ]
+
+
+def primary_events(ch: Chars, fffd: bool = True) -> list[Event]:
     """Every salad event except stutters (those only count next to other evidence)."""
     out: list[Event] = []
     text = ch.text
     if len(text) < 2:
         return out
-    if not ch.ascii and "\ufffd" in text:
-        for m in _FFFD.finditer(text):
-            out.append((m.start(), min(1.5, 0.6 * (m.end() - m.start())), "replacement_char"))
+    if fffd and not ch.ascii:
+        out.extend(replacement_chars(text))
     _char_runs(ch, out)
+    _spaced_runs(ch, out)
+    _unit_loops(ch, out)
     _symbol_soup(ch, out)
     _glued(ch, out)
+    _glued_stop(ch, out)
     _clash(ch, out)
     _case(ch, out)
     if not ch.ascii:
@@ -203,6 +218,55 @@ def primary_events(ch: Chars) -> list[Event]:
                     last = dm.end()
                     out.append((dm.start(), (dm.end() - dm.start()) / 4 - 0.5, "stutter_run"))
     return out
+
+
+_SPACED = re.compile(r"(\S)(?:\s{1,3}\1){7,}")
+
+
+def _spaced_runs(ch: Chars, out: list[Event]) -> None:
+    """One mark repeated 8+ times with only whitespace between ("|\n|\n|", "😂 😂 😂"): a
+    loop of a token that is not a word. Rule characters on one line draw rules."""
+    c = ch.b if ch.ascii else ch.codes
+    if c.size < 16:
+        return
+    sp, alnum = ch.cls("space"), ch.cls("alnum")
+    mark = ~sp & ~alnum
+    one = (c[2:] == c[:-2]) & sp[1:-1] & mark[:-2]
+    if np.count_nonzero(one) < 4:
+        return
+    text, last = ch.text, -1
+    for i in np.flatnonzero(one).tolist():
+        if i < last:
+            continue
+        m = _SPACED.match(text, i)
+        if m is None:
+            continue
+        last = m.end()
+        if m.group(1) in _RULE_CHARS and "\n" not in m.group(0):
+            continue
+        n = len(m.group(0).split())
+        out.append((i, min(3.0, (n - 6) / 4), "char_run"))
+
+
+def _unit_loops(ch: Chars, out: list[Event]) -> None:
+    """A unit of 2-8 letters repeated inside one word ("एकएकएकएक", "búnbúnbúnbún"): a loop
+    the word tokenizer cannot see. 4+ copies (6+ for two-letter units: "hahaha")."""
+    c = ch.b if ch.ascii else ch.codes
+    letter = ch.cls("letter_or_wide")
+    text = ch.text
+    for k in range(2, 9):
+        if c.size < 4 * k:
+            break
+        eq = (c[k:] == c[:-k]) & letter[:-k]
+        four = eq[: -2 * k] & eq[k:-k] & eq[2 * k :]
+        if not four.any():
+            continue
+        for s, e in _runs(eq, 3 * k):
+            copies = (e - s) / k + 1
+            unit = text[s : s + k]
+            if copies < (6 if k == 2 else 4) or len(set(unit)) < 2 or not unit.isalpha():
+                continue
+            out.append((s, (copies - 1) * min(1.0, 0.25 + 0.05 * k), "loop"))
 
 
 def _char_runs(ch: Chars, out: list[Event]) -> None:
@@ -284,6 +348,19 @@ def _glued(ch: Chars, out: list[Event]) -> None:
             out.append((i, 0.4, "glued_punctuation"))
 
 
+#: A sentence glued to the next one, "rows.The": word soup glues words with their
+#: punctuation. Only a period between two letters (of any cased script) followed by a
+#: capitalized word: "config.yaml" and "os.path" are names, CSV has commas.
+_GLUED_STOP = re.compile(r"(?<=[^\W\d_]{2})\.(?=[^\W\d_]{2})")
+
+
+def _glued_stop(ch: Chars, out: list[Event]) -> None:
+    text = ch.text
+    for i in _neighbours(ch, "dot", "letter_or_wide").tolist():
+        if text[i + 1].isupper() and text[i + 2 : i + 3].islower() and _GLUED_STOP.match(text, i):
+            out.append((i, 0.3, "glued_sentence"))
+
+
 def _sandwich(ch: Chars, out: list[Event]) -> None:
     for i in _neighbours(ch, "sandwich", "wide").tolist():
         if _SANDWICH.match(ch.text, i):
@@ -341,7 +418,7 @@ def _case(ch: Chars, out: list[Event]) -> None:
     # branch 2: [a-z][A-Z]{3,} anywhere
     start = np.where(word_like, np.where(lead, jpos, jpos + 1), cand)
     hit = word_like | (caps >= 3)
-    out.extend((p, 0.3, "identifier_soup") for p in sorted(set(start[hit].tolist())))
+    out.extend((p, 0.2, "identifier_soup") for p in sorted(set(start[hit].tolist())))
 
 
 def stutter_events(ch: Chars, spans: list[tuple[int, int]] | None = None) -> list[Event]:

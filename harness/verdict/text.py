@@ -22,17 +22,20 @@ from harness.verdict.masking import Masked, mask
 THRESHOLD = 0.7
 WINDOW = 320  # characters
 CODE_WEIGHT = 0.6  # salad events inside fenced or indented code
+GLUED_WEIGHT = 0.3  # one token made of two other words of the text
 
 TOKEN_SALAD = "token_salad"
 REPETITION = "repetition"
 
 #: Per-window caps of the weak signals.
 _CAPS = {
-    "identifier_soup": 1.2,
+    "identifier_soup": 0.6,
     "stutter": 0.6,
     "glued_punctuation": 0.8,
     "stray_symbol": 1.2,
     "script_variety": 0.45,
+    "glued_words": 0.9,
+    "glued_sentence": 0.6,
 }
 _REPETITION_SIGNALS = frozenset({"loop", "drift", "char_run", "special_token_run", "stutter_run"})
 _SIGNALS = (
@@ -47,12 +50,23 @@ _SIGNALS = (
     "stutter",
     "script_switch",
     "script_variety",
+    "glued_words",
+    "glued_sentence",
     "loop",
     "drift",
     "tool_value",
 )
 #: Signals that describe prose; code legitimately has "?;", "parseHTML", "aa aa".
-_PROSE_ONLY = frozenset({"glued_punctuation", "stray_symbol", "identifier_soup", "stutter"})
+_PROSE_ONLY = frozenset(
+    {
+        "glued_punctuation",
+        "stray_symbol",
+        "identifier_soup",
+        "stutter",
+        "glued_words",
+        "glued_sentence",
+    }
+)
 _GAP = re.compile(r"\s*")
 
 
@@ -87,8 +101,9 @@ def score_text(text: str, context: str | None = None) -> TextFinding:
 def _score(work: str, context: str | None) -> TextFinding:
     """The full detector: mask, every signal, windows."""
     m = mask(work)  # every step is gated by a substring test: plain prose costs little
-    mch = salad.Chars(m.loops)
-    ev = _events(mch, repeat.tokenize(m.loops, mch), context, m, _special(work))
+    lch = salad.Chars(m.loops)
+    pch = lch if m.prose is m.loops else salad.Chars(m.prose)
+    ev = _events(pch, repeat.tokenize(m.loops, lch), context, m, _special(work))
     for vs, ve in m.values:
         sub = score_text(work[vs:ve], context)
         if sub.label is not None and sub.offset is not None:
@@ -142,6 +157,8 @@ def quick_clean(text: str) -> bool:
         if len(word) >= 16 and len(set(word.translate(None, _NOT_ODD))) >= 3:
             return False
     toks = raw.translate(_TOKEN_SEP).split()
+    if _any_glued(toks):
+        return False
     tri = list(zip(toks, toks[1:], toks[2:], strict=False))
     dup3 = len(tri) - len(set(tri))
     if dup3:
@@ -149,6 +166,20 @@ def quick_clean(text: str) -> bool:
         if len(quads) != len(set(quads)) or dup3 >= 0.44 * min(64, len(tri)):
             return False
     return True
+
+
+def _any_glued(toks: list[bytes]) -> bool:
+    """``repeat.glued`` on a short token list: a once-seen word made of two other words."""
+    counts: dict[bytes, int] = {}
+    for t in toks:
+        counts[t] = counts.get(t, 0) + 1
+    vocab = {t for t in counts if len(t) >= 3 and t.isalpha()}
+    for t, c in counts.items():
+        if c == 1 and len(t) >= 6 and t.isalpha():
+            for i in range(3, len(t) - 2):
+                if t[:i] in vocab and t[i:] in vocab:
+                    return True
+    return False
 
 
 def _events(
@@ -159,13 +190,16 @@ def _events(
     specials: list[tuple[int, float, str]] | None = None,
 ) -> list[tuple[int, float, str]]:
     """All events of one text (``m``: the mask, in the second pass)."""
-    ev = salad.primary_events(ch)
+    ev = salad.primary_events(ch, fffd=False)  # U+FFFD is read in the raw text
     if not ch.ascii:
         _scripts(ch, ev)
     code = m.code if m is not None else ()
     if specials is None:
         specials = _special(ch.text)
-    ev.extend(e for e in specials if m is None or not m.quoted_at(e[0]))
+    ev.extend(
+        e for e in specials if m is None or e[2] == "replacement_char" or not m.quoted_at(e[0])
+    )
+    ev.extend((p, GLUED_WEIGHT, "glued_words") for p in repeat.glued(tok).tolist())
     if code and ev:  # salad inside code counts, but code is noisy: less weight
         ev = _code_weight(ev, m)
     _loops(tok, context, code, ev)
@@ -237,10 +271,10 @@ def _special(text: str) -> list[tuple[int, float, str]]:
     Searched in the whole text (debris inside a tool-call argument is still debris); the
     caller drops the ones in quoted code spans, where documentation shows template tokens.
     """
+    ev = salad.replacement_chars(text)
     found = list(salad.special_tokens(text))
     if not found:
-        return []
-    ev: list[tuple[int, float, str]] = []
+        return ev
     if "<s>" in text and "</s>" in text:  # strike-through markup, not BOS/EOS
         found = [f for f in found if f[2] not in ("<s>", "</s>")]
     run_start, run_tok, run_end, count = -1, "", -1, 0
