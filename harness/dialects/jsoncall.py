@@ -8,7 +8,8 @@ never reports a valid call; it only finds near misses at the end of an output:
 * two or more JSON values glued on one line (``{...}{...}``, the same call emitted twice is
   the typical case); values on separate lines are JSON Lines and stay content;
 * a tool-call-like object (first key ``name``, ``function``, ``tool``, ``arguments`` or
-  ``parameters``) that does not parse (unbalanced braces, a missing quote).
+  ``parameters``) that does not parse (unbalanced braces, a missing quote), or a whole
+  output that is one JSON object (``{"`` ... ``}``) that does not parse.
 
 The JSON must start a line and run to the end of the output (an end-of-turn token aside),
 so JSON quoted inside prose or in a fenced block is not a near miss.
@@ -22,19 +23,19 @@ from harness.dialects.base import ParseResult
 from harness.dialects.jsonstrict import StrictJSONError, raw_decode_strict
 
 #: End-of-turn tokens that may follow the JSON in a raw output.
-_EOS = re.compile(
-    "(?:<\\|im_end\\|>|<\\|eot_id\\|>|<\\|endoftext\\|>|<\uff5cend\u2581of\u2581sentence\uff5c>)"
-    "\\s*\\Z"
-)
+_EOS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<\uff5cend\u2581of\u2581sentence\uff5c>")
 #: A line that starts a JSON object (or an array of objects) with a string key.
-_START = re.compile(r'(?:^|\n)[ \t]*(\[\s*)?\{\s*"', re.M)
+_START = re.compile(r'\n[ \t]*(\[\s*)?\{\s*"')  # a literal first: jumps newline to newline
 _CALL_KEY = re.compile(r'\[?\s*\{\s*"(?:name|function|tool|tool_name|arguments|parameters)"')
 _WS = " \t\r\n"
 
 
 def _body(text: str) -> str:
-    m = _EOS.search(text)
-    return text[: m.start()] if m else text
+    body = text.rstrip()
+    for eos in _EOS:
+        if body.endswith(eos):
+            return body[: -len(eos)]
+    return body
 
 
 def _scan(text: str) -> tuple[int, int, str] | None:
@@ -42,8 +43,8 @@ def _scan(text: str) -> tuple[int, int, str] | None:
     body = _body(text).rstrip(_WS)
     if not body.endswith(("}", "]")):
         return None
-    for m in _START.finditer(body):
-        start = m.end() - len(m.group(0).lstrip("\n \t"))
+    for m in _START.finditer("\n" + body):
+        start = m.end() - len(m.group(0).lstrip("\n \t")) - 1
         found = _check(body, start)
         if found is not None:
             return start, found[0], found[1]
@@ -69,7 +70,9 @@ def _check(body: str, start: int) -> tuple[int, str] | None:
         try:
             _, end = raw_decode_strict(body, pos)
         except StrictJSONError as exc:
-            if values == 0 and _CALL_KEY.match(body, start):
+            # a call-shaped object, or a whole output that is one broken JSON object
+            whole = start == 0 and body.startswith("{")
+            if values == 0 and (whole or _CALL_KEY.match(body, start)):
                 return exc.pos, f"tool call JSON does not parse ({exc.message})"
             return None
         values += 1

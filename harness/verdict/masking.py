@@ -142,6 +142,8 @@ def mask(text: str) -> Masked:
     data.extend(_blobs(text))
     if "\\" in text:
         for m in _REGEX.finditer(text):
+            if any(a <= m.start() < b for a, b in data):
+                continue  # LaTeX (\sqrt, x_{1,2}) is math, not a regex
             s, e = _around(text, m.start())
             if len(_REGEX_MARK.findall(text, s, e)) >= 2:
                 spans.append((s, e))  # a regex repeats its pieces by design: no loops
@@ -269,10 +271,8 @@ _MANGLED_TAG = re.compile(
     r"|<[ \t]{0,2}/?[ \t]{0,2}(?:tool_?calls|function_?calls|calls)[ \t]{0,2}>",
     re.IGNORECASE,
 )
-_JSON_START = re.compile(r"(?:\A|\n)[ \t]*(?=[\[{])")
-_END_TOKEN = re.compile(
-    r"(?:<\|im_end\|>|<\|eot_id\|>|<\uff5cend\u2581of\u2581sentence\uff5c>)?\s*\Z"
-)
+_JSON_START = re.compile(r"\n[ \t]*(?=[\[{])")
+_END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<\uff5cend\u2581of\u2581sentence\uff5c>")
 
 
 def _json_values(text: str, start: int, end: int) -> list[tuple[int, int]] | None:
@@ -287,8 +287,10 @@ def _json_values(text: str, start: int, end: int) -> list[tuple[int, int]] | Non
         if text[pos] not in "[{":
             return None
         try:
-            _, stop = raw_decode_strict(text[:end], pos)
+            _, stop = raw_decode_strict(text, pos)
         except StrictJSONError:
+            return None
+        if stop > end:
             return None
         out.append((pos, stop))
         pos = stop
@@ -296,12 +298,18 @@ def _json_values(text: str, start: int, end: int) -> list[tuple[int, int]] | Non
 
 def _json_tail(text: str) -> list[tuple[int, int]] | None:
     """JSON values glued together at the end of an output (``{...}{...}``): the spans."""
-    m = _END_TOKEN.search(text)
-    end = m.start() if m else len(text)
+    body = text.rstrip()
+    for eos in _END_TOKENS:
+        if body.endswith(eos):
+            body = body[: -len(eos)]
+            break
+    end = len(body)
     if end == 0 or text[end - 1] not in "}]":
         return None
-    for s in _JSON_START.finditer(text, 0, end):
-        found = _json_values(text, s.end(), end)
+    starts = [0] if text[:1] in "[{" else []
+    starts.extend(m.end() for m in _JSON_START.finditer(text, 0, end))
+    for s in starts:
+        found = _json_values(text, s, end)
         if found is not None:
             return found
     return None

@@ -163,37 +163,83 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
     return Tokens(ids, starts, ends, digit, small, words, ndig == 0, sub)
 
 
+def periodic(tok: Tokens) -> list[tuple[int, float]]:
+    """Words that are one unit of 2-8 letters repeated 4+ times ("एकएकएकएक",
+    "búnbúnbúnbún"; 6+ times for two-letter units: "hahaha" is laughter): a loop the word
+    tokenizer cannot see. (character offset, copies) per word; a word is periodic with
+    period k when it equals itself shifted by k, one hash comparison."""
+    if tok.sub is None or tok.letters is None or not len(tok):
+        return []
+    lens = tok.ends - tok.starts
+    cand = np.flatnonzero(tok.letters & (lens >= 8))
+    out: list[tuple[int, float]] = []
+    for k in range(2, 9):
+        cand = cand[lens[cand] >= (6 if k == 2 else 4) * k]
+        if not cand.size:
+            break
+        s, e = tok.starts[cand], tok.ends[cand]
+        same = tok.sub(s, e - k) == tok.sub(s + k, e)
+        for i in cand[same].tolist():
+            out.append((int(tok.starts[i]), float(lens[i] / k)))
+        cand = cand[~same]
+    return out
+
+
 def glued(tok: Tokens, part: int = 3) -> npt.NDArray[np.int64]:
     """Tokens that are two other tokens of the same text glued together ("eineDas",
     "ΑθήναΑθήνα", "wiewie"): word soup made of the text's own words. Only tokens seen once,
     of letters, 2 x ``part`` long or more; both pieces (``part``+ letters) must occur on
     their own elsewhere in the text. Returns the character offsets of those tokens.
-    Vectorized: every split point of every candidate is hashed and looked up at once."""
+    Vectorized: every split point of every candidate is hashed at once, and looked up in
+    a 64 k-entry bitmap of the vocabulary before the exact look-up of the few that pass."""
     none = np.zeros(0, dtype=np.int64)
     if tok.sub is None or tok.letters is None or len(tok) < 3:
         return none
     lens = tok.ends - tok.starts
-    words = tok.letters & (lens >= part)
-    vocab = np.sort(tok.ids[words])
-    if vocab.size < 2:
+    words = np.flatnonzero(tok.letters & (lens >= part))
+    if words.size < 3:
         return none
-    once = (np.searchsorted(vocab, tok.ids, "right") - np.searchsorted(vocab, tok.ids)) == 1
-    cand = np.flatnonzero(words & once & (lens >= 2 * part))
+    ids = tok.ids[words]
+    seen_once = ~_repeated(ids)
+    cand = words[seen_once & (lens[words] >= 2 * part)]
     if not cand.size:
         return none
+    bitmap = np.zeros(1 << 16, dtype=bool)
+    bitmap[(ids >> np.uint64(48)).astype(np.intp)] = True
     splits = lens[cand] - 2 * part + 1
     which = np.repeat(cand, splits)
     first = np.cumsum(splits) - splits
     at = np.arange(which.size) - np.repeat(first, splits) + part + tok.starts[which]
     a = tok.sub(tok.starts[which], at)
     b = tok.sub(at, tok.ends[which])
+    maybe = np.flatnonzero(
+        bitmap[(a >> np.uint64(48)).astype(np.intp)] & bitmap[(b >> np.uint64(48)).astype(np.intp)]
+    )
+    if not maybe.size:
+        return none
+    vocab = np.sort(ids)
+    a, b, which = a[maybe], b[maybe], which[maybe]
     ka = np.minimum(np.searchsorted(vocab, a), vocab.size - 1)
     kb = np.minimum(np.searchsorted(vocab, b), vocab.size - 1)
-    ok = (vocab[ka] == a) & (vocab[kb] == b)
-    hit = which[ok]
+    hit = which[(vocab[ka] == a) & (vocab[kb] == b)]
     if not hit.size:
         return none
     out: npt.NDArray[np.int64] = tok.starts[np.unique(hit)]
+    return out
+
+
+def _repeated(ids: Ids) -> npt.NDArray[np.bool_]:
+    """Per id: does it occur more than once (one packed sort, no argsort)."""
+    n = ids.size
+    bits = np.uint64(max(1, n.bit_length()))
+    key = ((ids >> bits) << bits) | np.arange(n, dtype=np.uint64)
+    key.sort()
+    h = key >> bits
+    same = np.zeros(n + 1, dtype=bool)
+    same[1:-1] = h[1:] == h[:-1]
+    rep = same[:-1] | same[1:]  # equal to the neighbour before or after, in sorted order
+    out = np.zeros(n, dtype=bool)
+    out[(key & ((np.uint64(1) << bits) - np.uint64(1))).astype(np.intp)] = rep
     return out
 
 

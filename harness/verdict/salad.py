@@ -200,7 +200,6 @@ def primary_events(ch: Chars, fffd: bool = True) -> list[Event]:
         out.extend(replacement_chars(text))
     _char_runs(ch, out)
     _spaced_runs(ch, out)
-    _unit_loops(ch, out)
     _symbol_soup(ch, out)
     _glued(ch, out)
     _glued_stop(ch, out)
@@ -220,7 +219,7 @@ def primary_events(ch: Chars, fffd: bool = True) -> list[Event]:
     return out
 
 
-_SPACED = re.compile(r"(\S)(?:\s{1,3}\1){7,}")
+SPACED = re.compile(r"(\S)(?:\s{1,3}\1){7,}")
 
 
 def _spaced_runs(ch: Chars, out: list[Event]) -> None:
@@ -238,7 +237,7 @@ def _spaced_runs(ch: Chars, out: list[Event]) -> None:
     for i in np.flatnonzero(one).tolist():
         if i < last:
             continue
-        m = _SPACED.match(text, i)
+        m = SPACED.match(text, i)
         if m is None:
             continue
         last = m.end()
@@ -246,27 +245,6 @@ def _spaced_runs(ch: Chars, out: list[Event]) -> None:
             continue
         n = len(m.group(0).split())
         out.append((i, min(3.0, (n - 6) / 4), "char_run"))
-
-
-def _unit_loops(ch: Chars, out: list[Event]) -> None:
-    """A unit of 2-8 letters repeated inside one word ("एकएकएकएक", "búnbúnbúnbún"): a loop
-    the word tokenizer cannot see. 4+ copies (6+ for two-letter units: "hahaha")."""
-    c = ch.b if ch.ascii else ch.codes
-    letter = ch.cls("letter_or_wide")
-    text = ch.text
-    for k in range(2, 9):
-        if c.size < 4 * k:
-            break
-        eq = (c[k:] == c[:-k]) & letter[:-k]
-        four = eq[: -2 * k] & eq[k:-k] & eq[2 * k :]
-        if not four.any():
-            continue
-        for s, e in _runs(eq, 3 * k):
-            copies = (e - s) / k + 1
-            unit = text[s : s + k]
-            if copies < (6 if k == 2 else 4) or len(set(unit)) < 2 or not unit.isalpha():
-                continue
-            out.append((s, (copies - 1) * min(1.0, 0.25 + 0.05 * k), "loop"))
 
 
 def _char_runs(ch: Chars, out: list[Event]) -> None:

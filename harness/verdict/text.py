@@ -142,7 +142,7 @@ def quick_clean(text: str) -> bool:
         return False
     if ("<" in text or "[" in text) and next(salad.special_tokens(text), None) is not None:
         return False
-    if _RUN4.search(text):
+    if _RUN4.search(text) or salad.SPACED.search(text):
         return False
     for m in salad.GLUED.finditer(text):
         if m.start() > 0 and text[m.start() - 1].isalpha():
@@ -157,7 +157,7 @@ def quick_clean(text: str) -> bool:
         if len(word) >= 16 and len(set(word.translate(None, _NOT_ODD))) >= 3:
             return False
     toks = raw.translate(_TOKEN_SEP).split()
-    if _any_glued(toks):
+    if _any_glued(toks) or any(_periodic(t) for t in toks if len(t) >= 8):
         return False
     tri = list(zip(toks, toks[1:], toks[2:], strict=False))
     dup3 = len(tri) - len(set(tri))
@@ -166,6 +166,13 @@ def quick_clean(text: str) -> bool:
         if len(quads) != len(set(quads)) or dup3 >= 0.44 * min(64, len(tri)):
             return False
     return True
+
+
+def _periodic(t: bytes) -> bool:
+    """``repeat.periodic`` on one token: a unit of 2-8 letters repeated 4+ (6+) times."""
+    return t.isalpha() and any(
+        len(t) >= (6 if k == 2 else 4) * k and t[k:] == t[:-k] for k in range(2, 9)
+    )
 
 
 def _any_glued(toks: list[bytes]) -> bool:
@@ -200,6 +207,8 @@ def _events(
         e for e in specials if m is None or e[2] == "replacement_char" or not m.quoted_at(e[0])
     )
     ev.extend((p, GLUED_WEIGHT, "glued_words") for p in repeat.glued(tok).tolist())
+    for p, copies in repeat.periodic(tok):  # a loop inside one word
+        ev.append((p, (copies - 1) * 0.35, "loop"))
     if code and ev:  # salad inside code counts, but code is noisy: less weight
         ev = _code_weight(ev, m)
     _loops(tok, context, code, ev)

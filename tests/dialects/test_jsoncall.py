@@ -26,6 +26,7 @@ NEAR_MISSES = [
     ("unbalanced", CALL[:-1], None),
     ("missing-quote", CALL.replace('"Paris"', '"Paris'), None),
     ("extra-brace", CALL + "}", len(CALL)),
+    ("whole-output-broken-object", '{"results": [{"sku": "A-1", "qty": 3}, "qty": 7}', None),
 ]
 
 
@@ -54,7 +55,7 @@ CLEAN = [
     ("object-in-prose", f"The tool returned {PLAIN} {PLAIN} as usual."),
     ("object-then-text", PLAIN + " and that is all."),
     ("fenced", "```json\n" + PLAIN + PLAIN + "\n```"),
-    ("python-dict-not-a-call", '{"city": "Paris", \'days\': 3}'),
+    ("python-dict", "{'city': 'Paris', 'days': 3}"),
     ("code-block-ending-in-brace", "int main(void) {\n  return 0;\n}"),
     ("latex", r"\frac{a}{b} = \left\{x\right\}"),
     ("prose", "No JSON here, only words {and braces}."),
