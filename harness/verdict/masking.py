@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,8 +142,11 @@ def mask(text: str) -> Masked:
         spans.extend(m.span() for m in _PATH.finditer(text))
     data.extend(_blobs(text))
     if "\\" in text:
+        math = _merge(data)
+        math_starts = [a for a, _ in math]
         for m in _REGEX.finditer(text):
-            if any(a <= m.start() < b for a, b in data):
+            k = bisect_right(math_starts, m.start()) - 1
+            if k >= 0 and m.start() < math[k][1]:
                 continue  # LaTeX (\sqrt, x_{1,2}) is math, not a regex
             s, e = _around(text, m.start())
             if len(_REGEX_MARK.findall(text, s, e)) >= 2:
