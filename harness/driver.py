@@ -166,11 +166,14 @@ async def _drive(
         limit=asyncio.Semaphore(options.concurrency),
         on_turn=turn_done,
     )
-    sessions = [Session(plan, shared) for plan in plans]
+    # each session is built in its own task, when it starts: the first requests leave
+    # while later sessions still build their first prompt (an 80k-token prompt takes ~10 ms)
+    sessions: list[Session | None] = [None] * len(plans)
 
-    async def one(i: int, session: Session) -> None:
-        if options.ramp_up_s > 0 and len(sessions) > 1:
-            await asyncio.sleep(options.ramp_up_s * i / len(sessions))
+    async def one(i: int, plan: SessionPlan) -> None:
+        if options.ramp_up_s > 0 and len(plans) > 1:
+            await asyncio.sleep(options.ramp_up_s * i / len(plans))
+        session = sessions[i] = Session(plan, shared)
         try:
             await session.run()
         finally:
@@ -178,5 +181,5 @@ async def _drive(
         if on_session_end is not None:  # only sessions that ran to their end
             on_session_end(session.plan.index, session.ended)
 
-    await asyncio.gather(*(one(i, s) for i, s in enumerate(sessions)))
-    return sessions
+    await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))
+    return [s for s in sessions if s is not None]
