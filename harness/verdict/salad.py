@@ -79,6 +79,9 @@ _CLASSES: dict[str, set[int]] = {
     # what ends a run of ASCII soup: anything but an ASCII letter, digit or punctuation
     "soup_sep": {c for c in range(256) if not (33 <= c <= 126)},
     "glue": _chars("?!;#~"),
+    # marks that no word of any language holds between two of its letters, unlike
+    # "R&D", "and/or", "Ctrl+C", "x=y", "a*b", "don't", "re-run", "x_1", "f(x)"
+    "glue_weak": _chars('"`|^$%@)]}'),
     "letter_or_wide": {*range(65, 91), *range(97, 123), WIDE},
     "low": set(range(97, 123)),
     "up": set(range(65, 91)),
@@ -320,10 +323,15 @@ def _neighbours(ch: Chars, table: str, around: str) -> npt.NDArray[np.int64]:
 
 
 def _glued(ch: Chars, out: list[Event]) -> None:
+    """Sentence marks glued between two letters ("doubts?只") 0.4; quotes, bars, braces and
+    the like inside a word ("Jepse`n", "e"t") 0.3: stray pieces of other tokens."""
     text = ch.text
     for i in _neighbours(ch, "glue", "letter_or_wide").tolist():
         if text[i - 1].isalpha() and GLUED.match(text, i):
             out.append((i, 0.4, "glued_punctuation"))
+    for i in _neighbours(ch, "glue_weak", "letter_or_wide").tolist():
+        if text[i - 1].isalpha() and text[i + 1].isalpha():
+            out.append((i, 0.3, "glued_punctuation"))
 
 
 #: A sentence glued to the next one, "rows.The": word soup glues words with their

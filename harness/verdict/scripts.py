@@ -211,9 +211,13 @@ def scripts_present(ids: npt.NDArray[np.uint8], wide: npt.NDArray[np.int64]) -> 
 
 
 def variety_events(
-    ids: npt.NDArray[np.uint8], span: int = 160
+    ids: npt.NDArray[np.uint8],
+    span: int = 160,
+    newlines: npt.NDArray[np.int64] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-    """Events where more than three scripts meet within ``span`` characters."""
+    """Events where more than three scripts meet within ``span`` characters of one line
+    (``newlines``: the sorted offsets of the line breaks). A list of greetings puts one
+    script per line; salad mixes them inside a line."""
     letters = np.flatnonzero(ids >= LATIN)
     if letters.size < 4:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
@@ -229,6 +233,9 @@ def variety_events(
     valid = idx < m
     idx = np.minimum(idx, m - 1)
     near = valid & (run_pos[idx] - run_pos[:, None] <= span)
+    if newlines is not None and newlines.size:
+        line = np.searchsorted(newlines, run_pos)
+        near &= line[idx] == line[:, None]
     scr = np.where(near, run_script[idx], -1)
     scr.sort(axis=1)
     distinct = (np.diff(scr, axis=1) != 0).sum(axis=1) + 1 - (scr[:, 0] == -1)

@@ -121,6 +121,7 @@ _QUICK_MAX = 6000
 _NOT_PLAIN = re.compile("[^\x00-\x7f\u00a0\u00b7\u2010-\u2015\u2018-\u201f\u2022\u2026]")
 _RUN4 = re.compile(r"([^\s\d\-=_*#~.+|/\\<>`'\"])\1{3}")
 _LOWER_UPPER = re.compile(r"[a-z][A-Z]")
+_GLUED_WEAK = re.compile(r"(?<=[^\W\d_])[\"`|^$%@)\]}](?=[^\W\d_])")
 _TOKEN_SEP = bytes(
     c if (48 <= c <= 57 or 97 <= c <= 122) else (c + 32 if 65 <= c <= 90 else 32)
     for c in range(256)
@@ -147,6 +148,8 @@ def quick_clean(text: str) -> bool:
     for m in salad.GLUED.finditer(text):
         if m.start() > 0 and text[m.start() - 1].isalpha():
             return False
+    if _GLUED_WEAK.search(text):
+        return False
     if salad.CLASH.search(text):
         return False
     if _LOWER_UPPER.search(text) and salad.CASE.search(text):
@@ -222,7 +225,7 @@ def _scripts(ch: salad.Chars, ev: list[tuple[int, float, str]]) -> None:
     pos, w = scripts.switch_events_near(ids, ch.wide)
     ev.extend(zip(pos.tolist(), w.tolist(), ["script_switch"] * pos.size, strict=True))
     if scripts.scripts_present(ids, ch.wide) >= 4:
-        pos, w = scripts.variety_events(ids)
+        pos, w = scripts.variety_events(ids, newlines=np.flatnonzero(ch.b == 10))
         ev.extend(zip(pos.tolist(), w.tolist(), ["script_variety"] * pos.size, strict=True))
 
 
