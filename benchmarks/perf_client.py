@@ -36,6 +36,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness import driver as driver_module  # noqa: E402
 from harness.client import ChatClient  # noqa: E402
 from harness.config import Scenario, load_scenario  # noqa: E402
 from harness.driver import DriveOptions, Progress, drive  # noqa: E402
@@ -234,10 +235,10 @@ class GcClock:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     scenario = scenario_for(args)
     gc_clock = GcClock()
-    if "freeze" in args.gc:
-        gc.freeze()
-    if "thresh" in args.gc:
-        gc.set_threshold(20_000, 50, 100)
+    if args.client.endswith("+gcoff"):  # drive() without its garbage-collector setting
+        args.client = args.client.removesuffix("+gcoff")
+        driver_module.GC_THRESHOLDS = (0, 0, 0)
+        args.gcoff = True
     if args.memory:
         tracemalloc.start()
     before = await endpoint_stats(args.url)
@@ -250,6 +251,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     requests = max(1, after["requests"] - before["requests"])
     result.update(
         mode=args.mode if args.mode == "raw" else f"harness/{args.client}",
+        gcoff=getattr(args, "gcoff", False),
         concurrency=args.concurrency,
         sessions=args.sessions,
         context=args.context,
@@ -279,7 +281,12 @@ def client_factory(name: str) -> Callable[..., Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=("harness", "raw"), required=True)
-    ap.add_argument("--client", default="shipped", help="harness mode: ChatClient variant")
+    ap.add_argument(
+        "--client",
+        default="shipped",
+        help="harness mode: ChatClient variant (shipped, rawlines, aiohttp); a '+gcoff' "
+        "suffix runs drive() without raising the garbage collector's thresholds",
+    )
     ap.add_argument("--url", required=True)
     ap.add_argument("--concurrency", type=int, required=True)
     ap.add_argument("--sessions", type=int, required=True)
@@ -287,7 +294,6 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=2000, help="tokens in the first request")
     ap.add_argument("--plain", action="store_true", help="non-streamed requests")
     ap.add_argument("--memory", action="store_true", help="tracemalloc breakdown half-way")
-    ap.add_argument("--gc", default="", help="experiments: freeze, thresh")
     args = ap.parse_args()
     print(json.dumps(asyncio.run(main_async(args))), flush=True)
 

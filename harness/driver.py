@@ -48,7 +48,7 @@ class Progress:
 # The cyclic garbage collector's first threshold while sessions run. At the default (700
 # allocations) a run with thousands of sessions spent a quarter of its CPU in collections
 # that found little: turns free their objects by reference counting.
-GC_GEN0_THRESHOLD = 20_000
+GC_THRESHOLDS = (20_000, 50, 100)
 _gc_users = 0
 _gc_saved: tuple[int, int, int] | None = None
 
@@ -58,8 +58,8 @@ def _fewer_collections() -> Iterator[None]:
     global _gc_users, _gc_saved
     if _gc_users == 0:
         _gc_saved = gc.get_threshold()
-        gen0, gen1, gen2 = _gc_saved
-        gc.set_threshold(max(gen0, GC_GEN0_THRESHOLD), max(gen1, 50), max(gen2, 100))
+        raised = (max(now, ours) for now, ours in zip(_gc_saved, GC_THRESHOLDS, strict=True))
+        gc.set_threshold(*raised)
     _gc_users += 1
     try:
         yield
