@@ -13,14 +13,16 @@ are checked in Python. No regex is tried at every position of a long text.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from functools import cached_property
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
 
+from harness.verdict.chars import RULE_CHARS, SOUP_NORMAL, BoolArray, Chars
+
+__all__ = ["SPECIAL", "Chars", "events", "primary_events", "special_tokens", "stutter_events"]
+
 Event = tuple[int, float, str]
-BoolArray = npt.NDArray[np.bool_]
 
 #: Special tokens of chat templates and tokenizers that never belong in visible content,
 #: written without their leading "<" (every one of them starts with it) ...
@@ -46,11 +48,9 @@ _EOS_END = re.compile(
 _FFFD = re.compile("\ufffd+")
 #: One character repeated: punctuation and symbols (not the ones markdown and ASCII art
 #: draw lines with), letters of any script, or spaceless-script characters.
-_RULE_CHARS = set("-=_*#~.·─━═+|/\\<>`'\"")
 _ASCII_SOUP = re.compile(r"(?:[A-Za-z0-9]{0,6}[!-/:-@\[-`{-~]){6,}[A-Za-z0-9]{0,6}")
 _REGEX_LIKE = re.compile(r"\\[dwsDWSbB.]|\[\^?[^\]]{1,40}\]|\(\?[:=!<]|\{\d+(?:,\d*)?\}")
-_SOUP_NORMAL = set('{}[]":,.-_/')
-ODD_SET = {chr(c) for c in range(33, 127) if not chr(c).isalnum()} - _SOUP_NORMAL
+ODD_SET = {chr(c) for c in range(33, 127) if not chr(c).isalnum()} - SOUP_NORMAL
 #: Sentence punctuation glued between two letters ("doubts?只", "i#else").
 GLUED = re.compile(r"[?!;#~](?=[^\W\d_])")
 #: An ASCII symbol inside a run of spaceless-script letters ("的$的").
@@ -64,101 +64,6 @@ CLASH = re.compile(r"[?!][;:,]|[;:,][?!;:,]")
 CASE = re.compile(r"(?<![A-Za-z])[A-Za-z]?[a-z]{2,}[A-Z]+(?![A-Za-z])|[a-z][A-Z]{3,}")
 #: Three or more spaceless-script characters each doubled in a row ("的的是是在在").
 _DOUBLED = re.compile(f"(?:([{_CJK}])\\1){{3,}}")
-
-
-def _chars(chars: str | Iterable[int]) -> set[int]:
-    return {ord(c) if isinstance(c, str) else c for c in chars}
-
-
-_PUNCT_SET = {*range(33, 48), *range(58, 65), *range(91, 97), *range(123, 127)}
-WIDE = 127  # every non-ASCII character is this byte in ``Chars.b7``
-#: Character classes of the ASCII bytes (and of WIDE: "some non-ASCII character").
-_CLASSES: dict[str, set[int]] = {
-    "punct": _PUNCT_SET,
-    "odd": {c for c in _PUNCT_SET if chr(c) not in _SOUP_NORMAL},
-    # what ends a run of ASCII soup: anything but an ASCII letter, digit or punctuation
-    "soup_sep": {c for c in range(256) if not (33 <= c <= 126)},
-    "glue": _chars("?!;#~"),
-    # marks that no word of any language holds between two of its letters, unlike
-    # "R&D", "and/or", "Ctrl+C", "x=y", "a*b", "don't", "re-run", "x_1", "f(x)"
-    "glue_weak": _chars('"`|^$%@)]}'),
-    "letter_or_wide": {*range(65, 91), *range(97, 123), WIDE},
-    "low": set(range(97, 123)),
-    "up": set(range(65, 91)),
-    "sandwich": _chars("?!;#~$@^\\|&*=+%"),
-    "bang": _chars("?!"),
-    "semi": _chars(";:,"),
-    "clause": _chars("?!;:,."),
-    "wide": {WIDE},
-    "run_ok": {
-        c for c in range(256) if not (chr(c).isspace() or chr(c).isdigit() or chr(c) in _RULE_CHARS)
-    },
-    "digit": set(range(48, 58)),
-    "dot": _chars("."),
-    "space": _chars(" \t\n\r\f\v"),
-    "alnum": {*range(48, 58), *range(65, 91), *range(97, 123)},
-}
-_NAMES = list(_CLASSES)
-_BIT = {name: (i // 8, np.uint8(1 << (i % 8))) for i, name in enumerate(_NAMES)}
-#: Two ``bytes.translate`` tables: per byte value, the class bits (eight per table).
-_FLAG_TABLES = tuple(
-    bytes(
-        sum(1 << (i % 8) for i, name in enumerate(_NAMES) if i // 8 == t and c in _CLASSES[name])
-        for c in range(256)
-    )
-    for t in range((len(_NAMES) + 7) // 8)
-)
-
-
-class Chars:
-    """One text seen as arrays: ASCII bytes (non-ASCII as 0x7F) and, if needed, code points.
-
-    ``cls(name)`` is a boolean array per character for one class of ``_CLASSES``: two
-    ``bytes.translate`` calls give every class bit at once, each class is one AND away.
-    """
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.ascii = text.isascii()
-        self._cls: dict[str, BoolArray] = {}
-        if self.ascii:
-            self.b7 = text.encode("ascii")
-        else:
-            low = self.codes.view(np.uint8)[::4]  # the low byte of each code point
-            self.b7 = np.where(self.codes < 128, low, np.uint8(WIDE)).astype(np.uint8).tobytes()
-
-    @cached_property
-    def codes(self) -> npt.NDArray[np.uint32]:
-        """Code points (uint32); for ASCII text the bytes widened."""
-        if self.ascii:
-            return np.frombuffer(self.b7, dtype=np.uint8).astype(np.uint32)
-        return np.frombuffer(self.text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-
-    @cached_property
-    def b(self) -> npt.NDArray[np.uint8]:
-        return np.frombuffer(self.b7, dtype=np.uint8)
-
-    @cached_property
-    def _flags(self) -> tuple[npt.NDArray[np.uint8], ...]:
-        return tuple(np.frombuffer(self.b7.translate(t), dtype=np.uint8) for t in _FLAG_TABLES)
-
-    @cached_property
-    def wide(self) -> npt.NDArray[np.int64]:
-        """Positions of the non-ASCII characters."""
-        if self.ascii:
-            return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(self.b == WIDE)
-
-    def cls(self, name: str) -> BoolArray:
-        """Per character: does its (ASCII) byte belong to the class ``name``."""
-        got = self._cls.get(name)
-        if got is None:
-            t, bit = _BIT[name]
-            got = self._cls[name] = (self._flags[t] & bit) != 0
-        return got
-
-    def __len__(self) -> int:
-        return len(self.text)
 
 
 def special_tokens(text: str) -> Iterator[tuple[int, int, str]]:
@@ -244,7 +149,7 @@ def _spaced_runs(ch: Chars, out: list[Event]) -> None:
         if m is None:
             continue
         last = m.end()
-        if m.group(1) in _RULE_CHARS and "\n" not in m.group(0):
+        if m.group(1) in RULE_CHARS and "\n" not in m.group(0):
             continue
         n = len(m.group(0).split())
         out.append((i, min(3.0, (n - 6) / 4), "char_run"))
@@ -266,7 +171,7 @@ def _char_runs(ch: Chars, out: list[Event]) -> None:
     lasts = idx[np.concatenate((breaks, [idx.size - 1]))].tolist()
     for s, last in zip(firsts, lasts, strict=True):
         c0, n = text[s], last - s + 4
-        if c0.isspace() or c0.isdigit() or c0 in _RULE_CHARS:
+        if c0.isspace() or c0.isdigit() or c0 in RULE_CHARS:
             continue
         # letters ("AAAAAAA", "加加加加") need longer runs than punctuation ("!!!!")
         w = ((n - 3) / 5 if c0.isascii() else (n - 2) / 6) if c0.isalnum() else (n - 2) / 4
@@ -308,7 +213,7 @@ def _soup(text: str, lo: int, hi: int) -> Iterator[Event]:
     for m in _ASCII_SOUP.finditer(text, lo, hi):
         s = m.group(0)
         punct = {c for c in s if not c.isalnum()}
-        odd = punct - _SOUP_NORMAL
+        odd = punct - SOUP_NORMAL
         if len(s) >= 16 and len(punct) >= 5 and len(odd) >= 3 and len(_REGEX_LIKE.findall(s)) < 2:
             yield m.start(), min(1.5, len(s) / 20 * len(odd) / 5), "symbol_soup"
 

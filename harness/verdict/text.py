@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.verdict import repeat, salad, scripts
+from harness.verdict.chars import Chars
 from harness.verdict.masking import Masked, mask
 
 THRESHOLD = 0.7
@@ -101,8 +102,8 @@ def score_text(text: str, context: str | None = None) -> TextFinding:
 def _score(work: str, context: str | None) -> TextFinding:
     """The full detector: mask, every signal, windows."""
     m = mask(work)  # every step is gated by a substring test: plain prose costs little
-    lch = salad.Chars(m.loops)
-    pch = lch if m.prose is m.loops else salad.Chars(m.prose)
+    lch = Chars(m.loops)
+    pch = lch if m.prose is m.loops else Chars(m.prose)
     ev = _events(pch, repeat.tokenize(m.loops, lch), context, m, _special(work))
     for vs, ve in m.values:
         sub = score_text(work[vs:ve], context)
@@ -193,7 +194,7 @@ def _any_glued(toks: list[bytes]) -> bool:
 
 
 def _events(
-    ch: salad.Chars,
+    ch: Chars,
     tok: repeat.Tokens,
     context: str | None,
     m: Masked | None,
@@ -220,7 +221,7 @@ def _events(
     return ev
 
 
-def _scripts(ch: salad.Chars, ev: list[tuple[int, float, str]]) -> None:
+def _scripts(ch: Chars, ev: list[tuple[int, float, str]]) -> None:
     ids = scripts.script_ids_of(ch)
     pos, w = scripts.switch_events_near(ids, ch.wide)
     ev.extend(zip(pos.tolist(), w.tolist(), ["script_switch"] * pos.size, strict=True))
@@ -243,7 +244,7 @@ def _code_weight(
 
 
 def _stutters(
-    ch: salad.Chars, tok: repeat.Tokens, m: Masked | None, ev: list[tuple[int, float, str]]
+    ch: Chars, tok: repeat.Tokens, m: Masked | None, ev: list[tuple[int, float, str]]
 ) -> None:
     """Stutters are capped below the threshold: read only within a window of other events."""
     spans: list[list[int]] = []
