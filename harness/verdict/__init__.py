@@ -67,7 +67,7 @@ def classify_turn(
         evidence["noncanonical"] = list(parsed.noncanonical)
 
     # Salad and loops first: they are the root symptom, and often break the envelope too.
-    visible = parsed.content if (parsed.found and parsed.ok) else content
+    visible = content  # score_text masks well-formed markup itself; debris in arguments counts
     text = f"{reasoning}\n{visible}" if reasoning else visible
     finding = score_text(text, context)
     evidence["text_score"] = round(finding.score, 4)
