@@ -19,7 +19,9 @@ import numpy.typing as npt
 from harness.dialects.jsonstrict import StrictJSONError, raw_decode_strict
 from harness.verdict.salad import SPECIAL as _DEBRIS
 
-_INLINE = re.compile(r"(`{1,2})[^`\n]{1,300}?\1")
+#: One or two backticks around a code span. Written with a literal backtick first (the same
+#: matches as ``(`{1,2})...\1``), so the regex engine jumps from backtick to backtick.
+_INLINE = re.compile(r"`(`?)[^`\n]{1,300}?`\1")
 # URLs, e-mail addresses and regexes are found from a literal anchor ("://", "@", a
 # backslash escape) and extended to the surrounding non-space run: fast scans, no
 # per-position backtracking.
@@ -211,7 +213,9 @@ def _code_blocks(text: str, fenced: bool, indented: bool) -> list[tuple[int, int
 
 def _around(text: str, i: int) -> tuple[int, int]:
     """The run of non-space characters around position ``i``."""
-    s = max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1
+    s = text.rfind(" ", 0, i)  # each later search stops there: no scan of the whole prefix
+    s = max(s, text.rfind("\n", s + 1, i))
+    s = max(s, text.rfind("\t", s + 1, i)) + 1
     m = _NONSPACE.match(text, i)
     return s, m.end() if m else i + 1
 
