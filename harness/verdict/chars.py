@@ -104,7 +104,7 @@ class Chars:
         """Positions of the non-ASCII characters."""
         if self.ascii:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(self.b == WIDE)
+        return (self.b == WIDE).nonzero()[0]
 
     def cls(self, name: str) -> BoolArray:
         """Per character: does its (ASCII) byte belong to the class ``name``."""

@@ -239,7 +239,7 @@ def _blobs(text: str) -> list[tuple[int, int]]:
     if not ok[:m].reshape(-1, 20).all(axis=1).any():
         return []
     d = np.diff(np.concatenate(([0], ok.view(np.int8), [0])))
-    st, en = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    st, en = (d == 1).nonzero()[0], (d == -1).nonzero()[0]
     keep = (en - st) >= 40
     return [
         (s, e)

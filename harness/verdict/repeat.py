@@ -117,7 +117,7 @@ def _prev_distance(g: Ids) -> npt.NDArray[np.int64]:
     key.sort()
     idx = (key & ((np.uint64(1) << bits) - np.uint64(1))).astype(np.int64)
     h = key >> bits
-    same = np.flatnonzero(h[1:] == h[:-1]) + 1
+    same = (h[1:] == h[:-1]).nonzero()[0] + 1
     dist[idx[same]] = idx[same] - idx[same - 1]
     return dist
 
@@ -164,7 +164,7 @@ def _exact(tok: Tokens, dist: npt.NDArray[np.int64]) -> list[Loop]:
     key = np.where(dist <= _NEAR, dist, 0)
     if not key.any():
         return []
-    change = np.flatnonzero(np.diff(key) != 0) + 1
+    change = (np.diff(key) != 0).nonzero()[0] + 1
     starts = np.concatenate(([0], change))
     ends = np.concatenate((change, [key.size]))
     periods = key[starts]
@@ -172,7 +172,7 @@ def _exact(tok: Tokens, dist: npt.NDArray[np.int64]) -> list[Loop]:
     copies = span / np.maximum(periods, 1)
     unit = np.minimum(1.0, 0.25 + 0.05 * periods)
     score = (copies - 1) * unit
-    keep = np.flatnonzero((periods > 0) & (copies >= 2) & (span >= 6) & (score >= 0.3))
+    keep = ((periods > 0) & (copies >= 2) & (span >= 6) & (score >= 0.3)).nonzero()[0]
     out: list[Loop] = []
     for i in keep[np.argsort(-score[keep])][:32]:
         s, p = int(starts[i]), int(periods[i])
@@ -207,8 +207,8 @@ def _drift(
     if score < 0.3:
         return []
     # the loop starts where the first dense window's repeated n-grams were first seen
-    first = int(np.flatnonzero(dens >= 0.5 * (d + 0.35))[0]) if d > 0.35 else best
-    idx = np.flatnonzero(rep[first : first + w]) + first
+    first = int((dens >= 0.5 * (d + 0.35)).nonzero()[0][0]) if d > 0.35 else best
+    idx = rep[first : first + w].nonzero()[0] + first
     if idx.size:
         first = max(0, int((idx - dist[idx]).min()))
     return [Loop(first, best + w + N_DRIFT - 1, 0, 0.0, float(score), "drift")]

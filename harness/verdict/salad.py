@@ -119,7 +119,7 @@ def primary_events(ch: Chars, fffd: bool = True) -> list[Event]:
             c = ch.codes
             eq = (c[1:] == c[:-1]) & (c[1:] >= 0x0E00)  # doubled spaceless characters
             last = -1
-            for i in np.flatnonzero(eq[:-4] & eq[2:-2] & eq[4:]).tolist():
+            for i in (eq[:-4] & eq[2:-2] & eq[4:]).nonzero()[0].tolist():
                 dm = _DOUBLED.match(text, i) if i >= last else None
                 if dm is not None:
                     last = dm.end()
@@ -142,7 +142,7 @@ def _spaced_runs(ch: Chars, out: list[Event]) -> None:
     if np.count_nonzero(one) < 4:
         return
     text, last = ch.text, -1
-    for i in np.flatnonzero(one).tolist():
+    for i in one.nonzero()[0].tolist():
         if i < last:
             continue
         m = SPACED.match(text, i)
@@ -165,8 +165,8 @@ def _char_runs(ch: Chars, out: list[Event]) -> None:
     four = eq[:-2] & eq[1:-1] & eq[2:] & ch.cls("run_ok")[:-3]
     if not four.any():
         return
-    idx = np.flatnonzero(four)
-    breaks = np.flatnonzero(np.diff(idx) != 1)
+    idx = four.nonzero()[0]
+    breaks = (np.diff(idx) != 1).nonzero()[0]
     firsts = idx[np.concatenate(([0], breaks + 1))].tolist()
     lasts = idx[np.concatenate((breaks, [idx.size - 1]))].tolist()
     for s, last in zip(firsts, lasts, strict=True):
@@ -182,12 +182,12 @@ def _char_runs(ch: Chars, out: list[Event]) -> None:
 def _symbol_soup(ch: Chars, out: list[Event]) -> None:
     """Space-free runs dense in ASCII punctuation: only runs of 16+ characters with 6+ marks,
     3 of them outside the JSON set, are read by the soup pattern."""
-    odd = np.flatnonzero(ch.cls("odd"))
+    odd = ch.cls("odd").nonzero()[0]
     if odd.size < 3:
         return
-    seps = np.flatnonzero(ch.cls("soup_sep"))
+    seps = ch.cls("soup_sep").nonzero()[0]
     seg = np.searchsorted(seps, odd)  # which space-free run each odd mark is in
-    hit = np.flatnonzero(seg[2:] == seg[:-2])
+    hit = (seg[2:] == seg[:-2]).nonzero()[0]
     if not hit.size:
         return
     k = seg[hit]
@@ -201,7 +201,7 @@ def _symbol_soup(ch: Chars, out: list[Event]) -> None:
     if not keep.any():
         return
     lo, hi = lo[keep], hi[keep]
-    punct = np.flatnonzero(ch.cls("punct"))
+    punct = ch.cls("punct").nonzero()[0]
     many = (np.searchsorted(punct, hi) - np.searchsorted(punct, lo)) >= 6
     text = ch.text
     for a, b in zip(lo[many].tolist(), hi[many].tolist(), strict=True):
@@ -224,7 +224,7 @@ def _neighbours(ch: Chars, table: str, around: str) -> npt.NDArray[np.int64]:
     if len(ch) < 3 or not mark[1:-1].any():
         return np.zeros(0, dtype=np.int64)
     nb = ch.cls(around)
-    return np.flatnonzero(mark[1:-1] & nb[:-2] & nb[2:]) + 1
+    return (mark[1:-1] & nb[:-2] & nb[2:]).nonzero()[0] + 1
 
 
 def _glued(ch: Chars, out: list[Event]) -> None:
@@ -271,7 +271,7 @@ def _clash(ch: Chars, out: list[Event]) -> None:
     ok = pair.copy()
     ok[1:] &= ~clause[:-2]
     ok[:-1] &= ~clause[2:]
-    out.extend((i, 0.4, "stray_symbol") for i in np.flatnonzero(ok).tolist())
+    out.extend((i, 0.4, "stray_symbol") for i in ok.nonzero()[0].tolist())
 
 
 def _case(ch: Chars, out: list[Event]) -> None:
@@ -281,12 +281,12 @@ def _case(ch: Chars, out: list[Event]) -> None:
     lower-case run before it decide; camelCase (``getElementById``) falls out at once.
     """
     low, up = ch.cls("low"), ch.cls("up")
-    cand = np.flatnonzero(low[:-1] & up[1:])
+    cand = (low[:-1] & up[1:]).nonzero()[0]
     if not cand.size:
         return
     n = len(ch)
     letter = low | up
-    notup = np.flatnonzero(~up)
+    notup = (~up).nonzero()[0]
     k = np.searchsorted(notup, cand + 1)
     nxt = np.where(k < notup.size, notup[np.minimum(k, notup.size - 1)], n)
     caps = nxt - cand - 1
@@ -294,7 +294,7 @@ def _case(ch: Chars, out: list[Event]) -> None:
     inside = nxt < n
     after_letter[inside] = letter[nxt[inside]]
     # branch 1: [A-Za-z]?[a-z]{2,} then the capitals, then no letter
-    notlow = np.flatnonzero(~low)
+    notlow = (~low).nonzero()[0]
     j = np.searchsorted(notlow, cand) - 1
     jpos = np.where(j >= 0, notlow[np.maximum(j, 0)], -1)  # last non-lower before cand
     run = cand - jpos  # lower-case letters ending at cand
@@ -330,7 +330,7 @@ def stutter_events(ch: Chars, spans: list[tuple[int, int]] | None = None) -> lis
             break
         eq = (c[k:] == c[:-k]) & letter[:-k]
         three = eq[:-2] & eq[1:-1] & eq[2:]
-        for s in np.flatnonzero(three).tolist():
+        for s in three.nonzero()[0].tolist():
             e = s + k
             if (
                 e + k < len(text)
@@ -349,6 +349,6 @@ def _runs(mask: BoolArray, min_len: int) -> list[tuple[int, int]]:
     if mask.size < min_len or not mask.any():
         return []
     d = np.diff(np.concatenate(([0], mask.view(np.int8), [0])))
-    st, en = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    st, en = (d == 1).nonzero()[0], (d == -1).nonzero()[0]
     keep = (en - st) >= min_len
     return list(zip(st[keep].tolist(), en[keep].tolist(), strict=True))

@@ -179,7 +179,7 @@ def switch_events(
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     a, b = ids[:-1], ids[1:]
     w = weights[a, b]
-    pos = np.flatnonzero(w > 0)
+    pos = (w > 0).nonzero()[0]
     return pos + 1, w[pos]
 
 
@@ -195,16 +195,16 @@ def switch_events_near(
     near[wide] = True
     near[wide + 1] = True
     near[0] = False
-    pos = np.flatnonzero(near[: ids.size])
+    pos = near[: ids.size].nonzero()[0]
     w = weights[ids[pos - 1], ids[pos]]
-    keep = np.flatnonzero(w > 0)
+    keep = (w > 0).nonzero()[0]
     return pos[keep].astype(np.int64), w[keep]
 
 
 def scripts_present(ids: npt.NDArray[np.uint8], wide: npt.NDArray[np.int64]) -> int:
     """How many real scripts the letters of the text use (Latin counted from ASCII too)."""
     counts = np.bincount(ids[wide], minlength=256) if wide.size else np.zeros(256, np.int64)
-    present = set(np.flatnonzero(counts).tolist())
+    present = set(counts.nonzero()[0].tolist())
     if wide.size < ids.size:
         present.add(LATIN)  # cheap upper bound: assume the ASCII part has letters
     return sum(1 for s in present if s >= LATIN)
@@ -218,11 +218,11 @@ def variety_events(
     """Events where more than three scripts meet within ``span`` characters of one line
     (``newlines``: the sorted offsets of the line breaks). A list of greetings puts one
     script per line; salad mixes them inside a line."""
-    letters = np.flatnonzero(ids >= LATIN)
+    letters = (ids >= LATIN).nonzero()[0]
     if letters.size < 4:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     s = ids[letters]
-    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    starts = np.concatenate(([True], s[1:] != s[:-1])).nonzero()[0]
     if starts.size < 4:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     run_pos = letters[starts]
@@ -239,7 +239,7 @@ def variety_events(
     scr = np.where(near, run_script[idx], -1)
     scr.sort(axis=1)
     distinct = (np.diff(scr, axis=1) != 0).sum(axis=1) + 1 - (scr[:, 0] == -1)
-    hit = np.flatnonzero(distinct >= 4)
+    hit = (distinct >= 4).nonzero()[0]
     # one event per run start that brings the count to four or more
     return run_pos[hit].astype(np.int64), (0.15 * (distinct[hit] - 3)).astype(np.float32)
 

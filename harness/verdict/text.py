@@ -226,7 +226,7 @@ def _scripts(ch: Chars, ev: list[tuple[int, float, str]]) -> None:
     pos, w = scripts.switch_events_near(ids, ch.wide)
     ev.extend(zip(pos.tolist(), w.tolist(), ["script_switch"] * pos.size, strict=True))
     if scripts.scripts_present(ids, ch.wide) >= 4:
-        pos, w = scripts.variety_events(ids, newlines=np.flatnonzero(ch.b == 10))
+        pos, w = scripts.variety_events(ids, newlines=(ch.b == 10).nonzero()[0])
         ev.extend(zip(pos.tolist(), w.tolist(), ["script_variety"] * pos.size, strict=True))
 
 
@@ -269,7 +269,7 @@ def _double_words(text: str, tok: repeat.Tokens, lo: int, hi: int) -> list[tuple
         return []
     ids = tok.ids[i:j]
     out = []
-    for k in (np.flatnonzero(ids[1:] == ids[:-1]) + i).tolist():
+    for k in ((ids[1:] == ids[:-1]).nonzero()[0] + i).tolist():
         s1, e1 = int(tok.starts[k]), int(tok.ends[k])
         s2, e2 = int(tok.starts[k + 1]), int(tok.ends[k + 1])
         w = text[s1:e1]
@@ -337,7 +337,7 @@ def _combine(ev: list[tuple[int, float, str]]) -> TextFinding:
     total = np.sum(list(per.values()), axis=0)
     best = int(np.argmax(total))
     score = float(total[best])
-    hit = np.flatnonzero(total >= THRESHOLD)
+    hit = (total >= THRESHOLD).nonzero()[0]
     offset = int(starts[hit[0]]) if hit.size else None
     where = int(hit[0]) if hit.size else best
     signals = {k: round(float(v[where]), 3) for k, v in per.items() if v[where] > 0}

@@ -100,7 +100,7 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
     start = word.copy()
     start[1:] &= ~word[:-1] | solo[:-1]
     start |= solo
-    starts = np.flatnonzero(start)
+    starts = start.nonzero()[0]
     if not starts.size:
         empty = np.zeros(0, dtype=np.uint64)
         no = empty.astype(bool)
@@ -108,7 +108,7 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
     # ... and ends before a separator or a spaceless character, or at a spaceless one
     end = word.copy()
     end[:-1] &= ~word[1:] | solo[1:] | solo[:-1]
-    ends = np.flatnonzero(end) + 1
+    ends = end.nonzero()[0] + 1
     # polynomial hash of each token's (lower-case) code points: one cumulative sum, then
     # two look-ups per token; the same for ASCII and non-ASCII text
     n = len(text)
@@ -124,7 +124,7 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
 
     ids = sub(starts, ends)
     lens = ends - starts
-    dpos = np.flatnonzero(ch.cls("digit"))
+    dpos = ch.cls("digit").nonzero()[0]
     ndig = np.searchsorted(dpos, ends) - np.searchsorted(dpos, starts)
     digit = ndig == lens
     small = digit | ((lens == 1) & (ch.b[starts] != WIDE))
@@ -144,7 +144,7 @@ def periodic(tok: Tokens) -> list[tuple[int, float]]:
     if tok.sub is None or tok.letters is None or not len(tok):
         return []
     lens = tok.ends - tok.starts
-    cand = np.flatnonzero(tok.letters & (lens >= 8))
+    cand = (tok.letters & (lens >= 8)).nonzero()[0]
     out: list[tuple[int, float]] = []
     for k in range(2, 9):
         cand = cand[lens[cand] >= (6 if k == 2 else 4) * k]
@@ -169,7 +169,7 @@ def glued(tok: Tokens, part: int = 3) -> npt.NDArray[np.int64]:
     if tok.sub is None or tok.letters is None or len(tok) < 3:
         return none
     lens = tok.ends - tok.starts
-    words = np.flatnonzero(tok.letters & (lens >= part))
+    words = (tok.letters & (lens >= part)).nonzero()[0]
     if words.size < 3:
         return none
     ids = tok.ids[words]
@@ -185,9 +185,9 @@ def glued(tok: Tokens, part: int = 3) -> npt.NDArray[np.int64]:
     at = np.arange(which.size) - np.repeat(first, splits) + part + tok.starts[which]
     a = tok.sub(tok.starts[which], at)
     b = tok.sub(at, tok.ends[which])
-    maybe = np.flatnonzero(
+    maybe = (
         bitmap[(a >> np.uint64(48)).astype(np.intp)] & bitmap[(b >> np.uint64(48)).astype(np.intp)]
-    )
+    ).nonzero()[0]
     if not maybe.size:
         return none
     vocab = np.sort(ids)
