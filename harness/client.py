@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,7 @@ class TurnOutput:
     sim_injected: str | None = None
     events: int = 0
     failure: Failure | None = None
+    source: str = "server"  # "raw": ``content`` is the model's raw text, calls not parsed
 
 
 def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure:
@@ -146,13 +148,31 @@ class ChatClient:
         data = chat_payload(body, self.model, stream)
         out = TurnOutput()
         t0 = time.perf_counter()
+        work = self._stream(data, out, t0) if stream else self._plain(data, out, t0)
+        return await self._guarded(work, out, t0)
+
+    async def raw(self, path: str, payload: dict[str, Any], *, stream: bool) -> TurnOutput:
+        """One raw-text request: ``/v1/completions`` or SGLang's ``/generate``.
+
+        The model's text lands in ``content`` unparsed (``source="raw"``); SGLang's streamed
+        ``/generate`` events carry the text so far, OpenAI's ``/v1/completions`` events a delta.
+        """
+        payload = dict(payload, stream=stream)
+        if path.endswith("/completions"):
+            payload.setdefault("model", self.model)
+            if stream:
+                payload["stream_options"] = {"include_usage": True}
+        out = TurnOutput(source="raw")
+        t0 = time.perf_counter()
+        work = self._raw(path, orjson.dumps(payload), out, t0, stream)
+        return await self._guarded(work, out, t0)
+
+    async def _guarded(self, work: Awaitable[None], out: TurnOutput, t0: float) -> TurnOutput:
+        """Await one request's work; every failure becomes ``out.failure``."""
         cap = asyncio.timeout(self.total_timeout)
         try:
             async with cap:
-                if stream:
-                    await self._stream(data, out, t0)
-                else:
-                    await self._plain(data, out, t0)
+                await work
         except asyncio.CancelledError:
             out.failure = Failure("cancelled", "the run was stopped")
             out.latency_s = time.perf_counter() - t0
@@ -269,6 +289,82 @@ class ChatClient:
             out.itl_s = gaps / (out.events - 1)
         if not done:
             out.failure = Failure("cut", "stream ended before [DONE]")
+
+
+    async def _raw(
+        self, path: str, data: bytes, out: TurnOutput, t0: float, stream: bool
+    ) -> None:
+        text = ""
+        last = None
+        gaps = 0.0
+        async with self._http.stream("POST", path, content=data) as resp:
+            out.status = resp.status_code
+            out.sim_injected = resp.headers.get(SIM_HEADER)
+            if resp.status_code >= 400:
+                out.failure = await _status_failure(resp)
+                return
+            if not stream:
+                doc = orjson.loads(await resp.aread())
+                out.latency_s = out.ttft_s = time.perf_counter() - t0
+                out.content = _raw_piece(doc, out)
+                return
+            done = False
+            async for line in resp.aiter_lines():
+                now = time.perf_counter()
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    done = True
+                    break
+                piece = _raw_piece(orjson.loads(payload), out)
+                if out.failure is not None:
+                    return
+                if piece.startswith(text) and "meta_info" in payload:
+                    piece = piece[len(text) :]  # /generate: the text so far
+                if piece:
+                    text += piece
+                    out.events += 1
+                    if last is None:
+                        out.ttft_s = now - t0
+                    else:
+                        gaps += now - last
+                    last = now
+        out.latency_s = time.perf_counter() - t0
+        out.content = text
+        if out.events > 1:
+            out.itl_s = gaps / (out.events - 1)
+        if not done:
+            out.failure = Failure("cut", "stream ended before [DONE]")
+
+
+def _raw_piece(doc: Any, out: TurnOutput) -> str:
+    """The text of one raw response or event (completions or /generate); usage and finish
+    reason noted on ``out``."""
+    if isinstance(doc, list):  # /generate answers a batch with a list
+        doc = doc[0] if doc else {}
+    if not isinstance(doc, dict) or "error" in doc:
+        out.failure = Failure("protocol", "an error body: " + _error_text(orjson.dumps(doc)))
+        return ""
+    if "choices" in doc:  # /v1/completions
+        if doc.get("usage"):
+            _usage(out, doc["usage"])
+        text = ""
+        for choice in doc["choices"] or ():
+            text += choice.get("text") or ""
+            if choice.get("finish_reason"):
+                out.finish_reason = choice["finish_reason"]
+        return text
+    meta = doc.get("meta_info") or {}
+    out.prompt_tokens = meta.get("prompt_tokens", out.prompt_tokens)
+    out.completion_tokens = meta.get("completion_tokens", out.completion_tokens)
+    out.cached_tokens = meta.get("cached_tokens", out.cached_tokens)
+    finish = meta.get("finish_reason")
+    if isinstance(finish, dict):
+        finish = finish.get("type")
+    if finish:
+        out.finish_reason = str(finish)
+    return str(doc.get("text") or "")
 
 
 def _usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:

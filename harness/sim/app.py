@@ -24,6 +24,7 @@ from harness.sim import openai, transport
 from harness.sim.config import SimConfig
 from harness.sim.engine import Engine, Generation
 from harness.sim.inject import CHARS_PER_TOKEN
+from harness.sim.raw import RawRoutes
 from harness.sim.transport import Stream, TransportFault
 
 log = logging.getLogger(__name__)
@@ -331,6 +332,7 @@ def create_app(config: SimConfig) -> Starlette:
         Route("/get_server_info", sim.server_info, methods=["GET"]),
         Route("/flush_cache", sim.flush_cache, methods=["POST", "GET"]),
     ]
+    routes += RawRoutes(sim).routes()  # /v1/completions, /generate
     middleware = [] if config.api_key is None else [Middleware(RequireKey, key=config.api_key)]
     if config.disconnect_rate > 0:
         logging.getLogger("uvicorn.error").addFilter(_QUIET_CUT)
