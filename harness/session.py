@@ -167,7 +167,7 @@ class Session:
                 tools=self.tools or None,
                 finish_reason=out.finish_reason,
                 dialect=sh.scenario.dialect,
-                source="server",
+                source=out.source,  # "raw": the harness parses the calls
                 context=self.context_text or None,
             )
         record = self._record(turn, attempt, inflight, sent_at, out, verdict)
