@@ -102,10 +102,12 @@ async def drive(
     progress: Progress | None = None,
     on_turn: Callable[[TurnRecord], None] | None = None,
     on_session_end: Callable[[int, str | None], None] | None = None,
+    make_session: Callable[[SessionPlan, Shared], Session] | None = None,
 ) -> list[Session]:
     """Run every session of one variant to its end; return the sessions.
 
     The harness's self-report for this call is left in ``progress.harness_self``.
+    ``make_session`` builds each session (default ``Session``): trace replay and raw mode.
     """
     progress = progress or Progress()
     progress.sessions_total += len(plans)
@@ -128,6 +130,7 @@ async def drive(
                 report,
                 on_turn,
                 on_session_end,
+                make_session,
             )
     finally:
         if observers is not None:
@@ -149,6 +152,7 @@ async def _drive(
     report: SelfReport,
     on_turn: Callable[[TurnRecord], None] | None,
     on_session_end: Callable[[int, str | None], None] | None,
+    make_session: Callable[[SessionPlan, Shared], Session] | None,
 ) -> list[Session]:
     def turn_done(rec: TurnRecord) -> None:
         report.note_turn()
@@ -173,7 +177,7 @@ async def _drive(
     async def one(i: int, plan: SessionPlan) -> None:
         if options.ramp_up_s > 0 and len(plans) > 1:
             await asyncio.sleep(options.ramp_up_s * i / len(plans))
-        session = sessions[i] = Session(plan, shared)
+        session = sessions[i] = (make_session or Session)(plan, shared)
         try:
             await session.run()
         finally:
