@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
     _add_followup_args(run)
     _add_gate_args(run)
+    from harness.cli_run import add_trace_args, add_trace_parser
+
+    add_trace_args(run)
 
     sim = sub.add_parser("sim", help="serve the embedded DeepSeek-V4-like endpoint", add_help=False)
     sim.add_argument("sim_args", nargs=argparse.REMAINDER)
@@ -166,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("run_b", type=Path)
 
     _add_replay_parser(sub)
+    add_trace_parser(sub)
 
     cls = sub.add_parser("classify", help="classify saved outputs (JSONL) without a run")
     cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
@@ -319,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_classify(args)
         if args.command == "replay":
             return cmd_replay(args)
+        if args.command == "trace":
+            from harness.cli_run import cmd_trace
+
+            return cmd_trace(args)
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return exc.exit_code

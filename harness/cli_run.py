@@ -32,7 +32,7 @@ from harness.run import (
 
 #: A variant with more than this share of transport errors cannot be judged (exit code 3).
 MAX_TRANSPORT_ERROR_RATE = 0.5
-_PATH_ARGS = ("scenario", "target", "out", "baseline", "junit", "resume")
+_PATH_ARGS = ("scenario", "target", "out", "baseline", "junit", "resume", "workload")
 
 
 def _target_vars(items: list[str]) -> dict[str, str]:
@@ -100,7 +100,92 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         confirm=bool(getattr(args, "confirm", False)),
         reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
         args=saved,
+        **_workload_options(args, scenario),
     )
+
+
+def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
+    """--workload, --workload-mode, --pace and --api, checked before anything starts."""
+    from harness.rawmode import check_api
+    from harness.trace import load_trace
+    from harness.trace_session import check_options
+
+    api = getattr(args, "api", "chat")
+    mode = getattr(args, "workload_mode", "replay")
+    pace = getattr(args, "pace", "recorded")
+    workload = getattr(args, "workload", None)
+    check_api(api, scenario.dialect)
+    check_options(mode, pace)
+    if workload is not None:
+        load_trace(workload)  # a bad line fails now, naming the file and line
+        if getattr(args, "reference_sessions", 0):
+            raise UsageError("--reference-sessions re-runs scenario sessions: not with --workload")
+    return {"workload": workload, "workload_mode": mode, "pace": pace, "api": api}
+
+
+def add_trace_args(run: argparse.ArgumentParser) -> None:
+    """The run flags of recorded traces and raw mode (docs/traces.md)."""
+    g = run.add_argument_group("recorded traces and raw mode (see docs/traces.md)")
+    g.add_argument(
+        "--workload",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="replay recorded conversations (one per line, OpenAI chat format) as the sessions",
+    )
+    g.add_argument(
+        "--workload-mode",
+        choices=("replay", "continue"),
+        default="replay",
+        help="replay: send each recorded request as it was; continue: the live answers make "
+        "the history, recorded tool results where the live call matches (default: replay)",
+    )
+    g.add_argument(
+        "--pace",
+        choices=("recorded", "fast"),
+        default="recorded",
+        help="send turns at the recorded offsets, or as fast as the concurrency allows",
+    )
+    g.add_argument(
+        "--api",
+        choices=("chat", "completions", "generate"),
+        default="chat",
+        help="chat: the server parses tool calls; completions (/v1/completions) or generate "
+        "(SGLang /generate): the harness renders the prompt and parses the raw output",
+    )
+
+
+def add_trace_parser(sub: Any) -> None:
+    tr = sub.add_parser("trace", help="recorded traces: convert a request log into a trace")
+    tsub = tr.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
+    conv = tsub.add_parser("convert", help="group a request log (JSONL) into conversations")
+    conv.add_argument("log", type=Path, help="request log, one JSON request per line")
+    conv.add_argument("-o", "--output", type=Path, help="trace file (default: stdout)")
+    cmp_ = tsub.add_parser("compare", help="chat run vs raw run: server parser or model?")
+    cmp_.add_argument("chat_run", type=Path)
+    cmp_.add_argument("raw_run", type=Path)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    if args.trace_command == "compare":
+        from harness.rawmode import compare_runs
+
+        print(json.dumps(compare_runs(args.chat_run, args.raw_run), indent=2))
+        return 0
+    from harness.errors import ConfigError
+    from harness.trace import convert_log
+
+    try:
+        lines = args.log.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{args.log}: log file not found") from None
+    out = [json.dumps(conv, ensure_ascii=False) for conv in convert_log(lines)]
+    text = "".join(line + "\n" for line in out)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text, encoding="utf-8")
+        print(f"{len(out)} conversations written to {args.output}", file=sys.stderr)
+    return 0
 
 
 async def _run_with_progress(

@@ -31,10 +31,12 @@ from harness.launch import Target, make_target
 from harness.matrix import Variant
 from harness.metrics import MetricsScraper, flush_cache, warm_up
 from harness.plan import run_order
+from harness.rawmode import RawClient
 from harness.records import TURNS_FILE, TurnWriter
-from harness.session import ACTIVE_TRANSCRIPTS, SessionPlan, make_plans
+from harness.session import ACTIVE_TRANSCRIPTS, Session, SessionPlan, Shared, make_plans
 from harness.targetfile import TargetSpec
 from harness.targets import EndpointTarget
+from harness.trace_session import sessions_for
 from harness.transcripts import TRANSCRIPTS_FILE, TranscriptLog
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,10 @@ class RunOptions:
     keep_transcripts: bool = False  # all sessions' transcripts, not only corrupted ones
     confirm: bool = False  # re-send every corrupted turn alone after the variant's load
     reference_sessions: int = 0  # sessions re-run one at a time after the variant's load
+    workload: Path | None = None  # a trace (JSONL): its conversations are the sessions
+    workload_mode: str = "replay"  # replay | continue (harness.trace_session)
+    pace: str = "recorded"  # recorded | fast
+    api: str = "chat"  # chat | completions | generate (harness.rawmode)
     args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
 
     def schedule(self) -> list[tuple[Variant, int]]:
@@ -175,6 +181,7 @@ async def _run_variant(
     writer: TurnWriter,
     progress: Progress,
     announce: Callable[[str], None],
+    make_session: Callable[[SessionPlan, Shared], Session] | None = None,
 ) -> VariantOutcome:
     target = _target_for(opts, variant, repeat)
     name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
@@ -200,6 +207,9 @@ async def _run_variant(
             max_connections=max(opts.concurrency, 1) + 8,
             request_timeout=opts.request_timeout,
         )
+        sessions_client: Any = client  # raw mode: the prompt rendered here, the output parsed here
+        if opts.api != "chat":
+            sessions_client = RawClient(client, opts.api, opts.scenario.dialect)
         base = {
             "run_id": run_id,
             "variant": variant.label,
@@ -238,7 +248,7 @@ async def _run_variant(
                 token = ACTIVE_TRANSCRIPTS.set(transcripts)
                 load = asyncio.create_task(
                     drive(
-                        client,
+                        sessions_client,
                         opts.scenario,
                         plans,
                         writer,
@@ -250,6 +260,7 @@ async def _run_variant(
                         ),
                         progress,
                         on_session_end=session_done,
+                        make_session=make_session,
                     )
                 )
                 ACTIVE_TRANSCRIPTS.reset(token)
@@ -320,7 +331,15 @@ async def execute(
     skip: set[tuple[str, int, int]] | None = None,
 ) -> list[VariantOutcome]:
     """Run every variant in the planned order. Turns are on disk as they complete."""
-    plans = make_plans(opts.scenario, opts.sessions, opts.seed)
+    plans, make = sessions_for(
+        opts.workload,
+        opts.workload_mode,
+        opts.pace,
+        opts.api,
+        opts.scenario,
+        opts.seed,
+        make_plans(opts.scenario, opts.sessions, opts.seed),
+    )
     outcomes: list[VariantOutcome] = []
     skip = skip or set()
 
@@ -336,7 +355,7 @@ async def execute(
                     continue
                 outcomes.append(
                     await _run_variant(
-                        opts, run_id, variant, repeat, todo, writer, progress, announce
+                        opts, run_id, variant, repeat, todo, writer, progress, announce, make
                     )
                 )
                 save()
