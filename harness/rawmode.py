@@ -167,7 +167,7 @@ def compare_records(chat: Iterable[TurnRecord], raw: Iterable[TurnRecord]) -> di
         if other is None:
             unpaired += 1
             continue
-        verdict = judge_pair(rec, other)  # type: ignore[arg-type]
+        verdict = judge_pair(rec, other)
         verdicts[verdict] += 1
         pairs[f"{rec.get('label')} -> {other.get('label')}"] += 1
         if verdict in ("server_parser", "model") and len(examples) < 20:
