@@ -19,7 +19,7 @@ from harness.config import load_scenario
 from harness.driver import Progress as Counts
 from harness.errors import InfrastructureError, UsageError
 from harness.matrix import parse_ab, variants
-from harness.records import TURNS_FILE, iter_turns
+from harness.records import TURNS_FILE, TurnRecord, iter_turns
 from harness.run import (
     RunOptions,
     VariantOutcome,
@@ -270,7 +270,8 @@ def _set_aside_unfinished(run_dir: Path, done: set[tuple[str, int, int]]) -> int
     path = run_dir / TURNS_FILE
     if not path.exists():
         return 0
-    keep, moved = [], []
+    keep: list[TurnRecord] = []
+    moved: list[TurnRecord] = []
     for rec in iter_turns(path):
         key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
         (keep if key in done else moved).append(rec)

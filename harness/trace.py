@@ -46,7 +46,7 @@ class Conversation:
     offsets_s: tuple[float, ...] = field(default=())
 
     def turns(self) -> list[RecordedTurn]:
-        out = []
+        out: list[RecordedTurn] = []
         for i, msg in enumerate(self.messages):
             if msg.get("role") == "assistant":
                 k = len(out)

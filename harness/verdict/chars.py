@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -104,7 +105,8 @@ class Chars:
         """Positions of the non-ASCII characters."""
         if self.ascii:
             return np.zeros(0, dtype=np.int64)
-        return (self.b == WIDE).nonzero()[0]
+        wide: np.ndarray[Any, np.dtype[np.int64]] = (self.b == WIDE).nonzero()[0]
+        return wide
 
     def cls(self, name: str) -> BoolArray:
         """Per character: does its (ASCII) byte belong to the class ``name``."""
