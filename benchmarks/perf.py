@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -167,6 +168,8 @@ def main() -> None:
         cases = [c for c in cases if any(w in c.name for w in wanted)]
     clients = [c for c in args.clients.split(",") if c]
     repeats = 1 if args.quick else args.repeats
+    # stopped by a signal: still stop the endpoints (the finally below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     endpoints = {d: start_endpoint(d) for d in sorted({c.delay_ms for c in cases})}
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     t0 = time.perf_counter()

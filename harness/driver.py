@@ -45,10 +45,10 @@ class Progress:
             self.transport_errors += 1
 
 
-# The cyclic garbage collector's first threshold while sessions run. At the default (700
-# allocations) a run with thousands of sessions spent a quarter of its CPU in collections
-# that found little: turns free their objects by reference counting.
-GC_THRESHOLDS = (20_000, 50, 100)
+# The cyclic garbage collector's thresholds while sessions run. At the default (700
+# allocations) 2,000 sessions spent 10-25% of the run's CPU in collections; with 20,000
+# about 5% (docs/performance.md).
+GC_THRESHOLDS = (20_000, 10, 10)  # gen0 raised; gen1 and gen2 keep their cadence
 _gc_users = 0
 _gc_saved: tuple[int, int, int] | None = None
 
