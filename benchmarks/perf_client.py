@@ -43,6 +43,7 @@ from harness.driver import DriveOptions, Progress, drive  # noqa: E402
 from harness.records import TurnWriter  # noqa: E402
 from harness.session import SessionPlan, first_messages, make_plans  # noqa: E402
 
+ROOT = str(Path(__file__).resolve().parent.parent) + "/"
 BASE = {"run_id": "bench", "variant": "bench", "factors": {}, "repeat": 0}
 
 
@@ -67,10 +68,11 @@ def memory_breakdown(snapshot: tracemalloc.Snapshot, top: int = 12) -> list[dict
     by_file: Counter[str] = Counter()
     for stat in snapshot.statistics("filename"):
         name = stat.traceback[0].filename
-        for marker in ("site-packages/", "lib/python3.11/", "main/"):
+        for marker in ("site-packages/", f"python{sys.version_info[0]}.{sys.version_info[1]}/"):
             if marker in name:
                 name = name.split(marker, 1)[1]
                 break
+        name = name.removeprefix(ROOT)
         by_file[name] += stat.size
     lines = [
         {
