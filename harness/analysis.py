@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import stats
+from harness import livecontext, stats
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CORRUPTED_LABELS, TRANSPORT_ERROR
 from harness.records import TURNS_FILE, read_turns
@@ -115,13 +115,15 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
         "label": "", "transport_error": None, "inflight": np.nan, "prompt_tokens": np.nan,
         "completion_tokens": np.nan, "ttft_s": np.nan, "itl_s": np.nan, "latency_s": np.nan,
         "content": "", "evidence": None, "sim_injected": None, "noncanonical": False,
+        "sent_at": np.nan,
     }  # fmt: skip
     for col, value in defaults.items():
         if col not in df:
             df[col] = value
     for col in ("repeat", "session", "turn", "attempt"):
         df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0).astype(int)
-    for col in ("inflight", "prompt_tokens", "completion_tokens", "ttft_s", "itl_s", "latency_s"):
+    for col in ("inflight", "prompt_tokens", "completion_tokens", "ttft_s", "itl_s", "latency_s",
+                "sent_at"):  # fmt: skip
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     df["label"] = df["label"].fillna("").astype(str)
     df["content"] = df["content"].fillna("").astype(str)
@@ -188,6 +190,7 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "itl_p95_s": _quantile(ok["itl_s"], 0.95),
         "latency_p50_s": _quantile(ok["latency_s"], 0.5),
     }
+    out.update(livecontext.cache_summary(ok))
     kinds = ok["sim_injected"].astype(str)
     known = ok["sim_injected"].notna() & (kinds != "")
     # corruption the simulator injected: not "none", not a transport fault

@@ -54,6 +54,13 @@ class Scenario:
     workload: str = "tools"  # "tools": tool-call turns; "chat": user turns bring documents
     questions: tuple[str, ...] = ()  # chat workload: follow-up questions, cycled
     source: str = "<builtin>"
+    # cache-pressure workload (docs/workloads.md); the defaults leave the workload as it was
+    pressure: float | None = None  # peak live context of all sessions / the server's KV capacity
+    kv_capacity: int | None = None  # KV capacity in tokens when the server does not say
+    think_time_s: tuple[float, float] = (0.0, 0.0)  # pause before each next turn, [min, max]
+    prefix_groups: int = 0  # sessions sharing a system prompt, in this many groups (0: none)
+    branches: int = 1  # sessions per family: the first runs, the others fork from it
+    branch_at: int = 0  # the turn at which the forks take the first one's history
 
     def openai_tools(self) -> list[dict[str, Any]]:
         return [t.openai() for t in self.tools]
@@ -75,7 +82,10 @@ _INT_FIELDS = (
     "max_attempts",
 )
 WORKLOADS = ("tools", "chat")
+_PRESSURE_KEYS = ("pressure", "kv_capacity", "think_time_s", "prefix_groups", "branches",
+                  "branch_at")  # fmt: skip
 _KNOWN = {
+    *_PRESSURE_KEYS,
     "workload",
     "questions",
     "name",
@@ -144,6 +154,7 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
     if not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
         raise ConfigError(f"{source}: 'temperature' must be a number in [0, 2]")
     scenario = Scenario(
+        **_pressure_keys(raw, source),
         name=raw["name"],
         description=str(raw.get("description", "")),
         dialect=dialect,
@@ -160,7 +171,60 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
     return scenario
 
 
+def _pressure_keys(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """The cache-pressure keys present in ``raw``, type-checked (ranges: _check_numbers)."""
+    out: dict[str, Any] = {}
+    if "pressure" in raw:
+        value = raw["pressure"]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{source}: 'pressure' must be a number, e.g. 1.5, got {value!r}")
+        out["pressure"] = float(value)
+    for key in ("kv_capacity", "prefix_groups", "branches", "branch_at"):
+        if key in raw:
+            value = raw[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{source}: '{key}' must be an integer, got {value!r}")
+            out[key] = value
+    if "think_time_s" in raw:
+        value = raw["think_time_s"]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = [value, value]
+        if (
+            not isinstance(value, list)
+            or len(value) != 2
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+        ):
+            raise ConfigError(
+                f"{source}: 'think_time_s' must be [min, max] in seconds, e.g. [2, 8], "
+                f"got {value!r}"
+            )
+        out["think_time_s"] = (float(value[0]), float(value[1]))
+    return out
+
+
+def _check_pressure(s: Scenario, source: str) -> None:
+    if s.pressure is not None and not s.pressure > 0:
+        raise ConfigError(f"{source}: 'pressure' must be above 0 (e.g. 1.5), got {s.pressure}")
+    if s.kv_capacity is not None and s.kv_capacity < 1:
+        raise ConfigError(f"{source}: 'kv_capacity' must be at least 1 token, got {s.kv_capacity}")
+    lo, hi = s.think_time_s
+    if lo < 0 or hi < lo:
+        raise ConfigError(
+            f"{source}: 'think_time_s' must be [min, max] with 0 <= min <= max, got [{lo}, {hi}]"
+        )
+    if s.prefix_groups < 0:
+        raise ConfigError(f"{source}: 'prefix_groups' must be 0 or more, got {s.prefix_groups}")
+    if s.branches < 1:
+        raise ConfigError(f"{source}: 'branches' must be at least 1, got {s.branches}")
+    if s.branches > 1 and not 1 <= s.branch_at < s.max_turns:
+        raise ConfigError(
+            f"{source}: 'branch_at' must be a turn from 1 to max_turns - 1 ({s.max_turns - 1}) "
+            f"when 'branches' is above 1, got {s.branch_at}"
+        )
+
+
 def _check_numbers(s: Scenario, source: str) -> None:
+    _check_pressure(s, source)
     for key in _INT_FIELDS:
         if getattr(s, key) < 1:
             raise ConfigError(f"{source}: '{key}' must be at least 1, got {getattr(s, key)}")

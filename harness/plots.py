@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
 
-from harness import analysis  # noqa: E402
+from harness import analysis, livecontext  # noqa: E402
 from harness.labels import CORRUPTED_LABELS  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -174,6 +174,32 @@ def plot_metrics(metrics: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_pressure(live: pd.DataFrame, corruption: pd.DataFrame, path: Path) -> Path:
+    """Pressure (live context / KV capacity) over time, above the turn corruption rate."""
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(11, 6.2), sharex=True)
+    for (variant, repeat), g in live.groupby(["variant", "repeat"], sort=False):
+        name = f"{variant} #{repeat}" if live["repeat"].nunique() > 1 else str(variant)
+        ax.step(g["t"], g["pressure"], where="post", lw=1.2, label=name)
+    ax.axhline(1.0, color="#888", lw=0.8, ls="--")
+    ax.text(0.0, 1.0, " KV capacity", va="bottom", fontsize=8, color="#666")
+    ax.set_ylabel("live context / KV capacity")
+    ax.set_title("Cache pressure over time")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    for variant, g in corruption.groupby("variant", sort=False):
+        bx.plot(g["t"], g["rate"], marker="o", lw=1.2, label=str(variant))
+    bx.yaxis.set_major_formatter(PercentFormatter(1.0))
+    bx.set_ylim(bottom=0)
+    bx.set_ylabel("corrupted turns")
+    bx.set_xlabel("time since the variant's first request (s)")
+    bx.set_title("Turn corruption rate over time")
+    bx.grid(alpha=0.3)
+    if len(corruption):
+        bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
 def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) -> dict[str, Path]:
     """Draw every figure the data allows into ``out_dir``; returns {name: path}."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -192,6 +218,10 @@ def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) 
             ("label_mix", lambda p: plot_label_mix(analysis.label_mix_frame(df, order), p)),
             ("latency", lambda p: plot_latency(analysis.latency_frame(df), order, p)),
         ]  # fmt: skip
+    live = livecontext.live_context_frame(df) if len(df) else None
+    if live is not None and len(live) and live["pressure"].notna().any():
+        corruption = livecontext.pressure_corruption_frame(df)
+        jobs.append(("pressure_over_time", lambda p: plot_pressure(live, corruption, p)))
     metrics = run.metrics
     if metrics is not None and {"variant", "t", "name", "value"} <= set(metrics.columns):
         jobs.append(("server_metrics", lambda p: plot_metrics(metrics, p)))

@@ -156,6 +156,7 @@ def render_markdown(
                        f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
     out += confirm.markdown(summary)
+    out += cache_markdown(summary)
     if plot_files:
         out += ["", "## Plots", ""]
         out += [f"![{name}]({rel})" for name, rel in plot_files.items()]
@@ -183,6 +184,32 @@ def render_markdown(
             fence = _fence(body)
             out += ["", fence + "text", body, fence, ""]
     return "\n".join(out) + "\n"
+
+
+def cache_markdown(summary: Summary) -> list[str]:
+    """Cached-token share and cache pressure per variant (when the turns carry them)."""
+    variants = summary["variants"]
+    if not any(v.get("cached_token_share") is not None for v in variants):
+        return []
+    out = ["", "## Cache", "",
+           "| variant | cached share of prompt tokens | peak live context | KV capacity | "
+           "peak pressure | mean pressure |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for v in variants:
+        cap = v.get("kv_capacity")
+        peak, mean = v.get("pressure_peak"), v.get("pressure_mean")
+        live = v.get("live_tokens_peak")
+        out.append(
+            f"| {v['label']} | {fmt_pct(v.get('cached_token_share'))} | "
+            f"{'n/a' if live is None else f'{live:,}'} | {'n/a' if cap is None else f'{cap:,}'} | "
+            f"{'n/a' if peak is None else f'{peak:.2f}x'} | "
+            f"{'n/a' if mean is None else f'{mean:.2f}x'} |"
+        )
+    out += [
+        "",
+        "Pressure: the live context of all sessions (latest prompt and answer, running or "
+        "thinking) over the server's KV capacity; above 1x the pool evicts.",
+    ]
+    return out
 
 
 # ---- the report ----------------------------------------------------------------------------

@@ -9,8 +9,8 @@ import random
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 from harness import labels as L
 from harness.client import ChatClient, Failure, TurnOutput
@@ -33,6 +33,14 @@ ACTIVE_TRANSCRIPTS: ContextVar[TranscriptLog | None] = ContextVar(
 
 @dataclass(frozen=True)
 class SessionPlan:
+    """One session's seeded plan.
+
+    Workload extras (docs/workloads.md): ``prefix_seed`` seeds the system prompt's notes
+    (shared by the sessions of one prefix group; the session's own seed otherwise); a fork
+    (``parent`` set) takes the parent's history at turn ``branch_at`` and goes on from there;
+    ``think_time_s`` is the pause before each next turn, drawn per turn from the session seed.
+    """
+
     index: int
     seed: int
     task: str
@@ -40,30 +48,89 @@ class SessionPlan:
     max_turns: int
     start_context: int
     max_context: int
+    prefix_seed: int | None = None
+    group: int | None = None
+    parent: int | None = None
+    parent_seed: int | None = None
+    branch_at: int = 0
+    think_time_s: tuple[float, float] = (0.0, 0.0)
 
     def target_context(self, turn: int) -> int:
         """Tokens the prompt should hold at ``turn`` (linear growth over the steps)."""
         frac = min(1.0, turn / max(1, self.steps))
         return int(self.start_context + (self.max_context - self.start_context) * frac)
 
+    def seed_for(self, turn: int) -> int:
+        """The seed of ``turn``'s request and tool results (a fork's history is its parent's)."""
+        if self.parent_seed is not None and turn < self.branch_at:
+            return self.parent_seed
+        return self.seed
+
+    def think_s(self, turn: int) -> float:
+        """Seconds to wait before sending ``turn`` (none before the first)."""
+        lo, hi = self.think_time_s
+        if turn == 0 or hi <= 0:
+            return 0.0
+        return random.Random(self.seed * 7919 + turn).uniform(lo, hi)
+
 
 def make_plans(scenario: Scenario, sessions: int, seed: int) -> list[SessionPlan]:
+    """Seeded plans; prefix groups and forks as the scenario says (none by default)."""
     rng = random.Random(seed)
-    plans = []
+    plans: list[SessionPlan] = []
+    family = scenario.branches
+    max_context = scenario.max_context
+    if scenario.pressure is not None and scenario.kv_capacity is not None:
+        from harness.pressure import plan_pressure  # the capacity is known: size it now
+
+        max_context = plan_pressure(scenario, scenario.kv_capacity, scenario.sessions).max_context
     for i in range(sessions):
-        task = scenario.tasks[i % len(scenario.tasks)].format(steps=scenario.steps)
+        own_seed = rng.randrange(1 << 31)
+        root = plans[i - i % family] if family > 1 and i % family else None
+        group = (i // family) % scenario.prefix_groups if scenario.prefix_groups else None
+        task_of = root.index if root is not None else i
+        task = scenario.tasks[task_of % len(scenario.tasks)].format(steps=scenario.steps)
+        if root is not None:
+            prefix_seed = root.prefix_seed
+        elif group is not None:
+            prefix_seed = random.Random(seed * 1_000_003 + group).randrange(1 << 31)
+        else:
+            prefix_seed = None
         plans.append(
             SessionPlan(
                 index=i,
-                seed=rng.randrange(1 << 31),
+                seed=own_seed,
                 task=task,
                 steps=scenario.steps,
                 max_turns=scenario.max_turns,
                 start_context=scenario.start_context,
-                max_context=scenario.max_context,
+                max_context=max_context,
+                prefix_seed=prefix_seed,
+                group=group,
+                parent=root.index if root is not None else None,
+                parent_seed=root.seed if root is not None else None,
+                branch_at=scenario.branch_at if root is not None else 0,
+                think_time_s=scenario.think_time_s,
             )
         )
     return plans
+
+
+@dataclass
+class Workload:
+    """What the sessions of one variant coordinate on: the KV capacity and the forks."""
+
+    capacity: int | None = None
+    capacity_known: asyncio.Event | None = None
+    resolving: bool = False
+    plan: Any = None  # the PressurePlan applied, when the scenario states a pressure
+    members: set[int] = field(default_factory=set)
+    forks: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+
+    def fork_point(self, parent: int) -> asyncio.Future[Any]:
+        if parent not in self.forks:
+            self.forks[parent] = asyncio.get_running_loop().create_future()
+        return self.forks[parent]
 
 
 @dataclass
@@ -81,12 +148,14 @@ class Shared:
     on_turn: Callable[[TurnRecord], None] | None = None
     retry_delay_s: float = 0.5
     transcripts: TranscriptLog | None = field(default_factory=ACTIVE_TRANSCRIPTS.get)
+    workload: Workload = field(default_factory=Workload)
 
 
 def first_messages(scenario: Scenario, plan: SessionPlan) -> list[dict[str, Any]]:
     tools_tokens = estimate_tokens(json.dumps(scenario.openai_tools()))
     base = estimate_tokens(scenario.system_prompt + plan.task) + tools_tokens
-    notes = padding_text(plan.seed, max(16, plan.start_context - base - 40))
+    notes_seed = plan.seed if plan.prefix_seed is None else plan.prefix_seed
+    notes = padding_text(notes_seed, max(16, plan.start_context - base - 40))
     system = f"{scenario.system_prompt}\n\n## Repository notes\n{notes}"
     return [{"role": "system", "content": system}, {"role": "user", "content": plan.task}]
 
@@ -117,14 +186,17 @@ class Session:
         self.context_text = ""
         self.turns_sent = 0
         self.ended: str | None = None
+        self.first_turn = 0  # a fork starts at its branch turn
+        self.think_s = 0.0  # the pause before the turn being sent
+        shared.workload.members.add(plan.index)
 
-    def body(self) -> dict[str, Any]:
+    def body(self, turn: int = 0) -> dict[str, Any]:
         s = self.shared.scenario
         body: dict[str, Any] = {
             "messages": self.messages,
             "temperature": s.temperature,
             "max_tokens": s.max_tokens,
-            "seed": self.plan.seed,
+            "seed": self.plan.seed_for(turn),
         }
         if self.tools:
             body["tools"] = self.tools
@@ -136,7 +208,7 @@ class Session:
             sh.inflight += 1
             inflight = sh.inflight
             sent_at = time.time()
-            body = self.body()
+            body = self.body(turn)
             entry = None
             if sh.transcripts is not None:
                 entry = sh.transcripts.sent(self.plan.index, turn, attempt, body, self.context_text)
@@ -210,21 +282,97 @@ class Session:
             "tool_calls": verdict.tool_calls if verdict.tool_calls else out.tool_calls,
             "evidence": verdict.evidence,
         }
+        self._workload_fields(cast(dict[str, Any], record))
         sh.writer.write(record)
         if sh.on_turn is not None:
             sh.on_turn(record)
         return record
 
+    def _workload_fields(self, record: dict[str, Any]) -> None:
+        """Workload facts on the turn record, only where the workload uses them."""
+        plan, wl = self.plan, self.shared.workload
+        if wl.capacity is not None:
+            record["kv_capacity"] = wl.capacity
+        if plan.think_time_s[1] > 0:
+            record["think_s"] = round(self.think_s, 3)
+        if plan.group is not None:
+            record["prefix_group"] = plan.group
+        if plan.parent is not None:
+            record["branch_of"] = plan.parent
+
     async def run(self) -> None:
         try:
-            await self._run()
+            await self._start()
+            if self.ended is None:
+                await self._run()
         finally:
+            self._fork(None)  # forks still waiting for this session get nothing
             if self.shared.transcripts is not None:
                 self.shared.transcripts.finished(self.plan.index)
 
+    async def _start(self) -> None:
+        """Resolve the KV capacity (and the pressure plan), then a fork's shared history."""
+        sh = self.shared
+        if sh.scenario.pressure is not None or sh.scenario.kv_capacity is not None:
+            await self._resolve_capacity()
+        if self.plan.parent is None or self.plan.parent not in sh.workload.members:
+            return  # a root; or a fork whose parent is not running here: it replays the history
+        history = await sh.workload.fork_point(self.plan.parent)
+        if history is None:
+            self.ended = "parent ended before the branch"
+            return
+        messages, context_text = history
+        self.messages = json.loads(json.dumps(messages))
+        self.context_text = context_text
+        self.first_turn = self.plan.branch_at
+
+    async def _resolve_capacity(self) -> None:
+        from harness.pressure import plan_pressure, server_capacity
+
+        sh, wl = self.shared, self.shared.workload
+        if wl.capacity_known is None:
+            wl.capacity_known = asyncio.Event()
+        if not wl.resolving:  # the first session asks; the others wait for its answer
+            wl.resolving = True
+            try:
+                source = "scenario"
+                capacity = sh.scenario.kv_capacity
+                if capacity is None:
+                    capacity, source = await server_capacity(sh.client), "server"
+                if capacity is None:
+                    log.warning(
+                        "the server does not say its KV capacity and the scenario has no "
+                        "kv_capacity: the sessions keep the scenario's growth, pressure unknown"
+                    )
+                elif sh.scenario.pressure is not None:
+                    wl.plan = plan_pressure(sh.scenario, capacity, sh.scenario.sessions, source)
+                    log.info("%s", wl.plan.describe())
+                wl.capacity = capacity
+            finally:
+                wl.capacity_known.set()
+        await wl.capacity_known.wait()
+        if wl.plan is not None and self.plan.max_context != wl.plan.max_context:
+            self.plan = replace(self.plan, max_context=wl.plan.max_context)
+
+    def _fork(self, turn: int | None) -> None:
+        """A root hands its history to its forks at their branch turn (None: it ended)."""
+        scenario = self.shared.scenario
+        if scenario.branches <= 1 or self.plan.parent is not None:
+            return
+        if turn is not None and turn != scenario.branch_at:
+            return
+        fut = self.shared.workload.fork_point(self.plan.index)
+        if not fut.done():
+            history = (json.loads(json.dumps(self.messages)), self.context_text)
+            fut.set_result(None if turn is None else history)
+
     async def _run(self) -> None:
         sh = self.shared
-        for turn in range(self.plan.max_turns):
+        for turn in range(self.first_turn, self.plan.max_turns):
+            self._fork(turn)
+            self.think_s = self.plan.think_s(turn) if turn > self.first_turn else 0.0
+            if self.think_s > 0:
+                await asyncio.sleep(self.think_s)  # the tool takes its time; the session idles
             result = None
             for attempt in range(sh.scenario.max_attempts):
                 out, verdict, _ = await self.send(turn, attempt)
@@ -271,7 +419,7 @@ class Session:
         """Chat workload: the answer, then a user turn bringing a document and a question."""
         questions = self.shared.scenario.questions
         question = questions[(self.plan.index + turn) % len(questions)]
-        doc = document_chunk(self.plan.seed + turn, max(50, self._budget(turn, out) - 30))
+        doc = document_chunk(self.plan.seed_for(turn) + turn, max(50, self._budget(turn, out) - 30))
         self.messages.append({"role": "assistant", "content": out.content})
         self.messages.append(
             {"role": "user", "content": f"Document {turn + 2}:\n{doc}\n\n{question}"}
@@ -285,7 +433,8 @@ class Session:
         results = []
         for i, call in enumerate(calls):
             call_id = f"call_{self.plan.index}_{turn}_{i}"
-            args = call.get("arguments") if isinstance(call.get("arguments"), dict) else {}
+            raw_args = call.get("arguments")
+            args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
             name = str(call.get("name"))
             openai_calls.append(
                 {
@@ -295,7 +444,7 @@ class Session:
                 }
             )
             kind = self.kinds.get(name, "echo")
-            text = run_tool(kind, args, seed=self.plan.seed + turn, budget_tokens=budget)
+            text = run_tool(kind, args, seed=self.plan.seed_for(turn) + turn, budget_tokens=budget)
             results.append({"role": "tool", "tool_call_id": call_id, "content": text})
         self.messages.append(
             {

@@ -149,10 +149,11 @@ class SimApp:
             )
         in_flight = await engine.admit()
         tokens = 0
+        gen: Generation | None = None
 
         def done() -> None:
             engine.running_tokens -= tokens
-            engine.release()
+            engine.release(gen.pinned if gen is not None else None)
 
         try:
             gen = engine.generate(
@@ -164,6 +165,7 @@ class SimApp:
                 fields["call_tools"],
                 prepared=prepared,
                 corrupt=fault is None,
+                pin=True,  # the prompt's KV stays in the pool while the answer is sent
             )
             tokens = gen.prompt_tokens + gen.completion_tokens
             engine.running_tokens += tokens
@@ -297,6 +299,13 @@ class SimApp:
         lines.append("# TYPE sim:injected_total counter")
         for kind, n in sorted(self.engine.injected.items()):
             lines.append(f'sim:injected_total{{kind="{kind}"}} {n}')
+        # the KV pool and the race's mechanism: evictions, load-backs, corruption by cause
+        for name, value in self.engine.pool_metrics().items():
+            kind = "counter" if name.endswith("_total") else "gauge"
+            lines += [f"# TYPE sim:{name} {kind}", f"sim:{name} {value}"]
+        lines.append("# TYPE sim:corrupted_total counter")
+        for cause in ("race", "loadback", "loop", "forced"):
+            lines.append(f'sim:corrupted_total{{cause="{cause}"}} {self.engine.causes[cause]}')
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
     async def server_info(self, request: Request) -> Response:
@@ -309,6 +318,7 @@ class SimApp:
                 "max_running_requests": c.max_running,
                 "tool_call_parser": "deepseekv4",
                 "enable_hierarchical_cache": c.hicache == "on",
+                "hicache_ratio": c.hicache_ratio,
                 "index_k_dtype": c.index_k,
                 "topk": c.topk,
                 "version": "sim",
@@ -322,6 +332,7 @@ class SimApp:
 
 def create_app(config: SimConfig) -> Starlette:
     sim = SimApp(config)
+    # one line per route; other modules add theirs to this list
     routes = [
         Route("/v1/chat/completions", sim.chat, methods=["POST"]),
         Route("/v1/models", sim.models, methods=["GET"]),

@@ -25,6 +25,12 @@ class SimConfig:
     ``fault_scale`` multiplies the corruption probability and ``force_fault`` injects one kind
     in every chat response: both exist for tests and calibration.
 
+    The KV pool (kvpool.py): ``kv_capacity`` tokens on the GPU tier (``/server_info``
+    reports it as ``max_total_num_tokens``); with ``hicache="on"`` a host tier of
+    ``hicache_ratio`` times that holds what the GPU tier evicts, and loading it back is what
+    the race needs. ``calibrated_race`` adds the incident's calibrated odds (faults.py) for a
+    pool that is never under pressure; off, only load-backs corrupt.
+
     Transport faults (transport.py) are drawn per request, seeded like the corruption faults:
     ``error_rate`` (HTTP 500/503), ``disconnect_rate`` (connection closed mid-response),
     ``stall_rate`` (no byte for ``stall_seconds`` mid-response), ``error_event_rate`` (an SSE
@@ -41,6 +47,8 @@ class SimConfig:
     seed: int = 0
     model: str = DEFAULT_MODEL
     kv_capacity: int = 50_000_000
+    hicache_ratio: float = 2.0
+    calibrated_race: bool = True
     chunk_tokens: int = 4
     max_running: int = 256
     fault_scale: float = 1.0
@@ -81,6 +89,8 @@ class SimConfig:
             )
         if not self.speed > 0:
             raise UsageError(f"speed must be a positive number, not {self.speed}")
+        if not self.hicache_ratio > 0:
+            raise UsageError(f"hicache_ratio must be a positive number, not {self.hicache_ratio}")
         if self.fault_scale < 0:
             raise UsageError(f"fault_scale must be zero or more, not {self.fault_scale}")
         for name, number in (

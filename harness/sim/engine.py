@@ -1,8 +1,10 @@
-"""The simulated server's core, without HTTP: admission, prefix cache, model, faults, counters.
+"""The simulated server's core, without HTTP: admission, KV pool, model, faults, counters.
 
 ``Engine.generate`` turns one validated chat request into a ``Generation``: the raw model
 text, what the server's DSML parser made of it (content, tool calls, finish reason), token
-counts and the injected fault kind (``"none"`` when clean).
+counts (cached, loaded back from the host tier) and the injected fault kind (``"none"`` when
+clean). With ``pin=True`` the prompt's KV stays pinned in the pool until
+``release(gen.pinned)``: callers that stream the answer over time should pin.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from harness.dialects.base import ToolCall
 from harness.dialects.dsml import EOS, encode_turn
 from harness.sim.agent import Agent, parse_tools
 from harness.sim.args import ArgMaker, Seen
-from harness.sim.cache import PrefixCache, Prompt, estimate_tokens, hash_prompt, message_key
+from harness.sim.cache import Prompt, estimate_tokens, hash_prompt, message_key
 from harness.sim.config import SimConfig
-from harness.sim.faults import corruption_probability, draw
+from harness.sim.faults import FaultOdds, corruption_probability, draw_cause, loadback_probability
 from harness.sim.inject import CHARS_PER_TOKEN, inject
+from harness.sim.kvpool import KVPool
 from harness.sim.latency import Latency
 from harness.sim.transport import TransportFault
 from harness.sim.transport import draw as draw_transport
@@ -42,6 +45,8 @@ class Generation:
     cached_tokens: int
     completion_tokens: int
     injected: str  # "none" or the fault kind
+    loaded_tokens: int = 0  # prefix tokens loaded back from the host tier
+    pinned: Prompt | None = None  # the prompt pinned in the pool (pass it to release())
 
 
 def _seed(*parts: bytes) -> random.Random:
@@ -55,7 +60,8 @@ class Engine:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.latency = Latency(speed=config.speed)
-        self.cache = PrefixCache(config.kv_capacity)
+        host = int(config.kv_capacity * config.hicache_ratio) if config.hicache == "on" else 0
+        self.pool = KVPool(config.kv_capacity, host)
         self.agent = Agent()
         self.running = 0
         self.queued = 0
@@ -65,6 +71,7 @@ class Engine:
         self.generation_tokens_total = 0
         self.running_tokens = 0
         self.injected: Counter[str] = Counter()
+        self.causes: Counter[str] = Counter()  # corrupted responses by mechanism
         self.has_transport_faults = any(rate > 0 for _, rate in config.transport_rates)
         self._attempts: OrderedDict[bytes, int] = OrderedDict()
         self._slots: asyncio.Semaphore | None = None
@@ -83,13 +90,16 @@ class Engine:
         self.running += 1
         return self.running
 
-    def release(self) -> None:
+    def release(self, pinned: Prompt | None = None) -> None:
+        """Free the running slot, and the KV pinned by ``generate(pin=True)`` if given."""
         self.running -= 1
         if self._slots is not None:
             self._slots.release()
+        if pinned is not None:
+            self.pool.unpin(pinned.chain, pinned.tokens)
 
     def flush(self) -> None:
-        self.cache.flush()
+        self.pool.flush()
 
     # ------------------------------------------------------------------ generation
 
@@ -124,15 +134,18 @@ class Engine:
         *,
         prepared: tuple[Prompt, int] | None = None,
         corrupt: bool = True,
+        pin: bool = False,
     ) -> Generation:
         """One chat turn. ``call_tools=False`` (``tool_choice: "none"``) answers in prose.
 
         ``prepared`` is ``prepare()``'s result when the caller already has it; ``corrupt=False``
         leaves the answer clean (a response that gets a transport fault carries no other).
+        ``pin=True`` keeps the prompt's KV pinned until ``release(gen.pinned)``.
         """
         config = self.config
         prompt, attempt = prepared or self.prepare(messages, tools_json)
-        cached = self.cache.cached_tokens(prompt)
+        admission = self.pool.admit(prompt, pin=pin)
+        cached = admission.cached_tokens
         seed_bytes = f"{config.seed}:{seed}".encode()
         rng = _seed(seed_bytes, prompt.digest)
         tools = parse_tools(tools_json) if call_tools else []
@@ -150,7 +163,22 @@ class Engine:
                 config.topk,
                 config.fault_scale,
             )
-            kind = config.force_fault or draw(odds, fault_rng)
+            if not config.calibrated_race:
+                odds = FaultOdds(0.0, odds.loop)
+            loaded = admission.loaded_tokens
+            if loaded:
+                odds = odds.with_loadback(
+                    loadback_probability(
+                        loaded, in_flight - 1, config.index_k, config.hicache, config.fault_scale
+                    )
+                )
+            cause: str | None
+            if config.force_fault:
+                cause, kind = "forced", config.force_fault
+            else:
+                cause, kind = draw_cause(odds, fault_rng)
+            if cause is not None:
+                self.causes[cause] += 1
         hit_limit = False
         if kind is None:
             raw = encode_turn(turn.content, turn.calls)
@@ -180,7 +208,7 @@ class Engine:
             (c.name, orjson.dumps(c.arguments, option=orjson.OPT_SORT_KEYS).decode()) for c in calls
         ]
         data, n = message_key("assistant", content or "", answer_calls)
-        self.cache.insert(prompt.extended(data, n))
+        self.pool.insert(prompt.extended(data, n))
         self.requests += 1
         self.prompt_tokens_total += prompt.total
         self.cached_tokens_total += cached
@@ -197,6 +225,8 @@ class Engine:
             cached_tokens=cached,
             completion_tokens=completion_tokens,
             injected=kind or "none",
+            loaded_tokens=admission.loaded_tokens,
+            pinned=prompt if pin else None,
         )
 
     def _attempt(self, digest: bytes) -> int:
@@ -210,7 +240,7 @@ class Engine:
     def metrics(self) -> dict[str, float]:
         prompt = self.prompt_tokens_total
         hit = self.cached_tokens_total / prompt if prompt else 0.0
-        used = (self.cache.tokens + self.running_tokens) / self.config.kv_capacity
+        used = self.pool.gpu_tokens / self.config.kv_capacity
         return {
             "num_running_reqs": self.running,
             "num_queue_reqs": self.queued,
@@ -220,4 +250,19 @@ class Engine:
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
             "num_requests_total": self.requests,
+        }
+
+    def pool_metrics(self) -> dict[str, float]:
+        """The KV pool and the race's mechanism (exported as ``sim:*``)."""
+        pool, c = self.pool, self.pool.counters
+        return {
+            "kv_capacity_tokens": pool.capacity,
+            "kv_gpu_tokens": pool.gpu_tokens,
+            "kv_host_tokens": pool.host_tokens,
+            "kv_pinned_tokens": pool.pinned_tokens,
+            "kv_evicted_tokens_total": c.evicted_tokens,
+            "kv_dropped_tokens_total": c.dropped_tokens,
+            "kv_recomputed_tokens_total": c.recomputed_tokens,
+            "hicache_loadbacks_total": c.loadbacks,
+            "hicache_loaded_tokens_total": c.loaded_tokens,
         }

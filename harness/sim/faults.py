@@ -1,12 +1,21 @@
 """The fault model: how likely a response is corrupted, and which way.
 
-Two independent mechanisms, after the incident the simulator reproduces:
+Independent mechanisms, after the incident the simulator reproduces:
 
-* ``race`` -- the sparse indexer reads its bf16 index-K cache while HiCache is still loading
-  it layer by layer. Only with ``index_k=bf16`` and ``hicache=on``; zero otherwise (the fp8
-  path waits). The chance grows with the requests in flight (a logistic step centred on
-  ``RACE_HALF_LOAD``) and with the prompt length (``(tokens / 80k) ** 1.5``). Signatures:
-  salad, debris, a broken envelope, broken JSON arguments, a schema violation, a loop.
+* ``loadback`` -- the race itself, tied to the KV pool (kvpool.py): a request whose prefix was
+  evicted from the GPU tier and is loaded back from the host tier (HiCache) reads its bf16
+  index-K cache while the load is still going on layer by layer. Only with ``index_k=bf16``
+  and ``hicache=on``, and only for requests that load something back; the chance grows with
+  the tokens loaded (a longer load, a wider window) and with the requests decoding beside it
+  (their steps are what lets the indexer run ahead: ``1 - exp(-others / OVERLAP_SCALE)``).
+  So it needs cache pressure: a workload that fits in the pool never loads anything back.
+* ``race`` -- the calibrated form of the same race, for the simulator's default pool, which
+  is large enough never to evict: the incident's measured odds as a function of the requests
+  in flight (a logistic step centred on ``RACE_HALF_LOAD``) and the prompt length
+  (``(tokens / 80k) ** 1.5``), standing for the pressure of the production deployment. It is
+  on by default (``calibrated_race``) so the default demo reproduces the incident; turn it
+  off to see only what the modelled pool produces. Signatures of both: salad, debris, a
+  broken envelope, broken JSON arguments, a schema violation, a loop.
 * ``loop`` -- a second, unrelated defect of long contexts: with ``hicache=off`` and more than
   ``LOOP_ONSET`` prompt tokens, rare repetition loops, growing with the context.
 
@@ -15,6 +24,9 @@ Two independent mechanisms, after the incident the simulator reproduces:
 Calibration (``expected_session_rate``; 28 turns, context 2k -> 80k, 80 in flight):
 bf16 + HiCache on ~ 18% of sessions with at least one corrupted turn; fp8 exactly 0;
 HiCache off ~ 3% (all repetition, past 40k tokens); at 60 in flight bf16 + on ~ 15%.
+``LOADBACK_RATE`` is set so that the modelled pool alone (calibrated race off) at the
+production pressure -- the same 80 sessions on a 2M-token pool, host tier twice that --
+corrupts about as many sessions as the calibrated odds do.
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ REFERENCE_TOKENS = 80_000
 LOOP_RATE = 0.0041  # per-turn chance of a loop at 80k tokens with HiCache off
 LOOP_ONSET = 40_000
 MAX_PROBABILITY = 0.5
+LOADBACK_RATE = 0.02  # per-response chance for an 80k-token load-back beside a full batch
+OVERLAP_SCALE = 16.0  # requests decoding beside a load-back at which its window is ~63% open
 
 #: Signatures of the race, with their weights (the incident was mostly salad).
 RACE_KINDS = {
@@ -45,14 +59,38 @@ RACE_KINDS = {
 
 @dataclass(frozen=True)
 class FaultOdds:
-    """Per-response probabilities of the two mechanisms."""
+    """Per-response probabilities of the mechanisms (``loadback``: the race on a load-back)."""
 
     race: float
     loop: float
+    loadback: float = 0.0
 
     @property
     def total(self) -> float:
-        return 1.0 - (1.0 - self.race) * (1.0 - self.loop)
+        return 1.0 - (1.0 - self.race) * (1.0 - self.loop) * (1.0 - self.loadback)
+
+    def with_loadback(self, p: float) -> FaultOdds:
+        return FaultOdds(self.race, self.loop, min(p, MAX_PROBABILITY))
+
+
+def overlap(others: int) -> float:
+    """0..1: how much of a load-back's window other requests' decode steps cover."""
+    return 1.0 - math.exp(-max(others, 0) / OVERLAP_SCALE)
+
+
+def loadback_probability(
+    loaded_tokens: int,
+    others: int,
+    index_k: str = "bf16",
+    hicache: str = "on",
+    scale: float = 1.0,
+) -> float:
+    """Chance that a response whose prefix loaded ``loaded_tokens`` back from the host tier,
+    with ``others`` requests decoding beside it, is corrupted by the race."""
+    if index_k != "bf16" or hicache != "on" or loaded_tokens <= 0:
+        return 0.0
+    size = min(loaded_tokens / REFERENCE_TOKENS, 1.0)
+    return min(LOADBACK_RATE * size * overlap(others) * scale, MAX_PROBABILITY)
 
 
 def load_factor(in_flight: int) -> float:
@@ -113,10 +151,17 @@ def expected_session_rate(
 
 def draw(odds: FaultOdds, rng: random.Random) -> str | None:
     """The kind injected in one response, or None (one uniform draw decides)."""
+    return draw_cause(odds, rng)[1]
+
+
+def draw_cause(odds: FaultOdds, rng: random.Random) -> tuple[str | None, str | None]:
+    """(mechanism, kind) of one response: ("race"|"loadback"|"loop", kind) or (None, None)."""
     u = rng.random()
-    if u < odds.race:
-        kinds = list(RACE_KINDS)
-        return rng.choices(kinds, [RACE_KINDS[k] for k in kinds])[0]
-    if u < odds.race + odds.loop:
-        return "repetition"
-    return None
+    for cause, p in (("race", odds.race), ("loadback", odds.loadback)):
+        if u < p:
+            kinds = list(RACE_KINDS)
+            return cause, rng.choices(kinds, [RACE_KINDS[k] for k in kinds])[0]
+        u -= p
+    if u < odds.loop:
+        return "loop", "repetition"
+    return None, None

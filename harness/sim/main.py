@@ -96,7 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--kv-capacity",
         type=_positive_int,
         default=50_000_000,
-        help="prefix-cache capacity in tokens",
+        help="KV pool capacity in tokens (the GPU tier; /server_info max_total_num_tokens)",
+    )
+    p.add_argument(
+        "--hicache-ratio",
+        type=_positive_float,
+        default=2.0,
+        help="host tier size as a multiple of --kv-capacity (with --hicache on)",
+    )
+    p.add_argument(
+        "--calibrated-race",
+        choices=("on", "off"),
+        default="on",
+        help="add the incident's calibrated race odds (on, the default) to the races of the "
+        "modelled pool's load-backs; off: only load-backs from the host tier corrupt",
     )
     p.add_argument(
         "--chunk-tokens", type=_positive_int, default=4, help="output tokens per stream event"
@@ -162,6 +175,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         seed=args.seed,
         model=args.model,
         kv_capacity=args.kv_capacity,
+        hicache_ratio=args.hicache_ratio,
+        calibrated_race=args.calibrated_race == "on",
         chunk_tokens=args.chunk_tokens,
         max_running=args.max_running,
         fault_scale=args.fault_scale,
