@@ -1,9 +1,16 @@
 """The only HTTP client: one OpenAI chat request, streamed or not -> ``TurnOutput``.
 
-httpx's API over the aiohttp transport (httpx's own pool serves a few hundred requests per
-second at high concurrency; the aiohttp transport several thousand). Every failure of the
-endpoint becomes a ``Failure`` value on the output; nothing raises out of ``chat``.
-Times come from ``time.perf_counter()`` taken as bytes arrive, before parsing.
+Chat requests go straight to one aiohttp session (httpx's own pool serves a few hundred
+requests per second at high concurrency; httpx over the aiohttp transport costs 0.6 ms more
+CPU per streamed turn than aiohttp alone, and leaves every request in reference cycles that
+only the garbage collector frees, request body included: see docs/performance.md). ``get``
+keeps httpx's API over the same aiohttp session. Every failure of the endpoint becomes a
+``Failure`` value on the output; nothing raises out of ``chat``. Times come from
+``time.perf_counter()`` taken once per read from the socket, before parsing: events that
+arrived in one read share its time.
+
+``observers``: objects with ``request_sent(now)`` and ``pool_waited(seconds)``, called when a
+request's headers leave and when one waited for a pooled connection (the run's self-report).
 
 Deadlines: ``request_timeout`` is the longest wait for the next byte (connecting, the response
 headers, every read of the body or stream: the socket read timeout), so a slow stream that
@@ -67,9 +74,9 @@ def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure:
 
     The aiohttp transport maps some aiohttp errors to the wrong httpx class (a refused
     connection, and a connection reset by the server, arrive as ``ConnectTimeout``), so the
-    aiohttp cause is looked at first.
+    aiohttp cause is looked at first. Chat requests raise aiohttp's errors themselves.
     """
-    cause = exc.__cause__ or exc.__context__
+    cause = exc if isinstance(exc, aiohttp.ClientError) else exc.__cause__ or exc.__context__
     if isinstance(cause, aiohttp.ClientConnectorError | ConnectionRefusedError):
         return Failure("connect", str(cause) or type(cause).__name__)
     if isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
@@ -122,21 +129,61 @@ class ChatClient:
         self.model = model
         self.request_timeout = request_timeout  # the longest wait for the next byte
         self.total_timeout = total_timeout or max(4 * request_timeout, 600.0)
-        limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
-        headers = {"content-type": "application/json"}
+        self.max_connections = max_connections
+        self.observers: list[Any] = []
+        self._url = self.base_url + "/v1/chat/completions"
+        self._headers = {"content-type": "application/json"}
         if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        self._http = httpx.AsyncClient(
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=request_timeout,  # a free pooled connection, then connecting
+            sock_connect=min(10.0, request_timeout),
+            sock_read=request_timeout,
+        )
+        self._session: aiohttp.ClientSession | None = None
+        self._http = httpx.AsyncClient(  # get() only, over the same aiohttp session
             base_url=self.base_url,
-            transport=AiohttpTransport(limits=limits, trust_env=False),
-            headers=headers,
+            transport=AiohttpTransport(client=self._aio),
+            headers=self._headers,
             timeout=httpx.Timeout(request_timeout, connect=min(10.0, request_timeout)),
         )
 
+    def _aio(self) -> aiohttp.ClientSession:
+        """The pooled session, made on first use (it needs the running loop)."""
+        if self._session is None or self._session.closed:
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(self._on_sent)
+            trace.on_connection_queued_start.append(self._on_queued)
+            trace.on_connection_queued_end.append(self._on_dequeued)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
+                headers=self._headers,
+                timeout=self._timeout,
+                trace_configs=[trace],
+                auto_decompress=False,
+                trust_env=False,
+            )
+        return self._session
+
+    async def _on_sent(self, _session: Any, _ctx: Any, _params: Any) -> None:
+        if self.observers:
+            now = time.perf_counter()
+            for observer in self.observers:
+                observer.request_sent(now)
+
+    async def _on_queued(self, _session: Any, ctx: Any, _params: Any) -> None:
+        ctx.queued_at = time.perf_counter()
+
+    async def _on_dequeued(self, _session: Any, ctx: Any, _params: Any) -> None:
+        waited = time.perf_counter() - getattr(ctx, "queued_at", time.perf_counter())
+        for observer in self.observers:
+            observer.pool_waited(waited)
+
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._http.aclose()  # closes the shared aiohttp session when get() made it
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
 
     async def get(self, path: str, wait_s: float = 10.0) -> httpx.Response | Failure:
         try:
@@ -188,13 +235,13 @@ class ChatClient:
         return out
 
     async def _plain(self, data: bytes, out: TurnOutput, t0: float) -> None:
-        async with self._http.stream("POST", "/v1/chat/completions", content=data) as resp:
-            out.status = resp.status_code
+        async with self._aio().post(self._url, data=data) as resp:
+            out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
-            if resp.status_code >= 400:
+            if resp.status >= 400:
                 out.failure = await _status_failure(resp)
                 return
-            raw = await resp.aread()
+            raw = await resp.read()
         out.latency_s = out.ttft_s = time.perf_counter() - t0
         doc = orjson.loads(raw)
         if "error" in doc:
@@ -216,84 +263,27 @@ class ChatClient:
         _usage(out, doc.get("usage"))
 
     async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
-        content: list[str] = []
-        reasoning: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        last = None
-        gaps = 0.0
-        done = False
-        async with self._http.stream("POST", "/v1/chat/completions", content=data) as resp:
-            out.status = resp.status_code
+        events = _Events(out, t0)
+        split = _LineSplitter()
+        async with self._aio().post(self._url, data=data) as resp:
+            out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
-            if resp.status_code >= 400:
+            if resp.status >= 400:
                 out.failure = await _status_failure(resp)
                 return
             if resp.headers.get("content-type", "").startswith("application/json"):
                 out.failure = Failure("protocol", "a JSON body where an event stream was asked")
-                raw = await resp.aread()
+                raw = await resp.read()
                 if b'"error"' in raw:
                     out.failure = Failure("stream_error", _error_text(raw))
                 return
-            async for line in resp.aiter_lines():
-                now = time.perf_counter()
-                if not line.startswith("data:"):
-                    if line.startswith("event:") and "error" in line:
-                        out.failure = Failure("stream_error", "error event in the stream")
-                        return
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    done = True
+            # everything buffered at once (not one HTTP chunk per iteration), stamped on read
+            async for chunk in resp.content.iter_any():
+                if events.feed(split.lines(chunk), time.perf_counter()):
                     break
-                doc = orjson.loads(payload)
-                if "error" in doc:
-                    out.failure = Failure("stream_error", _error_text(orjson.dumps(doc["error"])))
-                    return
-                if doc.get("usage"):
-                    _usage(out, doc["usage"])
-                for choice in doc.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    got = False
-                    if delta.get("content"):
-                        content.append(delta["content"])
-                        got = True
-                    if delta.get("reasoning_content"):
-                        reasoning.append(delta["reasoning_content"])
-                        got = True
-                    for tc in delta.get("tool_calls") or ():
-                        slot = calls.setdefault(
-                            tc.get("index", 0), {"id": None, "name": "", "arguments": ""}
-                        )
-                        if tc.get("id"):
-                            slot["id"] = tc["id"]
-                        fn = tc.get("function") or {}
-                        if fn.get("name"):
-                            slot["name"] += fn["name"]
-                        if fn.get("arguments"):
-                            slot["arguments"] += fn["arguments"]
-                        got = True
-                    if got:
-                        out.events += 1
-                        if last is None:
-                            out.ttft_s = now - t0
-                        else:
-                            gaps += now - last
-                        last = now
-                    if choice.get("finish_reason"):
-                        out.finish_reason = choice["finish_reason"]
-        out.latency_s = time.perf_counter() - t0
-        out.content = "".join(content)
-        out.reasoning = "".join(reasoning)
-        out.tool_calls = [calls[i] for i in sorted(calls)]
-        if out.events > 1:
-            out.itl_s = gaps / (out.events - 1)
-        if not done:
-            out.failure = Failure("cut", "stream ended before [DONE]")
+        events.finish()
 
-
-    async def _raw(
-        self, path: str, data: bytes, out: TurnOutput, t0: float, stream: bool
-    ) -> None:
+    async def _raw(self, path: str, data: bytes, out: TurnOutput, t0: float, stream: bool) -> None:
         text = ""
         last = None
         gaps = 0.0
@@ -367,6 +357,105 @@ def _raw_piece(doc: Any, out: TurnOutput) -> str:
     return str(doc.get("text") or "")
 
 
+class _LineSplitter:
+    """Whole lines out of arbitrary byte chunks; a partial last line waits for the rest."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: list[bytes] = []
+
+    def lines(self, chunk: bytes) -> list[bytes]:
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            self.pending.append(chunk)
+            return []
+        head = chunk[:cut]
+        if self.pending:
+            head = b"".join(self.pending) + head
+            self.pending.clear()
+        if cut + 1 < len(chunk):
+            self.pending.append(chunk[cut + 1 :])
+        return head.split(b"\n")
+
+
+class _Events:
+    """SSE lines -> the ``TurnOutput``; ``feed`` returns True at ``[DONE]`` or an error."""
+
+    __slots__ = ("out", "t0", "content", "reasoning", "calls", "last", "gaps", "done")
+
+    def __init__(self, out: TurnOutput, t0: float) -> None:
+        self.out = out
+        self.t0 = t0
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.last: float | None = None
+        self.gaps = 0.0
+        self.done = False
+
+    def feed(self, lines: list[bytes], now: float) -> bool:
+        out = self.out
+        for line in lines:
+            if not line.startswith(b"data:"):
+                if line.startswith(b"event:") and b"error" in line:
+                    out.failure = Failure("stream_error", "error event in the stream")
+                    return True
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                return True
+            doc = orjson.loads(payload)
+            if "error" in doc:
+                out.failure = Failure("stream_error", _error_text(orjson.dumps(doc["error"])))
+                return True
+            if doc.get("usage"):
+                _usage(out, doc["usage"])
+            for choice in doc.get("choices") or ():
+                delta = choice.get("delta") or {}
+                got = False
+                if delta.get("content"):
+                    self.content.append(delta["content"])
+                    got = True
+                if delta.get("reasoning_content"):
+                    self.reasoning.append(delta["reasoning_content"])
+                    got = True
+                for tc in delta.get("tool_calls") or ():
+                    slot = self.calls.setdefault(
+                        tc.get("index", 0), {"id": None, "name": "", "arguments": ""}
+                    )
+                    if tc.get("id"):
+                        slot["id"] = tc["id"]
+                    fn = tc.get("function") or {}
+                    if fn.get("name"):
+                        slot["name"] += fn["name"]
+                    if fn.get("arguments"):
+                        slot["arguments"] += fn["arguments"]
+                    got = True
+                if got:
+                    out.events += 1
+                    if self.last is None:
+                        out.ttft_s = now - self.t0
+                    else:
+                        self.gaps += now - self.last
+                    self.last = now
+                if choice.get("finish_reason"):
+                    out.finish_reason = choice["finish_reason"]
+        return False
+
+    def finish(self) -> None:
+        out = self.out
+        out.latency_s = time.perf_counter() - self.t0
+        out.content = "".join(self.content)
+        out.reasoning = "".join(self.reasoning)
+        out.tool_calls = [self.calls[i] for i in sorted(self.calls)]
+        if out.events > 1:
+            out.itl_s = self.gaps / (out.events - 1)
+        if not self.done and out.failure is None:
+            out.failure = Failure("cut", "stream ended before [DONE]")
+
+
 def _usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
     if not usage:
         return
@@ -376,13 +465,18 @@ def _usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
     out.cached_tokens = details.get("cached_tokens")
 
 
-async def _status_failure(resp: httpx.Response) -> Failure:
+async def _status_failure(resp: aiohttp.ClientResponse | httpx.Response) -> Failure:
     """An HTTP error status, with the server's message when its body can be read."""
     try:
-        text = _error_text(await resp.aread())
+        if isinstance(resp, aiohttp.ClientResponse):
+            raw = await resp.read()
+        else:
+            raw = await resp.aread()
+        text = _error_text(raw)
     except Exception as exc:  # noqa: BLE001 - the status is the failure; the body is a bonus
         text = f"(body unreadable: {type(exc).__name__})"
-    return Failure("http_status", text, resp.status_code)
+    status = resp.status if isinstance(resp, aiohttp.ClientResponse) else resp.status_code
+    return Failure("http_status", text, status)
 
 
 def _error_text(raw: bytes) -> str:
