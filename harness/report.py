@@ -5,6 +5,7 @@ Everything is rebuilt from turns.jsonl, so a run that crashed half-way can still
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -157,6 +158,8 @@ def render_markdown(
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
     out += confirm.markdown(summary)
     out += cache_markdown(summary)
+    if any(v.get("harness_self") for v in summary["variants"]):
+        out += self_report_lines(summary)
     if plot_files:
         out += ["", "## Plots", ""]
         out += [f"![{name}]({rel})" for name, rel in plot_files.items()]
@@ -215,9 +218,55 @@ def cache_markdown(summary: Summary) -> list[str]:
 # ---- the report ----------------------------------------------------------------------------
 
 
+def _attach_self_report(summary: Summary, run_dir: Path) -> None:
+    """``variants[].harness_self``: the harness's own lag and CPU per load (selfreport.jsonl)."""
+    path = run_dir / "selfreport.jsonl"
+    if not path.exists():
+        return
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            row = json.loads(line)
+            rows.setdefault(row.pop("variant", ""), []).append(row)
+    saturated = []
+    for v in summary["variants"]:
+        loads = rows.get(v["label"])
+        if loads:
+            v["harness_self"] = loads
+            if any(r.get("saturated") for r in loads):
+                saturated.append(v["label"])
+    summary["harness_saturated"] = saturated
+
+
+def self_report_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Markdown: the harness's own cost per variant, and a warning when it was saturated."""
+    out = ["", "## The harness itself", ""]
+    if summary.get("harness_saturated"):
+        out += [
+            "**Warning: the harness was itself saturated in "
+            f"{', '.join(summary['harness_saturated'])}; its lag adds to the latencies "
+            "reported, and the server saw less concurrency than asked.**",
+            "",
+        ]
+    out += [
+        "| variant | turns/s | CPU % | event-loop lag p50 / p99 ms | send lag p99 ms |",
+        "|---|---|---|---|---|",
+    ]
+    for v in summary["variants"]:
+        for r in v.get("harness_self") or []:
+            lag = r.get("loop_lag_ms") or {}
+            send = r.get("send_lag_ms") or {}
+            out.append(
+                f"| {v['label']} | {r.get('turns_per_s')} | {r.get('cpu_percent')} | "
+                f"{lag.get('p50', 'n/a')} / {lag.get('p99', 'n/a')} | {send.get('p99', 'n/a')} |"
+            )
+    return out
+
+
 def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summary:
     summary = analysis.summarize(run.turns, run.run_id, run.variants, alpha=alpha)
     confirm.attach(summary, run.run_dir)  # confirm.jsonl / reference.jsonl, when recorded
+    _attach_self_report(summary, run.run_dir)
     for key in ("started_at", "finished_at"):
         if key in run.meta:
             summary[key] = run.meta[key]

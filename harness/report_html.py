@@ -142,6 +142,13 @@ def render_html(
     ]  # fmt: skip
     if summary["comparisons"]:
         parts += ["<h2>Comparisons with the baseline</h2>", _comparisons(summary)]
+    if summary.get("harness_saturated"):
+        parts.append(
+            "<p><b>Warning: the harness was itself saturated in "
+            f"{_e(', '.join(summary['harness_saturated']))}</b>; its lag adds to the latencies "
+            "reported, and the server saw less concurrency than asked (summary.json: "
+            "harness_self).</p>"
+        )
     if plot_paths:
         parts.append("<h2>Plots</h2>")
         parts += [_img(p, name) for name, p in plot_paths.items() if p.is_file()]

@@ -274,6 +274,7 @@ async def _run_variant(
                     announce(f"{name}: stopped: {error}")
                 finally:
                     watcher.cancel()
+                    _save_self_report(opts.out_dir, variant, repeat, progress.harness_self)
                 alive = getattr(target, "alive", None)
                 if error is None and alive is not None and not alive():
                     error = "the server process died during the run"
@@ -289,6 +290,20 @@ async def _run_variant(
     wall = time.perf_counter() - t0
     announce(f"{name}: done in {wall:.0f}s")
     return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error)
+
+
+SELF_REPORT_FILE = "selfreport.jsonl"
+
+
+def _save_self_report(
+    run_dir: Path, variant: Variant, repeat: int, report: dict[str, Any] | None
+) -> None:
+    """One row per variant load: the harness's own lag and CPU (see selfreport.py)."""
+    if report is None:
+        return
+    row = {"variant": variant.label, "repeat": repeat, **report}
+    with open(run_dir / SELF_REPORT_FILE, "a") as fh:
+        fh.write(json.dumps(row) + "\n")
 
 
 async def _after_load(
