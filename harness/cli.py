@@ -14,29 +14,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from harness import __version__
+from harness.argtypes import positive_float as _positive_float
+from harness.argtypes import positive_int as _positive_int
 from harness.errors import HarnessError, UsageError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
-    return value
 
 
 class _Parser(argparse.ArgumentParser):

@@ -16,41 +16,14 @@ from typing import Any
 
 import uvicorn
 
+from harness.argtypes import positive_float as _positive_float
+from harness.argtypes import positive_int as _positive_int
+from harness.argtypes import probability as _probability
 from harness.errors import HarnessError, InfrastructureError, UsageError
 from harness.sim.app import create_app
 from harness.sim.config import DEFAULT_MODEL, FAULT_KINDS, HICACHE, INDEX_K, TOPK, SimConfig
 
 log = logging.getLogger(__name__)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
 
 
 def _seconds(text: str) -> float:

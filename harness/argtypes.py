@@ -1,0 +1,34 @@
+"""argparse value types shared by the commands: each error says what was expected."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _number(text: str, kind: type[int] | type[float]) -> float:
+    try:
+        return kind(text)
+    except ValueError:
+        word = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {word}, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = int(_number(text, int))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = _number(text, float)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
