@@ -55,6 +55,11 @@ CONFIGS: dict[str, list[str]] = {
     "f16-1slot-repeat": ["--parallel", "1", "--cache-type-k", "f16", "--cache-type-v", "f16"],
     "q8_0-1slot": ["--parallel", "1", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"],
     "q4_0-1slot": ["--parallel", "1", "--cache-type-k", "q4_0", "--cache-type-v", "q4_0"],
+    # f16 with flash attention forced on (a quantized V cache turns it on by itself)
+    "f16fa-1slot": ["--parallel", "1", "--flash-attn", "on"],
+    "f16fa-8slots": ["--parallel", "8", "--flash-attn", "on"],
+    "f16fa-8slots-repeat": ["--parallel", "8", "--flash-attn", "on"],
+    "f16nofa-8slots": ["--parallel", "8", "--flash-attn", "off"],
 }
 
 
@@ -95,8 +100,6 @@ async def run_config(
     )
     plans = make_plans(scenario, sessions, seed=1)
     client = ChatClient(base_url, model=MODEL_ALIAS, request_timeout=600.0)
-    if stream:  # llama.cpp closes the connection after a stream: do not reuse it
-        client._http.headers["connection"] = "close"  # noqa: SLF001
     t0 = time.perf_counter()
     try:
         with TurnWriter(out) as writer:
@@ -143,7 +146,13 @@ def compare(base: list[TurnRecord], other: list[TurnRecord]) -> dict[str, Any]:
             div = turn
             break
         first_div.append(div)
+    prefix = [
+        _common_prefix(a[k]["content"], b[k]["content"])
+        for k in sorted(a)
+        if k[1] == 0 and k in b and not (a[k]["transport_error"] or b[k]["transport_error"])
+    ]
     return {
+        "turn0_common_prefix_chars": sorted(prefix),
         "compared_turns": compared,
         "same_text": same,
         "same_rate": round(same / compared, 3) if compared else None,
@@ -151,6 +160,11 @@ def compare(base: list[TurnRecord], other: list[TurnRecord]) -> dict[str, Any]:
         "sessions_diverged": sum(d is not None for d in first_div),
         "per_turn_same": {t: f"{v[0]}/{v[1]}" for t, v in sorted(per_turn.items())},
     }
+
+
+def _common_prefix(x: str, y: str) -> int:
+    n = min(len(x), len(y))
+    return next((i for i in range(n) if x[i] != y[i]), n)
 
 
 def labels(records: list[TurnRecord]) -> dict[str, int]:
@@ -163,13 +177,19 @@ def main() -> int:
     p.add_argument("--sessions", type=int, default=8)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--stream", action="store_true", help="streamed requests (default: not)")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="streamed requests (default: not; llama.cpp closes the connection after each "
+        "stream, and a first send into a closed connection is a transport error and a re-send)",
+    )
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    p.add_argument("--compare-only", action="store_true", help="compare the turns already in --out")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     names = args.configs.split(",")
     runs: dict[str, dict[str, Any]] = {}
-    for name in names:
+    for name in [] if args.compare_only else names:
         proc, base_url = launch(CONFIGS[name], args.out / f"{name}.log", args.threads)
         try:
             turns = args.out / f"{name}.jsonl"
@@ -184,9 +204,9 @@ def main() -> int:
     baseline = names[0]
     summary = {}
     for n in names:
-        m = runs[n]["metrics"]
+        m = runs.get(n, {}).get("metrics", {})
         summary[n] = {
-            "wall_s": runs[n]["wall_s"],
+            "wall_s": runs.get(n, {}).get("wall_s"),
             "turns": len(records[n]),
             "labels": labels(records[n]),
             "transport_errors": sum(bool(r["transport_error"]) for r in records[n]),
@@ -194,7 +214,8 @@ def main() -> int:
             "prompt_tokens_processed": m.get("llamacpp:prompt_tokens_total"),
             "vs_baseline": compare(records[baseline], records[n]) if n != baseline else None,
         }
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    name = "comparison.json" if args.compare_only else "summary.json"
+    (args.out / name).write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -145,15 +145,10 @@ async def _metrics(http: httpx.AsyncClient) -> dict[str, float]:
 async def _run_sessions(base_url: str, out: Path) -> tuple[list[TurnRecord], list[float]]:
     """8 concurrent sessions x 3 turns: 4 streamed and 4 not, while /metrics is polled."""
     scenario = load_scenario(SCENARIO).with_overrides(
-        steps=3, max_turns=3, start_context=200, max_context=700, max_tokens=64
+        steps=3, max_turns=3, start_context=200, max_context=700, max_tokens=64, max_attempts=3
     )
     plans = make_plans(scenario, SESSIONS, seed=7)
     streamed = ChatClient(base_url, model=MODEL, request_timeout=300.0)
-    # llama.cpp closes the connection after a streamed response without saying so; the
-    # harness client then writes the next request into the closed connection (see
-    # test_streamed_request_after_streamed_request): until it retries that, stream here
-    # on fresh connections.
-    streamed._http.headers["connection"] = "close"  # noqa: SLF001
     plain = ChatClient(base_url, model=MODEL, request_timeout=300.0)
     running: list[float] = []
     done = asyncio.Event()
@@ -204,10 +199,18 @@ def test_chat_sessions_against_llamacpp(llama: Launched, tmp_path: Path) -> None
     assert {r["variant"] for r in records} == {"stream", "plain"}
     assert {r["session"] for r in records} == set(range(SESSIONS))
 
-    # every turn is a served plain-text answer with its usage
+    # every turn is a served plain-text answer with its usage; the one transport error
+    # allowed is a streamed turn's request sent into a connection the server had closed
+    # after its previous stream ("Can not write request body" or "Server disconnected",
+    # before any response; the re-send is served; see
+    # test_streamed_request_after_streamed_request)
     for r in records:
         where = f"session {r['session']} turn {r['turn']} ({r['variant']}): {r}"
-        assert r["transport_error"] is None, where
+        if r["transport_error"] is not None:
+            assert r["variant"] == "stream", where
+            assert r["transport_error"].startswith("cut:"), where
+            assert r["http_status"] is None, where  # closed before any response
+            continue
         assert r["http_status"] == 200, where
         assert r["label"] in TEXT_LABELS, where
         assert r["content"].strip(), where
@@ -220,14 +223,19 @@ def test_chat_sessions_against_llamacpp(llama: Launched, tmp_path: Path) -> None
         else:  # truncated, or a loop that ran into max_tokens
             assert r["finish_reason"] == "length", where
     assert any(r["label"] == L.OK_TEXT for r in records), records
+    failed = {(r["variant"], r["session"], r["turn"]) for r in records if r["transport_error"]}
+    served: dict[tuple[str, int, int], TurnRecord] = {}
+    for r in sorted(records, key=lambda r: -r["attempt"]):
+        if r["transport_error"] is None:
+            served[(r["variant"], r["session"], r["turn"])] = r  # the first served send
+    assert failed <= set(served), failed - set(served)
 
     # later turns reuse the slot's cached prefix, and the cached part grows with the context
-    by_session: dict[tuple[str, int], list[TurnRecord]] = {}
-    for r in records:
-        by_session.setdefault((r["variant"], r["session"]), []).append(r)
+    by_session: dict[tuple[str, int], dict[int, TurnRecord]] = {}
+    for (variant, session, turn), r in served.items():
+        by_session.setdefault((variant, session), {})[turn] = r
     grown = 0
-    for turns in by_session.values():
-        firsts = {t["turn"]: t for t in turns if t["attempt"] == 0}
+    for firsts in by_session.values():
         for turn in sorted(firsts)[1:]:
             prev, cur = firsts[turn - 1], firsts[turn]
             assert cur["prompt_tokens"] > prev["prompt_tokens"], (prev, cur)
