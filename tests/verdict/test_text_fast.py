@@ -136,7 +136,7 @@ ENVELOPES = [
     ("json-concat", CALL * 3),
     ("hermes-concat", f"<tool_call>\n{CALL}{CALL}{CALL}\n</tool_call>"),
     ("hermes-broken-then-eos", '<tool_call>\n{"name": "f", "arguments": {"a": 1}\n<|im_end|>'),
-    ("ascii-bar-dsml", '<|DSML|tool_calls>\n<|DSML|invoke name="pwsh">\n</|DSML|invoke>'),
+    ("ascii-bar-dsml", '<|DSML|tool_calls>\n<|DSML|invoke name="shell">\n</|DSML|invoke>'),
     ("bare-invoke-json", 'Checking.\n\n<invoke name="get_weather">\n{"city": "Paris"}\n</invoke>'),
 ]
 
