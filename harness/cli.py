@@ -99,6 +99,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue an interrupted run without redoing finished sessions",
     )
     run.add_argument(
+        "--until-significant",
+        action="store_true",
+        help="add --sessions more sessions per variant, round after round, until every "
+        "comparison with the baseline is decided or --max-sessions is spent",
+    )
+    run.add_argument(
+        "--max-sessions",
+        type=_positive_int,
+        metavar="N",
+        help="with --until-significant: the most sessions per variant",
+    )
+    run.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
         metavar="NAME",

@@ -45,6 +45,28 @@ def _target_vars(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _budget(args: argparse.Namespace, sessions: int) -> int | None:
+    """--until-significant --max-sessions N: the budget per variant (None: one round)."""
+    until = getattr(args, "until_significant", False)
+    most = getattr(args, "max_sessions", None)
+    if not until:
+        if most is not None:
+            raise UsageError("--max-sessions goes with --until-significant")
+        return None
+    if most is None:
+        raise UsageError("--until-significant needs --max-sessions N (the budget per variant)")
+    if most < 2 * sessions:
+        raise UsageError(
+            f"--max-sessions {most} leaves no second round of --sessions {sessions}: "
+            "give at least twice --sessions"
+        )
+    if getattr(args, "workload", None):
+        raise UsageError(
+            "--until-significant adds scenario sessions; it does not apply to --workload"
+        )
+    return int(most)
+
+
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     from harness.launch import check_variants
     from harness.targetfile import default_sim_target, load_target
@@ -95,6 +117,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         api_key=api_key_from_env(args.api_key_env),
         request_timeout=args.request_timeout,
         run_timeout=args.run_timeout,
+        max_sessions=_budget(args, scenario.sessions),
         sim_args=tuple(sim_args),
         keep_transcripts=bool(getattr(args, "keep_transcripts", False)),
         confirm=bool(getattr(args, "confirm", False)),
@@ -207,7 +230,7 @@ async def _run_with_progress(
         ),
         TimeElapsedColumn(),
     )
-    total = len(opts.schedule()) * opts.sessions - len(skip)
+    total = len(opts.schedule()) * (opts.max_sessions or opts.sessions) - len(skip)
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("run", total=total, turns=0, bad=0, bad_sessions=0, errors=0)
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import secrets
 import sys
 import time
@@ -72,6 +73,8 @@ class RunOptions:
     workload_mode: str = "replay"  # replay | continue (harness.trace_session)
     pace: str = "recorded"  # recorded | fast
     api: str = "chat"  # chat | completions | generate (harness.rawmode)
+    max_sessions: int | None = None  # --until-significant: the budget per variant
+    alpha: float = 0.05
     args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
 
     def schedule(self) -> list[tuple[Variant, int]]:
@@ -362,16 +365,68 @@ async def execute(
         path = opts.out_dir / OUTCOMES_FILE
         path.write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
 
+    rounds = [plans]
+    if opts.max_sessions and opts.workload is None:
+        # --until-significant: rounds of --sessions more sessions per variant, up to the budget
+        looks = math.ceil(opts.max_sessions / opts.sessions)
+        every = make_plans(opts.scenario, looks * opts.sessions, opts.seed)
+        rounds = [every[i : i + opts.sessions] for i in range(0, len(every), opts.sessions)]
     with TurnWriter(opts.out_dir / TURNS_FILE) as writer:
         async with asyncio.timeout(opts.run_timeout):
-            for variant, repeat in opts.schedule():
-                todo = [p for p in plans if (variant.label, repeat, p.index) not in skip]
-                if not todo:
-                    continue
-                outcomes.append(
-                    await _run_variant(
-                        opts, run_id, variant, repeat, todo, writer, progress, announce, make
+            for look, round_plans in enumerate(rounds, 1):
+                for variant, repeat in opts.schedule():
+                    todo = [p for p in round_plans if (variant.label, repeat, p.index) not in skip]
+                    if not todo:
+                        continue
+                    outcomes.append(
+                        await _run_variant(
+                            opts, run_id, variant, repeat, todo, writer, progress, announce, make
+                        )
                     )
-                )
-                save()
+                    save()
+                if len(rounds) > 1:
+                    writer.sync()
+                    decided, why = sequential_decision(
+                        opts.out_dir / TURNS_FILE,
+                        [v.label for v in opts.variants],
+                        look=look,
+                        looks=len(rounds),
+                        alpha=opts.alpha,
+                    )
+                    announce(f"after {look * opts.sessions} sessions per variant: {why}")
+                    if decided:
+                        break
     return outcomes
+
+
+def sequential_decision(
+    turns_path: Path, labels: list[str], *, look: int, looks: int, alpha: float
+) -> tuple[bool, str]:
+    """Stop adding sessions? Every variant against the baseline (Fisher, two-sided) at
+    alpha / looks: a Bonferroni split of alpha over the planned looks keeps the chance of a
+    false "significant" at most alpha however many looks are taken (conservative)."""
+    from harness.records import iter_turns
+    from harness.stats import fisher_exact
+
+    bad: dict[str, set[tuple[int, int]]] = {v: set() for v in labels}
+    seen: dict[str, set[tuple[int, int]]] = {v: set() for v in labels}
+    for rec in iter_turns(turns_path):
+        v = rec.get("variant", "")
+        if v not in seen or rec.get("transport_error"):
+            continue
+        key = (rec.get("repeat", 0), rec["session"])
+        seen[v].add(key)
+        if rec.get("corrupted"):
+            bad[v].add(key)
+    base = labels[0]
+    level = alpha / looks
+    pending = []
+    for v in labels[1:]:
+        p = fisher_exact(len(bad[base]), len(seen[base]), len(bad[v]), len(seen[v]))
+        if p >= level:
+            pending.append(f"{v} p={p:.3g}")
+    if not pending:
+        return True, f"every comparison decided at p < {level:.3g} (alpha {alpha} / {looks} looks)"
+    if look >= looks:
+        return True, f"budget spent; undecided: {', '.join(pending)}"
+    return False, f"undecided at p < {level:.3g}: {', '.join(pending)}"
