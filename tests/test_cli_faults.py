@@ -17,6 +17,7 @@ import pytest
 
 from harness import labels as L
 from harness.records import read_turns
+from tests.test_cli import _sim_processes as sim_processes
 
 CLI = [sys.executable, "-m", "harness.cli"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,20 +51,6 @@ def harness(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         cwd=ROOT,
         env={**os.environ, "OPENAI_API_KEY": "", **(env or {})},
     )
-
-
-def sim_processes(marker: str) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "harness.sim" in cmd and marker in cmd:
-            found.append(cmd)
-    return found
 
 
 def target_file(tmp_path: Path, factors: str, extra: tuple[str, ...] = ()) -> Path:
