@@ -22,6 +22,7 @@ from harness.verdict.masking import Masked, mask
 
 THRESHOLD = 0.7
 WINDOW = 320  # characters
+ONSET_WEIGHT = 0.5  # an event at least this heavy marks the onset
 CODE_WEIGHT = 0.6  # salad events inside fenced or indented code
 GLUED_WEIGHT = 0.3  # one token made of two other words of the text
 
@@ -321,6 +322,18 @@ def _loops(
         ev.append((pos, score, lp.kind))
 
 
+def _onset(ev: list[tuple[int, float, str]], start: int) -> int:
+    """Where the corruption starts in the first window that reached the threshold: its first
+    event strong enough to count on its own (weak context events such as a script-variety
+    note on the line may come earlier), else the window's start. ``ev`` is sorted."""
+    for pos, weight, _sig in ev:
+        if pos >= start + WINDOW:
+            break
+        if pos >= start and weight >= ONSET_WEIGHT:
+            return pos
+    return start
+
+
 def _combine(ev: list[tuple[int, float, str]]) -> TextFinding:
     ev.sort()
     pos = np.array([e[0] for e in ev], dtype=np.int64)
@@ -338,7 +351,7 @@ def _combine(ev: list[tuple[int, float, str]]) -> TextFinding:
     best = int(np.argmax(total))
     score = float(total[best])
     hit = (total >= THRESHOLD).nonzero()[0]
-    offset = int(starts[hit[0]]) if hit.size else None
+    offset = _onset(ev, int(starts[hit[0]])) if hit.size else None
     where = int(hit[0]) if hit.size else best
     signals = {k: round(float(v[where]), 3) for k, v in per.items() if v[where] > 0}
     label = None

@@ -126,3 +126,12 @@ def test_escaped_newlines_are_read_as_line_breaks() -> None:
     f = score_text(text)
     assert f.label == "repetition"
     assert f.offset == 0
+
+
+def test_offset_is_the_onset_not_a_weak_note_before_it() -> None:
+    clean = "I went through the tool results; the relevant code lives in `src/pool.py`, with "
+    salad = "supporting pieces in של ებიверправ assertEqualفيات\nութ缓存 useStateهذاالم__init__ "
+    finding = score_text(clean + salad * 2)
+    assert finding.label == "token_salad"
+    assert finding.offset is not None
+    assert finding.offset >= len(clean)
