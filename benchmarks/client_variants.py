@@ -5,21 +5,17 @@ client. Each keeps the shipped interface and ``TurnOutput`` semantics:
 
 - ``rawlines``: httpx kept; the stream read with ``aiter_raw()`` and split into lines here
   (no httpx byte/text/line decoders), times stamped once per received chunk;
-- ``aiohttp``: the chat request on aiohttp directly (httpx kept only for ``get``), the stream
-  read with ``iter_any()`` (everything buffered at once, not one HTTP chunk per iteration),
-  split into lines here; an aiohttp trace feeding ``observers`` (send lag, pool waits).
+- ``aiohttp``: the chat request on aiohttp directly, the stream read with ``iter_any()``.
+  This prototype is now the shipped ``ChatClient``, so the name maps to it (kept so the
+  tables in docs/performance.md can be rerun with the same command).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
-import aiohttp
-import httpx
 import orjson
-from httpx_aiohttp import AiohttpTransport
 
 from harness.client import SIM_HEADER, ChatClient, Failure, TurnOutput, _error_text, _usage
 
@@ -154,158 +150,8 @@ class RawLinesChatClient(ChatClient):
         acc.finish()
 
 
-def failure_from(exc: BaseException) -> Failure:
-    """aiohttp's own exceptions (no httpx mapping in between) to failure kinds."""
-    if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError):
-        return Failure("connect", str(exc) or type(exc).__name__)
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
-        return Failure("timeout", f"no response within the deadline ({type(exc).__name__})")
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return Failure("cut", str(exc) or type(exc).__name__)
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return Failure("protocol", f"{type(exc).__name__}: {exc}")
-    if isinstance(exc, aiohttp.ClientError | OSError):
-        return Failure("connect", f"{type(exc).__name__}: {exc}")
-    if isinstance(exc, orjson.JSONDecodeError | ValueError | KeyError | TypeError):
-        return Failure("protocol", f"invalid response: {type(exc).__name__}: {exc}")
-    return Failure("protocol", f"{type(exc).__name__}: {exc}")
-
-
-class AiohttpChatClient(ChatClient):
-    """The chat request on aiohttp directly; ``observers`` hear sends and pool waits."""
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        model: str,
-        api_key: str | None = None,
-        max_connections: int = 256,
-        request_timeout: float = 120.0,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.request_timeout = request_timeout
-        self.max_connections = max_connections
-        self.observers: list[Any] = []
-        self._headers = {"content-type": "application/json"}
-        if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
-        self._timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=request_timeout,  # waiting for a pooled connection included
-            sock_connect=min(10.0, request_timeout),
-            sock_read=request_timeout,
-        )
-        self._session: aiohttp.ClientSession | None = None
-        self._url = self.base_url + "/v1/chat/completions"
-        self._http = httpx.AsyncClient(  # for get() only, over the same aiohttp session
-            base_url=self.base_url,
-            transport=AiohttpTransport(client=self._aio),
-            headers=self._headers,
-            timeout=httpx.Timeout(request_timeout, connect=min(10.0, request_timeout)),
-        )
-
-    def _aio(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            trace = aiohttp.TraceConfig()
-            trace.on_request_headers_sent.append(self._sent)
-            trace.on_connection_queued_start.append(self._queued)
-            trace.on_connection_queued_end.append(self._dequeued)
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
-                headers=self._headers,
-                timeout=self._timeout,
-                trace_configs=[trace],
-                auto_decompress=False,
-            )
-        return self._session
-
-    async def _sent(self, _s: Any, _ctx: Any, _p: Any) -> None:
-        if self.observers:
-            now = time.perf_counter()
-            for obs in self.observers:
-                obs.request_sent(now)
-
-    async def _queued(self, _s: Any, ctx: Any, _p: Any) -> None:
-        ctx.queued_at = time.perf_counter()
-
-    async def _dequeued(self, _s: Any, ctx: Any, _p: Any) -> None:
-        waited = time.perf_counter() - getattr(ctx, "queued_at", time.perf_counter())
-        for obs in self.observers:
-            obs.pool_waited(waited)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()  # closes the shared aiohttp session too
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-
-    async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
-        payload = dict(body, model=body.get("model", self.model), stream=stream)
-        if stream:
-            payload["stream_options"] = {"include_usage": True}
-        data = orjson.dumps(payload)
-        out = TurnOutput()
-        t0 = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.request_timeout * 4):
-                if stream:
-                    await self._stream(data, out, t0)
-                else:
-                    await self._plain(data, out, t0)
-        except asyncio.CancelledError:
-            out.failure = Failure("cancelled", "the run was stopped")
-            out.latency_s = time.perf_counter() - t0
-            raise
-        except Exception as exc:  # noqa: BLE001 - every failure becomes data
-            out.failure = failure_from(exc)
-        if out.latency_s is None:
-            out.latency_s = time.perf_counter() - t0
-        return out
-
-    async def _plain(self, data: bytes, out: TurnOutput, t0: float) -> None:
-        async with self._aio().post(self._url, data=data) as resp:
-            raw = await resp.read()
-            out.latency_s = out.ttft_s = time.perf_counter() - t0
-            out.status = resp.status
-            out.sim_injected = resp.headers.get(SIM_HEADER)
-        if out.status >= 400:
-            out.failure = Failure("http_status", _error_text(raw), out.status)
-            return
-        doc = orjson.loads(raw)
-        choice = doc["choices"][0]
-        msg = choice.get("message") or {}
-        out.content = msg.get("content") or ""
-        out.reasoning = msg.get("reasoning_content") or ""
-        out.tool_calls = [
-            {
-                "id": c.get("id"),
-                "name": c["function"]["name"],
-                "arguments": c["function"].get("arguments", ""),
-            }
-            for c in (msg.get("tool_calls") or [])
-        ]
-        out.finish_reason = choice.get("finish_reason")
-        _usage(out, doc.get("usage"))
-
-    async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
-        acc = SSEAccumulator(out, t0)
-        split = LineSplitter()
-        async with self._aio().post(self._url, data=data) as resp:
-            out.status = resp.status
-            out.sim_injected = resp.headers.get(SIM_HEADER)
-            if resp.status >= 400:
-                raw = await resp.read()
-                out.failure = Failure("http_status", _error_text(raw), resp.status)
-                return
-            async for chunk in resp.content.iter_any():
-                if acc.feed(split.lines(chunk), time.perf_counter()):
-                    break
-        acc.finish()
-
-
 VARIANTS: dict[str, Any] = {
     "shipped": ChatClient,
     "rawlines": RawLinesChatClient,
-    "aiohttp": AiohttpChatClient,
+    "aiohttp": ChatClient,  # the prototype measured here became the shipped client
 }
