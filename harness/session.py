@@ -366,6 +366,22 @@ class Session:
             history = (json.loads(json.dumps(self.messages)), self.context_text)
             fut.set_result(None if turn is None else history)
 
+    async def _attempts(self, turn: int) -> tuple[TurnOutput, Verdict] | None:
+        """Send one turn until it comes back usable: transport failures are retried with
+        backoff, corrupted answers re-sent (``--on-corruption retry``); None when the
+        attempts run out. Every send is its own row."""
+        sh = self.shared
+        for attempt in range(sh.scenario.max_attempts):
+            out, verdict, _ = await self.send(turn, attempt)
+            if out.failure is not None:
+                if attempt + 1 < sh.scenario.max_attempts:
+                    await asyncio.sleep(sh.retry_delay_s * (2**attempt))
+                continue
+            if verdict.corrupted and sh.on_corruption == "retry":
+                continue
+            return out, verdict
+        return None
+
     async def _run(self) -> None:
         sh = self.shared
         for turn in range(self.first_turn, self.plan.max_turns):
@@ -373,17 +389,7 @@ class Session:
             self.think_s = self.plan.think_s(turn) if turn > self.first_turn else 0.0
             if self.think_s > 0:
                 await asyncio.sleep(self.think_s)  # the tool takes its time; the session idles
-            result = None
-            for attempt in range(sh.scenario.max_attempts):
-                out, verdict, _ = await self.send(turn, attempt)
-                if out.failure is not None:
-                    if attempt + 1 < sh.scenario.max_attempts:
-                        await asyncio.sleep(sh.retry_delay_s * (2**attempt))
-                    continue
-                if verdict.corrupted and sh.on_corruption == "retry":
-                    continue
-                result = (out, verdict)
-                break
+            result = await self._attempts(turn)
             if result is None:
                 self.ended = "attempts exhausted"
                 return

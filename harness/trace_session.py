@@ -27,14 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import labels as L
-from harness.client import TurnOutput
 from harness.config import Scenario
 from harness.errors import UsageError
 from harness.rawmode import visible
 from harness.session import Session, SessionPlan, Shared
 from harness.tools import estimate_tokens, run_tool
 from harness.trace import Conversation, RecordedTurn, load_trace
-from harness.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -160,19 +158,6 @@ class TraceSession(Session):
             delay = t0 + offset - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-
-    async def _attempts(self, turn: int) -> tuple[TurnOutput, Verdict] | None:
-        sh = self.shared
-        for attempt in range(sh.scenario.max_attempts):
-            out, verdict, _ = await self.send(turn, attempt)
-            if out.failure is not None:
-                if attempt + 1 < sh.scenario.max_attempts:
-                    await asyncio.sleep(sh.retry_delay_s * (2**attempt))
-                continue
-            if verdict.corrupted and sh.on_corruption == "retry":
-                continue
-            return out, verdict
-        return None
 
     async def _replay(self, t0: float) -> None:
         failed = 0
