@@ -1,6 +1,6 @@
 """The only HTTP client: one OpenAI chat request, streamed or not -> ``TurnOutput``.
 
-Chat requests go straight to one aiohttp session (httpx's own pool serves a few hundred
+Chat and raw requests go straight to one aiohttp session (httpx's own pool serves a few hundred
 requests per second at high concurrency; httpx over the aiohttp transport costs 0.6 ms more
 CPU per streamed turn than aiohttp alone, and leaves every request in reference cycles that
 only the garbage collector frees, request body included: see docs/performance.md). ``get``
@@ -9,8 +9,19 @@ keeps httpx's API over the same aiohttp session. Every failure of the endpoint b
 ``time.perf_counter()`` taken once per read from the socket, before parsing: events that
 arrived in one read share its time.
 
-``observers``: objects with ``request_sent(now)`` and ``pool_waited(seconds)``, called when a
-request's headers leave and when one waited for a pooled connection (the run's self-report).
+``observers``: objects with ``request_sent(now)``, ``pool_waited(seconds)`` and
+``resent_stale()``, called when a request's headers leave, when one waited for a pooled
+connection, and when a request was sent again because its pooled connection was dead (the run's
+self-report).
+
+A request written into a kept-alive connection that the server had already closed (llama.cpp
+closes the connection after a streamed response without saying so) fails before any byte of a
+response: the server never saw it. Such a request is sent once more on a new connection, as
+RFC 9112 section 9.3.1 allows for a request known not to have been applied; only a failure
+before the response headers on a *reused* connection qualifies, so a server that breaks a
+fresh connection, or cuts a response it started, is still recorded as a transport failure.
+When the new connection is refused (the server died, perhaps of that very request), the first
+send's failure is the one recorded.
 
 Deadlines: ``request_timeout`` is the longest wait for the next byte (connecting, the response
 headers, every read of the body or stream: the socket read timeout), so a slow stream that
@@ -156,6 +167,7 @@ class ChatClient:
             trace.on_request_headers_sent.append(self._on_sent)
             trace.on_connection_queued_start.append(self._on_queued)
             trace.on_connection_queued_end.append(self._on_dequeued)
+            trace.on_connection_reuseconn.append(self._on_reused)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
                 headers=self._headers,
@@ -179,6 +191,30 @@ class ChatClient:
         waited = time.perf_counter() - getattr(ctx, "queued_at", time.perf_counter())
         for observer in self.observers:
             observer.pool_waited(waited)
+
+    async def _on_reused(self, _session: Any, ctx: Any, _params: Any) -> None:
+        if isinstance(ctx.trace_request_ctx, _Attempt):
+            ctx.trace_request_ctx.reused = True
+
+    async def _post(self, data: bytes, url: str | None = None) -> aiohttp.ClientResponse:
+        """POST a request; once more if a reused connection proved dead before any reply."""
+        url = url or self._url
+        attempt = _Attempt()
+        try:
+            return await self._aio().post(url, data=data, trace_request_ctx=attempt)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if not attempt.reused:
+                raise
+            first = exc
+        log.debug("pooled connection was closed by the server; sending the request again")
+        for observer in self.observers:
+            observer.resent_stale()
+        try:
+            return await self._aio().post(url, data=data)
+        except aiohttp.ClientConnectorError:
+            # nobody listens any more: the server died, maybe of this very request, and
+            # what happened to the first send is the failure to record
+            raise first from None
 
     async def aclose(self) -> None:
         await self._http.aclose()  # closes the shared aiohttp session when get() made it
@@ -235,7 +271,7 @@ class ChatClient:
         return out
 
     async def _plain(self, data: bytes, out: TurnOutput, t0: float) -> None:
-        async with self._aio().post(self._url, data=data) as resp:
+        async with await self._post(data) as resp:
             out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status >= 400:
@@ -265,7 +301,7 @@ class ChatClient:
     async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
         events = _Events(out, t0)
         split = _LineSplitter()
-        async with self._aio().post(self._url, data=data) as resp:
+        async with await self._post(data) as resp:
             out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status >= 400:
@@ -287,45 +323,58 @@ class ChatClient:
         text = ""
         last = None
         gaps = 0.0
-        async with self._http.stream("POST", path, content=data) as resp:
-            out.status = resp.status_code
+        async with await self._post(data, self.base_url + path) as resp:
+            out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
-            if resp.status_code >= 400:
+            if resp.status >= 400:
                 out.failure = await _status_failure(resp)
                 return
             if not stream:
-                doc = orjson.loads(await resp.aread())
+                doc = orjson.loads(await resp.read())
                 out.latency_s = out.ttft_s = time.perf_counter() - t0
                 out.content = _raw_piece(doc, out)
                 return
             done = False
-            async for line in resp.aiter_lines():
+            split = _LineSplitter()  # a /generate event holds the whole text so far: no cap
+            async for chunk in resp.content.iter_any():
                 now = time.perf_counter()
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    done = True
+                for raw_line in split.lines(chunk):
+                    if not raw_line.startswith(b"data:"):
+                        continue
+                    payload = raw_line[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True
+                        break
+                    piece = _raw_piece(orjson.loads(payload), out)
+                    if out.failure is not None:
+                        return
+                    if piece.startswith(text) and b"meta_info" in payload:
+                        piece = piece[len(text) :]  # /generate: the text so far
+                    if piece:
+                        text += piece
+                        out.events += 1
+                        if last is None:
+                            out.ttft_s = now - t0
+                        else:
+                            gaps += now - last
+                        last = now
+                if done:
                     break
-                piece = _raw_piece(orjson.loads(payload), out)
-                if out.failure is not None:
-                    return
-                if piece.startswith(text) and "meta_info" in payload:
-                    piece = piece[len(text) :]  # /generate: the text so far
-                if piece:
-                    text += piece
-                    out.events += 1
-                    if last is None:
-                        out.ttft_s = now - t0
-                    else:
-                        gaps += now - last
-                    last = now
         out.latency_s = time.perf_counter() - t0
         out.content = text
         if out.events > 1:
             out.itl_s = gaps / (out.events - 1)
         if not done:
             out.failure = Failure("cut", "stream ended before [DONE]")
+
+
+class _Attempt:
+    """One send of a request, marked when aiohttp gave it a connection from the pool."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
 
 
 def _raw_piece(doc: Any, out: TurnOutput) -> str:
@@ -465,18 +514,13 @@ def _usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
     out.cached_tokens = details.get("cached_tokens")
 
 
-async def _status_failure(resp: aiohttp.ClientResponse | httpx.Response) -> Failure:
+async def _status_failure(resp: aiohttp.ClientResponse) -> Failure:
     """An HTTP error status, with the server's message when its body can be read."""
     try:
-        if isinstance(resp, aiohttp.ClientResponse):
-            raw = await resp.read()
-        else:
-            raw = await resp.aread()
-        text = _error_text(raw)
+        text = _error_text(await resp.read())
     except Exception as exc:  # noqa: BLE001 - the status is the failure; the body is a bonus
         text = f"(body unreadable: {type(exc).__name__})"
-    status = resp.status if isinstance(resp, aiohttp.ClientResponse) else resp.status_code
-    return Failure("http_status", text, status)
+    return Failure("http_status", text, resp.status)
 
 
 def _error_text(raw: bytes) -> str:

@@ -270,6 +270,19 @@ def cut_connections(port: int) -> int:
     return cut
 
 
+def _exit_without_destructor(settle_s: float = 0.5) -> None:
+    """End a stopped server's process without llama.cpp's own shutdown, which can wait
+    forever: a handler of a non-streamed request that arrived on a kept-alive connection does
+    not see its client go, and the shutdown joins it. The connections are cut already, so
+    nothing is left to finish: let the server's threads note it in the log, then exit 0."""
+    time.sleep(settle_s)  # releases the GIL: the server's threads run and log
+    log.info("llama.cpp server stopped (requests in flight were cut)")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _port_of(address: str) -> int:
     """``http://127.0.0.1:41234`` -> 41234."""
     return int(address.rstrip("/").rsplit(":", 1)[1])
@@ -302,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             f"llama.cpp server did not start ({exc}); its log above says why"
         ) from None
     base_url = str(server.listening_address).rstrip("/")
+    stopping = False
     try:
         wait_healthy(base_url, args.ready_timeout)
         log.info(
@@ -321,14 +335,17 @@ def main(argv: list[str] | None = None) -> int:
             write_port_file(args.port_file, _port_of(base_url))
         signum = signal.sigwait(stop_signals)
         log.info("signal %d: stopping the llama.cpp server", signum)
+        stopping = True
     finally:
-        # The destructor stops the server's threads. A request in flight would keep it
-        # waiting for its client, so cut the connections first; the watchdog (a C thread:
-        # the destructor holds the GIL) ends the process if the stop hangs all the same.
+        # The destructor stops the server's threads. A request in flight keeps it waiting
+        # for its client, so cut the connections first; the watchdog (a C thread: the
+        # destructor holds the GIL) ends the process if the stop hangs all the same.
         faulthandler.dump_traceback_later(args.stop_timeout, exit=True)
         cut = cut_connections(_port_of(base_url))
         if cut:
             log.info("cut %d open connection(s)", cut)
+            if stopping:
+                _exit_without_destructor()
         del server
         faulthandler.cancel_dump_traceback_later()
     log.info("llama.cpp server stopped")

@@ -249,8 +249,9 @@ def self_report_lines(summary: Mapping[str, Any]) -> list[str]:
             "",
         ]
     out += [
-        "| variant | turns/s | CPU % | event-loop lag p50 / p99 ms | send lag p99 ms |",
-        "|---|---|---|---|---|",
+        "| variant | turns/s | CPU % | event-loop lag p50 / p99 ms | send lag p99 ms "
+        "| stale-connection resends |",
+        "|---|---|---|---|---|---|",
     ]
     for v in summary["variants"]:
         for r in v.get("harness_self") or []:
@@ -258,7 +259,8 @@ def self_report_lines(summary: Mapping[str, Any]) -> list[str]:
             send = r.get("send_lag_ms") or {}
             out.append(
                 f"| {v['label']} | {r.get('turns_per_s')} | {r.get('cpu_percent')} | "
-                f"{lag.get('p50', 'n/a')} / {lag.get('p99', 'n/a')} | {send.get('p99', 'n/a')} |"
+                f"{lag.get('p50', 'n/a')} / {lag.get('p99', 'n/a')} | {send.get('p99', 'n/a')} | "
+                f"{r.get('stale_resends', 0)} |"
             )
     return out
 

@@ -9,6 +9,8 @@ drives it. While running it measures:
   leaving (``request_sent()``, called from an aiohttp trace hook: ``trace_config()``, or a
   client that calls its ``observers``);
 - pool waits: time a request queued for a free connection (a pool smaller than the load);
+- stale resends: requests sent again because the server had closed their kept-alive
+  connection before they reached it (``resent_stale()``; nothing the server saw);
 - CPU: process CPU seconds and the event-loop thread's CPU seconds over wall seconds;
 - turns per second (``note_turn()``).
 
@@ -101,6 +103,7 @@ class SelfReport:
         self.send_lag = LogHistogram()
         self.pool_wait = LogHistogram()
         self.turns = 0
+        self.stale_resends = 0
         self._task: asyncio.Task[None] | None = None
         self._t0 = self._cpu0 = self._thread0 = 0.0
         self.result: dict[str, Any] | None = None
@@ -141,6 +144,9 @@ class SelfReport:
 
     def pool_waited(self, seconds: float) -> None:
         self.pool_wait.add(seconds)
+
+    def resent_stale(self) -> None:
+        self.stale_resends += 1
 
     def trace_config(self) -> Any:
         """An ``aiohttp.TraceConfig`` feeding ``request_sent`` and ``pool_waited``."""
@@ -207,6 +213,7 @@ class SelfReport:
             "loop_lag_ms": lag,
             "send_lag_ms": self.send_lag.summary_ms(),
             "pool_wait_ms": pool,
+            "stale_resends": self.stale_resends,
             "saturated": bool(warnings),
             "warnings": warnings,
         }

@@ -33,6 +33,7 @@ from harness.errors import UsageError
 from harness.llamacpp import INSTALL_SERVER, default_model
 from harness.metrics import parse_prometheus
 from harness.records import TurnRecord, TurnWriter, read_turns
+from harness.selfreport import SelfReport
 from harness.session import make_plans
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,18 +200,12 @@ def test_chat_sessions_against_llamacpp(llama: Launched, tmp_path: Path) -> None
     assert {r["variant"] for r in records} == {"stream", "plain"}
     assert {r["session"] for r in records} == set(range(SESSIONS))
 
-    # every turn is a served plain-text answer with its usage; the one transport error
-    # allowed is a streamed turn's request sent into a connection the server had closed
-    # after its previous stream ("Can not write request body" or "Server disconnected",
-    # before any response; the re-send is served; see
-    # test_streamed_request_after_streamed_request)
+    # every turn is a served plain-text answer with its usage: no transport error, although
+    # llama.cpp closes the connection after each stream (the client sends a request that met
+    # such a dead connection again; see test_streamed_requests_one_after_another)
     for r in records:
         where = f"session {r['session']} turn {r['turn']} ({r['variant']}): {r}"
-        if r["transport_error"] is not None:
-            assert r["variant"] == "stream", where
-            assert r["transport_error"].startswith("cut:"), where
-            assert r["http_status"] is None, where  # closed before any response
-            continue
+        assert r["transport_error"] is None, where
         assert r["http_status"] == 200, where
         assert r["label"] in TEXT_LABELS, where
         assert r["content"].strip(), where
@@ -223,12 +218,10 @@ def test_chat_sessions_against_llamacpp(llama: Launched, tmp_path: Path) -> None
         else:  # truncated, or a loop that ran into max_tokens
             assert r["finish_reason"] == "length", where
     assert any(r["label"] == L.OK_TEXT for r in records), records
-    failed = {(r["variant"], r["session"], r["turn"]) for r in records if r["transport_error"]}
     served: dict[tuple[str, int, int], TurnRecord] = {}
     for r in sorted(records, key=lambda r: -r["attempt"]):
-        if r["transport_error"] is None:
-            served[(r["variant"], r["session"], r["turn"])] = r  # the first served send
-    assert failed <= set(served), failed - set(served)
+        served[(r["variant"], r["session"], r["turn"])] = r  # the first send (a corrupted
+        # turn is sent again)
 
     # later turns reuse the slot's cached prefix, and the cached part grows with the context
     by_session: dict[tuple[str, int], dict[int, TurnRecord]] = {}
@@ -286,22 +279,25 @@ def test_server_surface(llama: Launched) -> None:
     assert "messages" in bad.failure.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llama.cpp closes the connection after a streamed response (no 'Connection: close'"
-    " header); the client writes the next request into that dead connection and fails instead"
-    " of resending a request that never left",
-)
-def test_streamed_request_after_streamed_request(llama: Launched) -> None:
-    async def go() -> list[Any]:
+def test_streamed_requests_one_after_another(llama: Launched) -> None:
+    """llama.cpp closes the connection after a streamed response without a 'Connection:
+    close' header, so the next request often meets a dead pooled connection: it never reached
+    the server, and is sent again on a new one."""
+
+    async def go() -> tuple[list[Any], int]:
         client = ChatClient(llama.base_url, model=MODEL, request_timeout=120.0)
+        report = SelfReport()
+        client.observers.append(report)
         body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
         try:
-            return [(await client.chat(body, stream=True)).failure for _ in range(3)]
+            fails = [(await client.chat(body, stream=True)).failure for _ in range(6)]
         finally:
             await client.aclose()
+        return fails, report.stale_resends
 
-    assert asyncio.run(go()) == [None, None, None]
+    fails, resends = asyncio.run(go())
+    assert fails == [None] * 6
+    assert resends >= 1  # the server did close connections under the client
 
 
 def test_quantized_cache_answers_and_stops_cleanly_under_load(tmp_path: Path) -> None:
@@ -319,7 +315,9 @@ def test_quantized_cache_answers_and_stops_cleanly_under_load(tmp_path: Path) ->
             body = {"messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 16}
             try:
                 first = await client.chat(body, stream=False)
-                long = dict(body, max_tokens=400)
+                # 400 tokens whatever the model says (it may end its answer early): seconds of
+                # decoding on one thread, still running when the server is stopped
+                long = dict(body, max_tokens=400, ignore_eos=True)
                 inflight = [asyncio.create_task(client.chat(long, stream=False))]
                 inflight.append(asyncio.create_task(client.chat(long, stream=True)))
                 await asyncio.sleep(0.5)

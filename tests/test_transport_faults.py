@@ -184,6 +184,130 @@ async def test_other_broken_servers(respond: Respond, stream: bool, kind: str) -
     assert out.failure.kind == kind, out.failure
 
 
+_OK = (
+    b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "Done."},'
+    b' "finish_reason": "stop"}], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}'
+)
+_OK_STREAM = (
+    b'data: {"choices": [{"index": 0, "delta": {"content": "Done."}, "finish_reason": "stop"}]}'
+    b"\n\ndata: [DONE]\n\n"
+)
+
+
+class _Resends:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def request_sent(self, now: float) -> None:
+        pass
+
+    def pool_waited(self, seconds: float) -> None:
+        pass
+
+    def resent_stale(self) -> None:
+        self.count += 1
+
+
+async def _keepalive_server(
+    drop: Callable[[int, int], bool], stream: bool
+) -> tuple[asyncio.Server, list[int]]:
+    """A raw HTTP/1.1 server keeping connections alive; it reads each request and drops the
+    connection without a byte of answer when ``drop(c, n)`` holds for the n-th request of the
+    c-th connection (both 0-based). ``seen`` counts the requests that arrived, per
+    connection."""
+    seen: list[int] = []
+    body = _OK_STREAM if stream else _OK
+    kind = b"text/event-stream" if stream else b"application/json"
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: " + kind + b"\r\ncontent-length: "
+    answer = head + str(len(body)).encode() + b"\r\n\r\n" + body
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = len(seen)
+        seen.append(0)
+        try:
+            while True:
+                request_head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in request_head.lower().split(b"\r\n")
+                    if line.startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                seen[conn] += 1
+                if drop(conn, seen[conn] - 1):
+                    _reset(writer)
+                    return
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0), seen
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_request_on_a_dead_kept_alive_connection_is_sent_once_more(stream: bool) -> None:
+    """Like llama.cpp closing a connection after each stream: the second request on every
+    connection finds it dead before any answer; it is sent again on a new connection."""
+    server, seen = await _keepalive_server(lambda _c, n: n == 1, stream)
+    port = server.sockets[0].getsockname()[1]
+    client = ChatClient(f"http://127.0.0.1:{port}", model="m", request_timeout=5.0)
+    resends = _Resends()
+    client.observers.append(resends)
+    try:
+        outs = [await client.chat(request(), stream=stream) for _ in range(4)]
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert [o.failure for o in outs] == [None] * 4
+    assert [o.content for o in outs] == ["Done."] * 4
+    # requests 2, 3 and 4 each met a dead connection (its second request) and went again on a
+    # new one, which served it
+    assert resends.count == 3
+    assert seen == [2, 2, 2, 1]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_fresh_connection_that_breaks_is_a_failure_not_resent(stream: bool) -> None:
+    server, seen = await _keepalive_server(lambda _c, n: n == 0, stream)
+    port = server.sockets[0].getsockname()[1]
+    client = ChatClient(f"http://127.0.0.1:{port}", model="m", request_timeout=5.0)
+    resends = _Resends()
+    client.observers.append(resends)
+    try:
+        out = await client.chat(request(), stream=stream)
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert out.failure is not None
+    assert out.failure.kind == "cut", out.failure
+    assert (resends.count, seen) == (0, [1])
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_the_resend_is_once(stream: bool) -> None:
+    """After the first answer the server breaks everything: the request that met the dead
+    connection is sent once more, on a fresh connection, which breaks too: a cut."""
+    server, seen = await _keepalive_server(lambda c, n: c > 0 or n > 0, stream)
+    port = server.sockets[0].getsockname()[1]
+    client = ChatClient(f"http://127.0.0.1:{port}", model="m", request_timeout=5.0)
+    resends = _Resends()
+    client.observers.append(resends)
+    try:
+        first = await client.chat(request(), stream=stream)
+        second = await client.chat(request(), stream=stream)
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert first.failure is None
+    assert second.failure is not None
+    assert second.failure.kind == "cut", second.failure
+    assert (resends.count, seen) == (1, [2, 1])
+
+
 # ---------------------------------------------------------------- sessions under faults
 
 

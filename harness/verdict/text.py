@@ -5,8 +5,8 @@ corrupted.
 The score is the largest sum of event weights inside any window of ``WINDOW`` characters
 (each signal capped per window, so one weak signal cannot reach the threshold by itself),
 so a long clean prefix does not dilute a corrupted tail, and the offset is the first strong
-event (weight >= ONSET_WEIGHT) of the first window that reaches the threshold. The signals and their weights are described in
-docs/detector.md.
+event (weight >= ONSET_WEIGHT) of the first window that reaches the threshold. The signals
+and their weights are described in docs/detector.md.
 """
 
 from __future__ import annotations
