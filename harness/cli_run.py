@@ -192,7 +192,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.trace_command == "compare":
         from harness.rawmode import compare_runs
 
-        print(json.dumps(compare_runs(args.chat_run, args.raw_run), indent=2))
+        result = compare_runs(args.chat_run, args.raw_run)
+        print(f"verdict: {result['verdict']}", file=sys.stderr)
+        print(json.dumps(result, indent=2))
         return 0
     from harness.errors import ConfigError
     from harness.trace import convert_log

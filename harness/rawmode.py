@@ -174,13 +174,41 @@ def compare_records(chat: Iterable[TurnRecord], raw: Iterable[TurnRecord]) -> di
             examples.append(
                 dict(zip(_KEY, key, strict=True), chat=rec.get("label"), raw=other.get("label"))
             )
+    paired = sum(verdicts.values())
     return {
-        "paired": sum(verdicts.values()),
+        "paired": paired,
         "unpaired": unpaired + len(by_key),
+        "verdict": verdict_text(verdicts, paired),
         "verdicts": dict(verdicts),
         "label_pairs": dict(pairs.most_common()),
         "examples": examples,
     }
+
+
+def verdict_text(verdicts: Mapping[str, int], paired: int) -> str:
+    """One sentence: which side the differences between the two runs point at."""
+    parser, model = verdicts.get("server_parser", 0), verdicts.get("model", 0)
+    if not paired:
+        return "nothing to compare: no turn of one run pairs with a turn of the other"
+    said = []
+    if parser:
+        said.append(
+            f"the server's tool-call parser: {parser} of {paired} paired turns parse clean from "
+            "the raw text but came back broken from the chat endpoint (markup left in the "
+            "content, calls lost, empty arguments)"
+        )
+    if model:
+        said.append(
+            f"the model: {model} of {paired} paired turns are corrupted in the raw text itself, "
+            "whatever a parser makes of it"
+        )
+    if said:
+        return "; and ".join(said)
+    other = verdicts.get("other", 0)
+    return (
+        f"neither the parser nor the model: {verdicts.get('same', 0)} of {paired} paired turns "
+        f"agree, {other} differ otherwise (transport errors, different answers)"
+    )
 
 
 def compare_runs(chat_dir: Path, raw_dir: Path) -> dict[str, Any]:

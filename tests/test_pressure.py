@@ -90,22 +90,39 @@ async def test_server_capacity_from_the_sim(make_sim: Callable[..., str]) -> Non
 # ----------------------------------------------------------------------------- the mechanism
 
 
-async def _run(url: str, tmp: Path, pressure: float, think: tuple[float, float]) -> dict[str, Any]:
-    """Drive a small pressure scenario; the session corruption count and the sim's counters."""
-    scenario = load_scenario(PRESSURE_SCENARIO).with_overrides(
-        sessions=8, steps=6, max_turns=8, start_context=2000, pressure=pressure,
-        think_time_s=think, prefix_groups=0, branches=1,
-    )  # fmt: skip
+async def _run(
+    url: str,
+    tmp: Path,
+    pressure: float | None,
+    think: tuple[float, float],
+    *,
+    sessions: int = 8,
+    concurrency: int = 8,
+    max_context: int = 6_000,
+) -> dict[str, Any]:
+    """Drive a small pressure scenario; the session corruption count and the sim's counters.
+
+    ``pressure`` None: no plan, every session grows to ``max_context`` tokens."""
+    if pressure is None:
+        scenario = load_scenario().with_overrides(
+            sessions=sessions, steps=6, max_turns=8, start_context=2000, max_context=max_context,
+            think_time_s=think,
+        )  # fmt: skip
+    else:
+        scenario = load_scenario(PRESSURE_SCENARIO).with_overrides(
+            sessions=sessions, steps=6, max_turns=8, start_context=2000, pressure=pressure,
+            think_time_s=think, prefix_groups=0, branches=1,
+        )  # fmt: skip
     client = ChatClient(url, model="m", request_timeout=30)
     try:
         with TurnWriter(tmp / "turns.jsonl") as writer:
             await drive(
                 client,
                 scenario,
-                make_plans(scenario, 8, seed=11),
+                make_plans(scenario, sessions, seed=11),
                 writer,
                 BASE,
-                DriveOptions(concurrency=8),
+                DriveOptions(concurrency=concurrency),
                 Progress(),
             )
     finally:
@@ -176,6 +193,39 @@ async def test_think_time_sessions_are_evicted_and_loaded_back(
     assert off["loadbacks"] == 0
     assert off["recomputed"] > 0
     assert off["injected"] == 0
+
+
+async def test_at_the_same_load_sessions_that_think_bring_the_race(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """A closed loop of 8 sessions against 24 agent sessions that think between turns, the
+    server never seeing more than 8 requests at once and every session growing alike: the
+    agents keep three times the context live, so only they make the pool evict and load back,
+    and only there does bf16 race (fp8 sees the same load-backs and stays clean)."""
+    runs = {}
+    for name, sessions, think, index_k in (
+        ("closed", 8, (0.0, 0.0), "bf16"),
+        ("agents", 24, (0.04, 0.12), "bf16"),
+        ("agents-fp8", 24, (0.04, 0.12), "fp8"),
+    ):
+        (tmp_path / name).mkdir()
+        url = make_sim(index_k=index_k, **POOL)
+        runs[name] = await _run(url, tmp_path / name, None, think, sessions=sessions)
+    closed, agents, fp8 = runs["closed"], runs["agents"], runs["agents-fp8"]
+    for run in runs.values():
+        assert max(r["inflight"] for r in run["rows"]) <= 8  # the same load on the server
+        assert max(r["prompt_tokens"] for r in run["rows"]) <= 6_000  # sessions grow alike
+    # 8 x 6k tokens fit the 80k pool; 24 x 6k do not
+    assert closed["evicted"] == 0
+    assert closed["loadbacks"] == 0
+    assert closed["injected"] == 0
+    assert all(r["think_s"] > 0 for r in agents["rows"] if r["turn"] > 0)
+    assert agents["loadbacks"] >= 10
+    assert agents["injected"] >= 1
+    assert agents["causes"]["loadback"] == agents["injected"]
+    assert agents["bad_sessions"] >= 1
+    assert fp8["loadbacks"] >= 10
+    assert fp8["injected"] == 0
 
 
 # ----------------------------------------------------------------------------- the report

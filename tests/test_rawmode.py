@@ -176,4 +176,12 @@ def test_compare_tells_server_parser_from_model() -> None:
     assert summary["paired"] == 2
     assert summary["unpaired"] == 1
     assert summary["verdicts"] == {"same": 1, "server_parser": 1}
+    assert summary["verdict"].startswith("the server's tool-call parser: 1 of 2 paired turns")
     assert summary["examples"][0]["turn"] == 1
+    both = compare_records(
+        [*chat, _rec(3, L.TOKEN_SALAD, [])],
+        [*raw, _rec(3, L.TOKEN_SALAD, [])],  # type: ignore[list-item]
+    )
+    assert "parser: 1 of 3" in both["verdict"]
+    assert "and the model: 1 of 3" in both["verdict"]
+    assert compare_records([], [])["verdict"].startswith("nothing to compare")

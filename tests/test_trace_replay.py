@@ -105,6 +105,7 @@ async def test_raw_mode_sees_corruption_the_chat_parser_hides_as_well(
     _, chat = await _drive(url, tmp_path / "chat.jsonl")
     summary = compare_records(chat, raw)  # type: ignore[arg-type]
     assert summary["verdicts"].get("model") == summary["paired"] > 0
+    assert summary["verdict"].startswith(f"the model: {summary['paired']} of")
 
 
 @pytest.mark.parametrize("api", ["chat", "generate"])
@@ -169,7 +170,9 @@ def test_cli_runs_a_trace_in_both_modes_and_compares(
     assert summary["verdicts"] == {"same": 11}
     capsys.readouterr()
     assert main(["trace", "compare", str(tmp_path / "chat"), str(tmp_path / "raw")]) == 0
-    assert json.loads(capsys.readouterr().out)["paired"] == 11
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["paired"] == 11
+    assert "verdict: neither the parser nor the model: 11 of 11 paired turns agree" in printed.err
 
 
 def test_cli_checks_the_workload_and_the_api(

@@ -147,7 +147,7 @@ class SimApp:
                 {INJECTED_HEADER: fault.label},
                 media_type="application/json",
             )
-        in_flight = await engine.admit()
+        in_flight = await engine.admit(prepared[0])  # waits for a slot and room for its KV
         tokens = 0
         gen: Generation | None = None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,29 +74,59 @@ class Engine:
         self.causes: Counter[str] = Counter()  # corrupted responses by mechanism
         self.has_transport_faults = any(rate > 0 for _, rate in config.transport_rates)
         self._attempts: OrderedDict[bytes, int] = OrderedDict()
-        self._slots: asyncio.Semaphore | None = None
+        self._queue: deque[object] = deque()  # requests waiting for admission, in order
+        self._tick = asyncio.Event()  # set (and replaced) when a waiting request may fit
 
     # ------------------------------------------------------------------ admission
 
-    async def admit(self) -> int:
-        """Wait for a running slot (FIFO); the running count including this request."""
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.config.max_running)
+    async def admit(self, prompt: Prompt | None = None) -> int:
+        """Wait for a running slot and, for a prompt, room for its KV; return the running
+        count including this request.
+
+        First come, first served, as a server's scheduler admits: a request waits while
+        ``max_running`` requests run, or while the KV pinned by the running requests and its
+        own prompt's would not fit the GPU tier (so the pool never overcommits; a prompt
+        larger than the whole tier still runs when it runs alone). Waiting requests hold
+        nothing: their prefixes can be evicted, and loaded back when they are admitted.
+        """
+        if not self._queue and self._fits(prompt):
+            self.running += 1
+            return self.running
+        me = object()
+        self._queue.append(me)
         self.queued += 1
         try:
-            await self._slots.acquire()
+            while not (self._queue[0] is me and self._fits(prompt)):
+                await self._tick.wait()
         finally:
             self.queued -= 1
+            head = self._queue[0] is me
+            self._queue.remove(me)
+            if head:
+                self._wake()  # the next one may fit now
         self.running += 1
         return self.running
+
+    def _fits(self, prompt: Prompt | None) -> bool:
+        if self.running >= self.config.max_running:
+            return False
+        if prompt is None or self.running == 0:
+            return True
+        pool = self.pool
+        return pool.pinned_tokens + pool.pin_cost(prompt) <= pool.capacity
+
+    def _wake(self) -> None:
+        """Let the waiting requests look again (in their order: the head goes first)."""
+        tick, self._tick = self._tick, asyncio.Event()
+        tick.set()
 
     def release(self, pinned: Prompt | None = None) -> None:
         """Free the running slot, and the KV pinned by ``generate(pin=True)`` if given."""
         self.running -= 1
-        if self._slots is not None:
-            self._slots.release()
         if pinned is not None:
             self.pool.unpin(pinned.chain, pinned.tokens)
+        if self._queue:
+            self._wake()
 
     def flush(self) -> None:
         self.pool.flush()

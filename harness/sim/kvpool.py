@@ -3,8 +3,9 @@
 Entries are prefix-chain hashes (see cache.py) with the tokens each adds. The GPU tier is an
 LRU radix-like cache: inserting a prompt touches its entries leaf first, so parents end up more
 recent than children and eviction eats sessions from their tail, as a radix cache does.
-Entries of running requests are pinned (locked) and never evicted; the pool may overcommit
-when the pinned tokens alone exceed the capacity (the simulator does not queue for memory).
+Entries of running requests are pinned (locked) and never evicted. The engine admits a
+request only when its pinned prompt fits beside the running ones' (engine.py ``admit``), so the
+pool overcommits only for a prompt larger than the whole tier, running alone.
 
 What an evicted entry becomes depends on HiCache:
 
@@ -89,6 +90,13 @@ class KVPool:
 
     def cached_tokens(self, prompt: Prompt) -> int:
         return self.match(prompt).cached_tokens
+
+    def pin_cost(self, prompt: Prompt) -> int:
+        """Tokens that pinning ``prompt`` would add (a prefix pinned by others counts once)."""
+        locks = self._locks
+        return sum(
+            n for key, n in zip(prompt.chain, prompt.tokens, strict=True) if key not in locks
+        )
 
     # ------------------------------------------------------------------ changes
 

@@ -152,7 +152,8 @@ class RawRoutes:
             return Response(body, 400, {"x-sim-injected": "none"}, media_type="application/json")
         engine = sim.engine
         messages, tools = decode_v4(fields["prompt"])
-        in_flight = await engine.admit()
+        prepared = engine.prepare(messages, tools)
+        in_flight = await engine.admit(prepared[0])
         gen: Generation | None = None
         tokens = 0
 
@@ -162,7 +163,13 @@ class RawRoutes:
 
         try:
             gen = engine.generate(
-                messages, tools, in_flight, fields["max_tokens"], fields["seed"], pin=True
+                messages,
+                tools,
+                in_flight,
+                fields["max_tokens"],
+                fields["seed"],
+                prepared=prepared,
+                pin=True,
             )
             tokens = gen.prompt_tokens + gen.completion_tokens
             engine.running_tokens += tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from harness.sim.cache import hash_prompt
@@ -148,3 +149,51 @@ def test_engine_races_only_on_load_backs() -> None:
     assert _turns(off, 8, 6, 2_000) == 0
     assert off.pool.counters.loadbacks == 0
     assert off.pool.counters.recomputed_tokens > 0
+
+
+async def test_admission_waits_for_room_to_pin() -> None:
+    """A request waits while the running requests' pinned KV and its own would not fit the
+    GPU tier, first come first served; a shared prefix already pinned counts once; a prompt
+    larger than the whole tier runs when it is alone."""
+    a, b, c = _prompt("a", size=2400), _prompt("b", size=2400), _prompt("c", size=400)
+    engine = Engine(SimConfig(kv_capacity=a.total + a.total // 2, calibrated_race=False))
+    pool = engine.pool
+    assert await engine.admit(a) == 1
+    pool.admit(a, pin=True)
+    assert pool.pin_cost(a) == 0  # a's KV is pinned already: a second a costs nothing more
+    assert await engine.admit(a) == 2
+    pool.admit(a, pin=True)
+    big = asyncio.create_task(engine.admit(b))  # a and b together overflow the tier
+    small = asyncio.create_task(engine.admit(c))  # c would fit, but b came first
+    await asyncio.sleep(0.01)
+    assert (engine.queued, big.done(), small.done()) == (2, False, False)
+    assert engine.metrics()["num_queue_reqs"] == 2
+    engine.release(a)
+    await asyncio.sleep(0.01)
+    assert not big.done()  # one request still holds a
+    engine.release(a)
+    assert await asyncio.wait_for(big, 5) == 1
+    pool.admit(b, pin=True)
+    assert await asyncio.wait_for(small, 5) == 2  # b and c fit together
+    pool.admit(c, pin=True)
+    assert pool.pinned_tokens <= pool.capacity
+    engine.release(b)
+    engine.release(c)
+    huge = _prompt("huge", size=40_000)
+    assert huge.total > pool.capacity
+    assert await asyncio.wait_for(engine.admit(huge), 5) == 1  # alone: it runs
+    engine.release()
+    assert (engine.running, engine.queued, pool.pinned_tokens) == (0, 0, 0)
+
+
+async def test_a_waiting_request_that_gives_up_leaves_the_queue() -> None:
+    a, b, c = _prompt("a", size=2400), _prompt("b", size=2400), _prompt("c", size=400)
+    engine = Engine(SimConfig(kv_capacity=a.total + a.total // 2, calibrated_race=False))
+    await engine.admit(a)
+    engine.pool.admit(a, pin=True)
+    head = asyncio.create_task(engine.admit(b))
+    behind = asyncio.create_task(engine.admit(c))
+    await asyncio.sleep(0.01)
+    head.cancel()  # the client went away while its request waited
+    assert await asyncio.wait_for(behind, 5) == 2  # c fits beside a: it goes next
+    assert engine.queued == 0
