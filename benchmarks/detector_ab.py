@@ -1,0 +1,163 @@
+"""The detector of this checkout against the one of a git revision: findings and speed.
+
+    python benchmarks/detector_ab.py FILE.jsonl [FILE.jsonl ...] [--base REV] [--no-speed]
+
+Loads ``harness/`` as it is at ``--base`` (default ``HEAD``: uncommitted changes against
+the last commit) next to the working tree's, in the same process. Then:
+
+* **findings**: ``score_text`` of both on every example (with its context and without),
+  on the run-like mix and the long text of ``eval_detector.py``, and on ``--slices``
+  random substrings of them (any length, any cut); label, score, offset and signals must
+  be identical. Exits 1 on any difference, listing the first ones.
+* **speed**: the three workloads of ``eval_detector.py`` (``fallback_classify``, so the
+  DSML parse is timed too, the same code on both sides), timed base / new alternately for
+  ``--rounds`` rounds: MB/s of CPU time per side and the ratio of each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import random
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from io import BytesIO
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import eval_detector as ev  # noqa: E402
+
+from harness.verdict import text as new_text  # noqa: E402
+
+Case = tuple[str, str, str | None]  # (name, text, context)
+
+
+def load_base(rev: str, into: Path) -> ModuleType:
+    """``harness.verdict.text`` as it is at ``rev``, imported apart from the working tree's
+    (its modules are taken out of ``sys.modules`` again; its functions keep their globals)."""
+    tar = subprocess.run(
+        ["git", "archive", rev, "harness"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(tar)) as tf:
+        tf.extractall(into, filter="data")
+    saved = {k: v for k, v in sys.modules.items() if k == "harness" or k.startswith("harness.")}
+    for k in saved:
+        del sys.modules[k]
+    sys.path.insert(0, str(into))
+    try:
+        mod = importlib.import_module("harness.verdict.text")
+    finally:
+        sys.path.remove(str(into))
+        for k in [k for k in sys.modules if k == "harness" or k.startswith("harness.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+    return mod
+
+
+def cases(rows: list[dict[str, Any]], slices: int, seed: int) -> list[Case]:
+    out: list[Case] = []
+    for r in rows:
+        out.append((r["id"], r["text"], r.get("context")))
+        if r.get("context"):
+            out.append((r["id"] + "/no-context", r["text"], None))
+    mix = ev.run_mix(rows)
+    out.extend((f"mix-{i}", r["text"], None) for i, r in enumerate(mix))
+    long_text = "\n\n".join(r["text"] for r in rows if r["label"] == "clean" and ev._plain(r))
+    out.append(("long", long_text, None))
+    rng = random.Random(seed)
+    pool = [t for _, t, _ in out]
+    for i in range(slices):
+        t = rng.choice(pool)
+        n = min(len(t), int(rng.expovariate(1 / 3000)) + 1)
+        s = rng.randint(0, len(t) - n)
+        out.append((f"slice-{i}", t[s : s + n], None))
+    return out
+
+
+def compare(base: ModuleType, cs: list[Case]) -> list[str]:
+    diffs = []
+    for name, t, c in cs:
+        a, b = base.score_text(t, c), new_text.score_text(t, c)
+        got_a = (a.label, a.score, a.offset, a.signals)
+        got_b = (b.label, b.score, b.offset, b.signals)
+        if got_a != got_b:
+            diffs.append(f"{name}: base {got_a} new {got_b}")
+    return diffs
+
+
+def _time(classify: Callable[[str, str | None], str], texts: list[tuple[str, str | None]]) -> float:
+    size = sum(len(t.encode("utf-8")) for t, _ in texts)
+    done, t0 = 0, time.process_time()
+    while True:
+        for t, c in texts:
+            classify(t, c)
+        done += size
+        elapsed = time.process_time() - t0
+        if elapsed >= 0.5:
+            return done / elapsed / 1e6
+
+
+def speed(base: ModuleType, rows: list[dict[str, Any]], rounds: int) -> None:
+    long_text = "\n\n".join(r["text"] for r in rows if r["label"] == "clean" and ev._plain(r))
+    loads = {
+        "run-like mix": [(r["text"], r.get("context")) for r in ev.run_mix(rows)],
+        "examples one by one": [(r["text"], r.get("context")) for r in rows],
+        f"one {len(long_text) // 1000} k text": [(long_text, None)],
+    }
+    sides = {
+        "base": partial(ev.fallback_classify, score_text=base.score_text),
+        "new": partial(ev.fallback_classify, score_text=new_text.score_text),
+    }
+    for name, texts in loads.items():
+        for f in sides.values():
+            for t, c in texts[:50]:  # warm-up (lazy tables, regex caches)
+                f(t, c)
+        got: dict[str, list[float]] = {k: [] for k in sides}
+        for _ in range(rounds):
+            for side, f in sides.items():
+                got[side].append(_time(f, texts))
+        ratios = " ".join(f"{n / b:.2f}" for b, n in zip(got["base"], got["new"], strict=True))
+        print(
+            f"{name:22s} base {min(got['base']):5.1f}-{max(got['base']):5.1f} MB/s   "
+            f"new {min(got['new']):5.1f}-{max(got['new']):5.1f} MB/s   new/base {ratios}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="This checkout's detector against a revision's.")
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--base", default="HEAD", help="git revision to compare with (HEAD)")
+    ap.add_argument("--slices", type=int, default=2000, help="random substrings compared")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--no-findings", action="store_true")
+    a = ap.parse_args(argv)
+    rows = ev.load(a.files)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = load_base(a.base, Path(tmp))
+    rc = 0
+    if not a.no_findings:
+        cs = cases(rows, a.slices, a.seed)
+        diffs = compare(base, cs)
+        print(f"findings: {len(cs)} texts compared, {len(diffs)} differ (base {a.base})")
+        for d in diffs[:20]:
+            print("  " + d)
+        rc = 1 if diffs else 0
+    if not a.no_speed:
+        speed(base, rows, a.rounds)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
