@@ -82,8 +82,8 @@ class Chars:
         if self.ascii:
             self.b7 = text.encode("ascii")
         else:
-            low = self.codes.view(np.uint8)[::4]  # the low byte of each code point
-            self.b7 = np.where(self.codes < 128, low, np.uint8(WIDE)).astype(np.uint8).tobytes()
+            # code points of 127 and up become 127 (WIDE; DEL stays itself)
+            self.b7 = np.minimum(self.codes, WIDE).astype(np.uint8).tobytes()
 
     @cached_property
     def codes(self) -> npt.NDArray[np.uint32]:

@@ -61,16 +61,27 @@ class Tokens:
 # ------------------------------------------------------------------ tokenizing
 
 
+_EXPANDS = np.uint32(0xFFFFFFFF)  # lower case of more than one character ("İ" -> "i̇")
+_CAPITAL_SIGMA = 0x03A3  # lower case depends on the position ("ς" at a word's end)
+
+
 @cache
-def _char_tables() -> tuple[npt.NDArray[np.uint8], None]:
+def _char_tables() -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint32]]:
     """Per code point: 0 separator, 1 word character, 2 spaceless-script character (a token
-    of its own)."""
+    of its own); and its lower case (``str.lower``), ``_EXPANDS`` when that is longer."""
+    chars = list(map(chr, range(_PLANES)))
     kind = np.zeros(_PLANES + 1, dtype=np.uint8)
-    kind[[cp for cp in range(_PLANES) if chr(cp).isalnum()]] = 1
+    kind[:_PLANES] = np.fromiter(map(str.isalnum, chars), dtype=bool, count=_PLANES)
+    lower = np.arange(_PLANES + 1, dtype=np.uint32)
+    for cp, low in enumerate(map(str.lower, chars)):
+        if len(low) != 1:
+            lower[cp] = _EXPANDS
+        elif low != chars[cp]:
+            lower[cp] = ord(low)
     kind[ord("_")] = 0
     for lo_cp, hi_cp in _SPACELESS_RANGES:
         kind[lo_cp:hi_cp] = 2
-    return kind, None
+    return kind, lower
 
 
 _ASCII_KIND = bytes(1 if chr(c).isascii() and chr(c).isalnum() else 0 for c in range(256))
@@ -81,19 +92,26 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
     """Tokens of ``text`` with their ids and character offsets (numpy, no strings)."""
     ch = ch if ch is not None else Chars(text)
     kind = np.frombuffer(ch.b7.translate(_ASCII_KIND), dtype=np.uint8)
+    vals: npt.NDArray[np.unsignedinteger] = np.frombuffer(
+        ch.b7.translate(_ASCII_LOWER), dtype=np.uint8
+    )
     if not ch.ascii:
-        ktab, _ = _char_tables()
-        kind = kind.copy()
+        ktab, ltab = _char_tables()
         wide = ch.wide
-        kind[wide] = ktab[np.minimum(ch.codes[wide], _PLANES)]
-    if ch.ascii:
-        vals: npt.NDArray[np.unsignedinteger] = np.frombuffer(
-            ch.b7.translate(_ASCII_LOWER), dtype=np.uint8
-        )
-    else:
-        low = text.lower()
-        low = low if len(low) == len(text) else text
-        vals = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        cw = ch.codes[wide]
+        at = np.minimum(cw, _PLANES)
+        kind = kind.copy()
+        kind[wide] = ktab[at]
+        # lower case from the table (code points past the table have none), unless
+        # str.lower would change the length or reads the context (capital sigma)
+        lw = np.where(cw < _PLANES, ltab[at], cw)
+        if (lw == _EXPANDS).any() or (cw == _CAPITAL_SIGMA).any():
+            low = text.lower()
+            low = low if len(low) == len(text) else text
+            vals = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        else:
+            vals = vals.astype(np.uint32)
+            vals[wide] = lw
     word = kind > 0
     solo = kind == 2
     # a token starts at a word character after a separator, and at every spaceless one
@@ -124,8 +142,9 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
 
     ids = sub(starts, ends)
     lens = ends - starts
-    dpos = ch.cls("digit").nonzero()[0]
-    ndig = np.searchsorted(dpos, ends) - np.searchsorted(dpos, starts)
+    cdig = np.zeros(n + 1, dtype=np.int32)  # digits before each offset
+    np.cumsum(ch.cls("digit"), out=cdig[1:])
+    ndig = cdig[ends] - cdig[starts]
     digit = ndig == lens
     small = digit | ((lens == 1) & (ch.b[starts] != WIDE))
 

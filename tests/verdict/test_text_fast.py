@@ -157,3 +157,18 @@ def test_chars_classes_match_the_bytes() -> None:
     assert ch.cls("glue").tolist() == [False, True, False, False, False]
     assert ch.cls("letter_or_wide").tolist() == [True, False, True, False, True]
     assert ch.wide.tolist() == [4]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["ΟΔΟΣ σοφία ΣΟΦΙΑ", "Übergröße ÜBER über", "Ǆemal ǅemal džemal", "数据Row ΑΣ row"],
+)
+def test_token_ids_hash_what_str_lower_gives(text: str) -> None:
+    # the lower-case table must agree with str.lower, final sigma included
+    assert (repeat.tokenize(text).ids == repeat.tokenize(text.lower()).ids).all()
+
+
+def test_a_lower_case_that_grows_leaves_the_text_as_it_is() -> None:
+    ids = repeat.tokenize("İstanbul Ab ab").ids  # "İ".lower() is two characters
+    assert ids[1] != ids[2]
+    assert repeat.tokenize("Istanbul Ab ab").ids[1] == repeat.tokenize("x ab").ids[1]
