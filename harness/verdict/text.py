@@ -256,21 +256,28 @@ def _stutters(
         else:
             spans.append([lo, hi])
     found = salad.stutter_events(ch, [(lo, hi) for lo, hi in spans])
-    for lo, hi in spans:
-        found.extend(_double_words(ch.text, tok, lo, hi))
+    found.extend(_double_words(ch.text, tok, spans))
     if found and m is not None and m.code:
         found = _code_weight(found, m)
     ev.extend(found)
 
 
-def _double_words(text: str, tok: repeat.Tokens, lo: int, hi: int) -> list[tuple[int, float, str]]:
-    """The same word twice in a row ("side side"), from equal neighbouring token ids."""
-    i, j = np.searchsorted(tok.starts, [lo, hi]).tolist()
-    if j - i < 2:
+def _double_words(
+    text: str, tok: repeat.Tokens, spans: list[list[int]]
+) -> list[tuple[int, float, str]]:
+    """The same word twice in a row ("side side"), from equal neighbouring token ids, both
+    tokens starting inside one of ``spans`` (sorted, disjoint)."""
+    if len(tok) < 2 or not spans:
         return []
-    ids = tok.ids[i:j]
+    same = (tok.ids[1:] == tok.ids[:-1]).nonzero()[0]
+    if not same.size:
+        return []
+    lo, hi = np.array(spans, dtype=np.int64).T
+    first = tok.starts[same]
+    k = np.searchsorted(lo, first, side="right") - 1  # the span the first token starts in
+    inside = (k >= 0) & (tok.starts[same + 1] < hi[np.maximum(k, 0)]) & (first < hi[k])
     out = []
-    for k in ((ids[1:] == ids[:-1]).nonzero()[0] + i).tolist():
+    for k in same[inside].tolist():
         s1, e1 = int(tok.starts[k]), int(tok.ends[k])
         s2, e2 = int(tok.starts[k + 1]), int(tok.ends[k + 1])
         w = text[s1:e1]
@@ -336,15 +343,19 @@ def _onset(ev: list[tuple[int, float, str]], start: int) -> int:
 
 def _combine(ev: list[tuple[int, float, str]]) -> TextFinding:
     ev.sort()
-    pos = np.array([e[0] for e in ev], dtype=np.int64)
-    names = [e[2] for e in ev]
-    starts = np.unique(pos)
+    pos_list, weights, names = zip(*ev, strict=True)
+    pos = np.array(pos_list, dtype=np.int64)
+    w = np.array(weights, dtype=np.float64)
+    starts = pos[np.concatenate(([True], pos[1:] != pos[:-1]))]  # pos is sorted
     ends = starts + WINDOW
+    sigs = set(names)
+    code_of = {sig: i for i, sig in enumerate(sigs)}
+    code = np.array([code_of[n] for n in names], dtype=np.intp)
     per: dict[str, np.ndarray] = {}
-    for sig in set(names):
-        sel = np.array([n == sig for n in names])
+    for sig in sigs:  # (set order, as the total's float sum always had)
+        sel = code == code_of[sig]
         p = pos[sel]
-        c = np.concatenate(([0.0], np.cumsum([e[1] for e, k in zip(ev, sel, strict=True) if k])))
+        c = np.concatenate(([0.0], np.cumsum(w[sel])))
         sums = c[np.searchsorted(p, ends, side="left")] - c[np.searchsorted(p, starts, "left")]
         per[sig] = np.minimum(sums, _CAPS.get(sig, np.inf))
     total = np.sum(list(per.values()), axis=0)
