@@ -10,8 +10,9 @@ the last commit) next to the working tree's, in the same process. Then:
   random substrings of them (any length, any cut); label, score, offset and signals must
   be identical. Exits 1 on any difference, listing the first ones.
 * **speed**: the three workloads of ``eval_detector.py`` (``fallback_classify``, so the
-  DSML parse is timed too, the same code on both sides), timed base / new alternately for
-  ``--rounds`` rounds: MB/s of CPU time per side and the ratio of each round.
+  DSML parse is timed too, the same code on both sides), one pass of base then one of new,
+  again and again until each side has ``--seconds`` of CPU time: MB/s per side and the
+  median ratio of neighbouring passes (a shared machine's load drifts slower than that).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import random
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -95,41 +97,43 @@ def compare(base: ModuleType, cs: list[Case]) -> list[str]:
     return diffs
 
 
-def _time(classify: Callable[[str, str | None], str], texts: list[tuple[str, str | None]]) -> float:
-    size = sum(len(t.encode("utf-8")) for t, _ in texts)
-    done, t0 = 0, time.process_time()
-    while True:
-        for t, c in texts:
-            classify(t, c)
-        done += size
-        elapsed = time.process_time() - t0
-        if elapsed >= 0.5:
-            return done / elapsed / 1e6
+def _pass(classify: Callable[[str, str | None], str], texts: list[tuple[str, str | None]]) -> float:
+    t0 = time.process_time()
+    for t, c in texts:
+        classify(t, c)
+    return time.process_time() - t0
 
 
-def speed(base: ModuleType, rows: list[dict[str, Any]], rounds: int) -> None:
+def speed(base: ModuleType, rows: list[dict[str, Any]], seconds: float) -> None:
+    """Per workload: passes over the texts, base and new in turn, until each side has
+    ``seconds`` of CPU time; MB/s per side and the median ratio of neighbouring passes."""
     long_text = "\n\n".join(r["text"] for r in rows if r["label"] == "clean" and ev._plain(r))
     loads = {
         "run-like mix": [(r["text"], r.get("context")) for r in ev.run_mix(rows)],
         "examples one by one": [(r["text"], r.get("context")) for r in rows],
         f"one {len(long_text) // 1000} k text": [(long_text, None)],
     }
-    sides = {
-        "base": partial(ev.fallback_classify, score_text=base.score_text),
-        "new": partial(ev.fallback_classify, score_text=new_text.score_text),
-    }
+    base_f = partial(ev.fallback_classify, score_text=base.score_text)
+    new_f = partial(ev.fallback_classify, score_text=new_text.score_text)
     for name, texts in loads.items():
-        for f in sides.values():
+        size = sum(len(t.encode("utf-8")) for t, _ in texts)
+        for f in (base_f, new_f):
             for t, c in texts[:50]:  # warm-up (lazy tables, regex caches)
                 f(t, c)
-        got: dict[str, list[float]] = {k: [] for k in sides}
-        for _ in range(rounds):
-            for side, f in sides.items():
-                got[side].append(_time(f, texts))
-        ratios = " ".join(f"{n / b:.2f}" for b, n in zip(got["base"], got["new"], strict=True))
+        # each pass at least 50 ms: repeat short workloads
+        reps = max(1, int(0.05 / max(_pass(new_f, texts), 1e-6)))
+        batch = texts * reps
+        tb: list[float] = []
+        tn: list[float] = []
+        while sum(tb) < seconds or sum(tn) < seconds:
+            tb.append(_pass(base_f, batch))
+            tn.append(_pass(new_f, batch))
+        mb = size * reps / 1e6
+        ratio = statistics.median(b / n for b, n in zip(tb, tn, strict=True))
         print(
-            f"{name:22s} base {min(got['base']):5.1f}-{max(got['base']):5.1f} MB/s   "
-            f"new {min(got['new']):5.1f}-{max(got['new']):5.1f} MB/s   new/base {ratios}"
+            f"{name:22s} base {mb * len(tb) / sum(tb):5.1f} MB/s   "
+            f"new {mb * len(tn) / sum(tn):5.1f} MB/s   new/base {ratio:.2f} "
+            f"(median of {len(tb)} pass pairs)"
         )
 
 
@@ -139,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", default="HEAD", help="git revision to compare with (HEAD)")
     ap.add_argument("--slices", type=int, default=2000, help="random substrings compared")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3.0, help="CPU time per side")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-findings", action="store_true")
     a = ap.parse_args(argv)
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + d)
         rc = 1 if diffs else 0
     if not a.no_speed:
-        speed(base, rows, a.rounds)
+        speed(base, rows, a.seconds)
     return rc
 
 

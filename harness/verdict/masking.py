@@ -241,26 +241,26 @@ _BLOB_TABLE = bytes(
 )
 
 
+_BLOB_RUN = b"\x01" * 40
+
+
 def _blobs(text: str) -> list[tuple[int, int]]:
     """Runs of 40+ base64 / identifier characters with some variety (keys, hashes, data)."""
     if len(text) < 40:
         return []
-    b = text.encode("ascii", "replace") if not text.isascii() else text.encode("ascii")
-    if len(b) != len(text):  # surrogates: no blob check
-        return []
-    ok = np.frombuffer(b.translate(_BLOB_TABLE), dtype=np.bool_)
-    # a run of 40+ holds a whole aligned block of 20: one reduction rejects most texts
-    m = ok.size // 20 * 20
-    if not ok[:m].reshape(-1, 20).all(axis=1).any():
-        return []
-    d = np.diff(np.concatenate(([0], ok.view(np.int8), [0])))
-    st, en = (d == 1).nonzero()[0], (d == -1).nonzero()[0]
-    keep = (en - st) >= 40
-    return [
-        (s, e)
-        for s, e in zip(st[keep].tolist(), en[keep].tolist(), strict=True)
-        if len(set(text[s:e])) >= 8
-    ]
+    b = text.encode("ascii", "replace")  # one byte per character; non-ASCII is no blob
+    ok = b.translate(_BLOB_TABLE)
+    # a search for 40 blob bytes in a row skips ahead on every other byte: fast when
+    # there is none; each one found starts a run, which ends at the next other byte
+    out = []
+    i = ok.find(_BLOB_RUN)
+    while i >= 0:
+        e = ok.find(b"\x00", i + 40)
+        e = len(ok) if e < 0 else e
+        if len(set(text[i:e])) >= 8:
+            out.append((i, e))
+        i = ok.find(_BLOB_RUN, e)
+    return out
 
 
 def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

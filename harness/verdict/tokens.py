@@ -53,6 +53,8 @@ class Tokens:
     letters: npt.NDArray[np.bool_] | None = None  # no digit inside
     #: ids of arbitrary character ranges [s, e), comparable with ``ids``
     sub: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], Ids] | None = None
+    #: the cumulative sum ``sub`` hashes from: sum of code point * P**i over [0, offset)
+    prefix: Ids | None = None
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -152,7 +154,7 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
         pairs = zip(starts[i:j].tolist(), ends[i:j].tolist(), strict=True)
         return [text[s:e].lower() for s, e in pairs]
 
-    return Tokens(ids, starts, ends, digit, small, words, ndig == 0, sub)
+    return Tokens(ids, starts, ends, digit, small, words, ndig == 0, sub, h)
 
 
 def periodic(tok: Tokens) -> list[tuple[int, float]]:
@@ -160,17 +162,21 @@ def periodic(tok: Tokens) -> list[tuple[int, float]]:
     "búnbúnbúnbún"; 6+ times for two-letter units: "hahaha" is laughter): a loop the word
     tokenizer cannot see. (character offset, copies) per word; a word is periodic with
     period k when it equals itself shifted by k, one hash comparison."""
-    if tok.sub is None or tok.letters is None or not len(tok):
+    h = tok.prefix
+    if h is None or tok.letters is None or not len(tok):
         return []
     lens = tok.ends - tok.starts
     cand = (tok.letters & (lens >= 8)).nonzero()[0]
     out: list[tuple[int, float]] = []
+    pw, _ = _pow_tables(8)
     for k in range(2, 9):
         cand = cand[lens[cand] >= (6 if k == 2 else 4) * k]
         if not cand.size:
             break
         s, e = tok.starts[cand], tok.ends[cand]
-        same = tok.sub(s, e - k) == tok.sub(s + k, e)
+        # sub(s, e - k) == sub(s + k, e), without the hashing: the mix is one-to-one, and
+        # (h[e-k] - h[s]) / P**s == (h[e] - h[s+k]) / P**(s+k) is this times P**(s+k)
+        same = (h[e - k] - h[s]) * pw[k] == h[e] - h[s + k]
         for i in cand[same].tolist():
             out.append((int(tok.starts[i]), float(lens[i] / k)))
         cand = cand[~same]
