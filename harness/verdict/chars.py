@@ -66,6 +66,10 @@ _FLAG_TABLES = tuple(
     )
     for t in range((len(_NAMES) + 7) // 8)
 )
+#: One table per class (1 for its bytes, else 0), for short texts: one translate costs less
+#: than two numpy calls there, more on long texts.
+_TABLES = {name: bytes(c in members for c in range(256)) for name, members in _CLASSES.items()}
+_SHORT = 2048
 
 
 class Chars:
@@ -112,8 +116,12 @@ class Chars:
         """Per character: does its (ASCII) byte belong to the class ``name``."""
         got = self._cls.get(name)
         if got is None:
-            t, bit = _BIT[name]
-            got = self._cls[name] = (self._flags[t] & bit) != 0
+            if len(self.b7) < _SHORT:
+                got = np.frombuffer(self.b7.translate(_TABLES[name]), dtype=np.bool_)
+            else:
+                t, bit = _BIT[name]
+                got = (self._flags[t] & bit) != 0
+            self._cls[name] = got
         return got
 
     def __len__(self) -> int:
