@@ -33,7 +33,9 @@ _TILDES = re.compile("~~~")
 _LATEX_OPEN = re.compile(r"\\[(\[]")  # "\\(" or "\\["
 _HERMES_OPEN = re.compile("<tool_call>")
 _EMAIL_ANCHOR = re.compile(r"@[\w-]+\.\w")
-_PATH = re.compile(r"[\\/][\w.@+-]+(?:[\\/][\w.@+-]+)+[\\/]?")
+_PATH_TAIL = r"[\w.@+-]+(?:[\\/][\w.@+-]+)+[\\/]?"
+_PATH = re.compile(r"[\\/]" + _PATH_TAIL)
+_PATH_BY_LEAD = (re.compile(r"\\" + _PATH_TAIL), re.compile("/" + _PATH_TAIL))  # _by_lead
 _NONSPACE = re.compile(r"[^\s<>\"'`)\]]*")
 _DSML_BLOCK = re.compile(
     "<\uff5cDSML\uff5c(tool_calls|function_calls)>.*?</\uff5cDSML\uff5c\\1>", re.S
@@ -46,9 +48,10 @@ _REGEX = re.compile(r"\\[dwsDWSbB.+*?()\[\]]")
 _REGEX_MARK = re.compile(
     r"\\[dwsDWSbB.]|\[\^?[^\]\s]{1,40}\]|\(\?[:=!<]|\{\d+(?:,\d*)?\}|[+*?]\??\)?"
 )
-_MATH = re.compile(
-    r"\$\$.{1,2000}?\$\$|\$[^$\n]{1,300}?\$|\\\(.{1,300}?\\\)|\\\[.{1,2000}?\\\]", re.S
-)
+_MATH_DOLLAR = r"\$\$.{1,2000}?\$\$|\$[^$\n]{1,300}?\$"
+_MATH_BACKSLASH = r"\\\(.{1,300}?\\\)|\\\[.{1,2000}?\\\]"
+_MATH = re.compile(f"{_MATH_DOLLAR}|{_MATH_BACKSLASH}", re.S)
+_MATH_BY_LEAD = (re.compile(_MATH_DOLLAR, re.S), re.compile(_MATH_BACKSLASH, re.S))
 #: Inline "math" holding marks LaTeX never writes is not math (soup between two dollars).
 _NOT_MATH = re.compile(r"[`\"?@]")
 _TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>\n]{0,300})?/?>")
@@ -111,7 +114,11 @@ def mask(text: str) -> Masked:
         code.extend(_code_blocks(text, fenced, indented))
     data: list[tuple[int, int]] = []  # math and blobs: not prose, but loops in them count
     if "$" in text or ("\\" in text and _LATEX_OPEN.search(text) is not None):
-        data.extend(m.span() for m in _MATH.finditer(text) if not _NOT_MATH.search(m.group(0)))
+        data.extend(
+            m.span()
+            for m in _by_lead(_MATH, _MATH_BY_LEAD, text)
+            if not _NOT_MATH.search(m.group(0))
+        )
     quoted: list[tuple[int, int]] = []
     if "`" in text:
         quoted = [m.span() for m in _INLINE.finditer(text)]
@@ -153,7 +160,7 @@ def mask(text: str) -> Masked:
     if "@" in text:
         spans.extend(_around(text, m.start()) for m in _EMAIL_ANCHOR.finditer(text))
     if "/" in text or "\\" in text:
-        spans.extend(m.span() for m in _PATH.finditer(text))
+        spans.extend(m.span() for m in _by_lead(_PATH, _PATH_BY_LEAD, text))
     data.extend(_blobs(text))
     if "\\" in text:
         math = _merge(data)
@@ -184,6 +191,22 @@ def mask(text: str) -> Masked:
         tuple(quoted),
         prose,
     )
+
+
+def _by_lead(
+    whole: re.Pattern[str], parts: tuple[re.Pattern[str], ...], text: str
+) -> list[re.Match[str]]:
+    """``whole.finditer(text)``, from ``parts``: ``whole`` split into patterns that each
+    start with one literal character (the regex engine jumps from one occurrence of it to
+    the next, where it tries a pattern that starts with a character class at every
+    position). No two parts match at the same position, and none matches empty, so when
+    their matches do not overlap they are the matches of ``whole``; else ``whole`` is run.
+    """
+    found = sorted((m for p in parts for m in p.finditer(text)), key=lambda m: m.start())
+    for a, b in zip(found, found[1:], strict=False):
+        if b.start() < a.end():
+            return list(whole.finditer(text))
+    return found
 
 
 # Every line-based pattern starts with a literal newline (the text start is checked

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.verdict import classify_text, repeat, salad
+from harness.verdict import classify_text, masking, repeat, salad
 from harness.verdict import text as text_mod
 from harness.verdict.text import score_text
 
@@ -172,3 +172,22 @@ def test_a_lower_case_that_grows_leaves_the_text_as_it_is() -> None:
     ids = repeat.tokenize("İstanbul Ab ab").ids  # "İ".lower() is two characters
     assert ids[1] != ids[2]
     assert repeat.tokenize("Istanbul Ab ab").ids[1] == repeat.tokenize("x ab").ids[1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Costs $5 and $6, see \\(x\\) and $$y$$ and \\[z\\].",
+        "$a\\(b$ c\\)",  # the two parts' matches overlap: the whole pattern decides
+        "\\[x $y\\] $",
+        "paths /usr/lib/x and C:\\Users\\me\\x and a/b",
+        "/a/b\\c/d",
+    ],
+)
+def test_a_pattern_split_by_its_first_character_matches_as_the_whole(text: str) -> None:
+    for whole, parts in (
+        (masking._MATH, masking._MATH_BY_LEAD),
+        (masking._PATH, masking._PATH_BY_LEAD),
+    ):
+        got = [m.span() for m in masking._by_lead(whole, parts, text)]
+        assert got == [m.span() for m in whole.finditer(text)]
