@@ -13,6 +13,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -62,13 +63,26 @@ class Masked:
     original: str
     loops: str  # what loops are searched in: markup, quoted code, URLs, regexes blanked;
     # code, math and blobs kept (a formula or a hash repeated is still a loop)
-    starts: npt.NDArray[np.int64]  # sorted, non-overlapping masked intervals
-    ends: npt.NDArray[np.int64]
-    code: tuple[tuple[int, int], ...]  # fenced or indented code (a subset of the intervals)
+    code: tuple[tuple[int, int], ...]  # fenced or indented code, sorted and disjoint
     values: tuple[tuple[int, int], ...]  # long tool-call argument values, scored on their own
     quoted: tuple[tuple[int, int], ...] = ()  # inline code spans
     #: what salad is read in: ``loops`` with math and blobs blanked as well
     prose: str = ""
+    blanked: tuple[tuple[int, int], ...] = ()  # what ``prose`` blanks, sorted and disjoint
+
+    @cached_property
+    def _merged(self) -> npt.NDArray[np.int64]:
+        merged = _merge([*self.blanked, *self.code])
+        return np.array(merged, dtype=np.int64).reshape(-1, 2)
+
+    @property
+    def starts(self) -> npt.NDArray[np.int64]:
+        """Sorted, non-overlapping masked intervals (code too): their starts."""
+        return self._merged[:, 0]
+
+    @property
+    def ends(self) -> npt.NDArray[np.int64]:
+        return self._merged[:, 1]
 
     @property
     def text(self) -> str:
@@ -80,10 +94,12 @@ class Masked:
         return any(s <= pos < e for s, e in self.quoted)
 
     def in_code(self, pos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        """Which positions fall in fenced or indented code."""
-        out = np.zeros(pos.size, dtype=bool)
-        for s, e in self.code:
-            out |= (pos >= s) & (pos < e)
+        """Which positions fall in fenced or indented code (``code`` is sorted, disjoint)."""
+        if not self.code or not pos.size:
+            return np.zeros(pos.size, dtype=bool)
+        lo, hi = np.array(self.code, dtype=np.int64).T
+        k = np.searchsorted(lo, pos, side="right") - 1  # the last block starting at or before
+        out: npt.NDArray[np.bool_] = (k >= 0) & (pos < hi[np.maximum(k, 0)])
         return out
 
     def inside(self, pos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -162,34 +178,40 @@ def mask(text: str) -> Masked:
     if "/" in text or "\\" in text:
         spans.extend(m.span() for m in _by_lead(_PATH, _PATH_BY_LEAD, text))
     data.extend(_blobs(text))
+    math = None  # the merged data, when the regex search needs it
     if "\\" in text:
         math = _merge(data)
         math_starts = [a for a, _ in math]
+        e = -1
         for m in _REGEX.finditer(text):
-            k = bisect_right(math_starts, m.start()) - 1
-            if k >= 0 and m.start() < math[k][1]:
+            i = m.start()
+            if i < e:
+                continue  # inside the run just judged: the same run, the same answer
+            k = bisect_right(math_starts, i) - 1
+            if k >= 0 and i < math[k][1]:
                 continue  # LaTeX (\sqrt, x_{1,2}) is math, not a regex
-            s, e = _around(text, m.start())
+            s, e = _around(text, i)
             if len(_REGEX_MARK.findall(text, s, e)) >= 2:
                 spans.append((s, e))  # a regex repeats its pieces by design: no loops
     if not spans and not code and not data:
-        return Masked(text, text, _EMPTY, _EMPTY, (), tuple(values), tuple(quoted), text)
+        return Masked(text, text, (), tuple(values), tuple(quoted), text)
     # merged step by step: each merge sorts a list that is mostly sorted already
     loop_spans = _merge(spans)
     loops = _blank(text, loop_spans)
-    prose_spans = _merge(loop_spans + data) if data else loop_spans
-    prose = _blank(text, prose_spans) if data else loops
-    merged = _merge(prose_spans + code) if code else prose_spans
-    arr = np.array(merged, dtype=np.int64).reshape(-1, 2)
+    if data:
+        data_spans = math if math is not None else _merge(data)
+        prose = _blank(loops, data_spans)  # (blanks are blanks: only the data is left)
+        prose_spans = _merge(loop_spans + data_spans)
+    else:
+        prose, prose_spans = loops, loop_spans
     return Masked(
         text,
         loops,
-        arr[:, 0].copy(),
-        arr[:, 1].copy(),
-        tuple((s, e) for s, e in _merge(code)),
+        tuple(_merge(code)),
         tuple(values),
         tuple(quoted),
         prose,
+        tuple(prose_spans),
     )
 
 
@@ -315,9 +337,6 @@ def _blank(text: str, merged: Sequence[Sequence[int]]) -> str:
         last = e
     parts.append(text[last:])
     return "".join(parts)
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 _MANGLED_TAG = re.compile(

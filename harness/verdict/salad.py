@@ -286,17 +286,19 @@ def _case(ch: Chars, out: list[Event]) -> None:
         return
     n = len(ch)
     letter = low | up
-    notup = (~up).nonzero()[0]
-    k = np.searchsorted(notup, cand + 1)
-    nxt = np.where(k < notup.size, notup[np.minimum(k, notup.size - 1)], n)
+    # the capitals after cand end where their run ends (run ends are fewer than the
+    # characters that are not capitals)
+    up_ends = np.append((up[:-1] & ~up[1:]).nonzero()[0] + 1, n)  # (n: a run to the end)
+    nxt = up_ends[np.searchsorted(up_ends, cand + 1, side="right")]
     caps = nxt - cand - 1
     after_letter = np.zeros(cand.size, dtype=bool)
     inside = nxt < n
     after_letter[inside] = letter[nxt[inside]]
     # branch 1: [A-Za-z]?[a-z]{2,} then the capitals, then no letter
-    notlow = (~low).nonzero()[0]
-    j = np.searchsorted(notlow, cand) - 1
-    jpos = np.where(j >= 0, notlow[np.maximum(j, 0)], -1)  # last non-lower before cand
+    low_starts = np.concatenate(([0], (low[1:] & ~low[:-1]).nonzero()[0] + 1))
+    # last non-lower before cand: just before the start of its lower-case run (a run
+    # that starts the text makes it -1; the 0 put first is such a start or precedes one)
+    jpos = low_starts[np.searchsorted(low_starts, cand, side="right") - 1] - 1
     run = cand - jpos  # lower-case letters ending at cand
     lead = np.zeros(cand.size, dtype=bool)  # one letter leads the lower-case run
     ok_j = jpos >= 0

@@ -269,7 +269,10 @@ def _double_words(
     tokens starting inside one of ``spans`` (sorted, disjoint)."""
     if len(tok) < 2 or not spans:
         return []
-    same = (tok.ids[1:] == tok.ids[:-1]).nonzero()[0]
+    same = tok.ids[1:] == tok.ids[:-1]
+    if tok.letters is not None:  # (a word of letters, two or more: checked below, on fewer)
+        same &= tok.letters[:-1] & (tok.ends[:-1] - tok.starts[:-1] >= 2)
+    same = same.nonzero()[0]
     if not same.size:
         return []
     lo, hi = np.array(spans, dtype=np.int64).T
