@@ -104,30 +104,33 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
         at = np.minimum(cw, _PLANES)
         kind = kind.copy()
         kind[wide] = ktab[at]
-        # lower case from the table (code points past the table have none), unless
-        # str.lower would change the length or reads the context (capital sigma)
+        # lower case from the table (code points past the table have none); str.lower
+        # when it reads the context (capital sigma); none at all when it would make the
+        # text longer (as the offsets must stay those of the text)
         lw = np.where(cw < _PLANES, ltab[at], cw)
-        if (lw == _EXPANDS).any() or (cw == _CAPITAL_SIGMA).any():
+        if (lw == _EXPANDS).any():  # the text is hashed as it is, not lower-cased
+            vals = ch.codes
+        elif (cw == _CAPITAL_SIGMA).any():
             low = text.lower()
-            low = low if len(low) == len(text) else text
             vals = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         else:
             vals = vals.astype(np.uint32)
             vals[wide] = lw
     word = kind > 0
-    solo = kind == 2
-    # a token starts at a word character after a separator, and at every spaceless one
+    # a token starts at a word character after a separator, and at every spaceless one,
+    # and ends before a separator or a spaceless character, or at a spaceless one: two
+    # neighbours are in one token when both are word characters of a spaced script
+    joined = kind == 1
+    joined = joined[:-1] & joined[1:]
     start = word.copy()
-    start[1:] &= ~word[:-1] | solo[:-1]
-    start |= solo
+    start[1:] &= ~joined
     starts = start.nonzero()[0]
     if not starts.size:
         empty = np.zeros(0, dtype=np.uint64)
         no = empty.astype(bool)
         return Tokens(empty, starts, starts, no, no, lambda i, j: [])
-    # ... and ends before a separator or a spaceless character, or at a spaceless one
     end = word.copy()
-    end[:-1] &= ~word[1:] | solo[1:] | solo[:-1]
+    end[:-1] &= ~joined
     ends = end.nonzero()[0] + 1
     # polynomial hash of each token's (lower-case) code points: one cumulative sum, then
     # two look-ups per token; the same for ASCII and non-ASCII text
