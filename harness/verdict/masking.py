@@ -98,7 +98,7 @@ class Masked:
         if not self.code or not pos.size:
             return np.zeros(pos.size, dtype=bool)
         lo, hi = np.array(self.code, dtype=np.int64).T
-        k = np.searchsorted(lo, pos, side="right") - 1  # the last block starting at or before
+        k = lo.searchsorted(pos, side="right") - 1  # the last block starting at or before
         out: npt.NDArray[np.bool_] = (k >= 0) & (pos < hi[np.maximum(k, 0)])
         return out
 
@@ -106,7 +106,7 @@ class Masked:
         """Which positions fall in a masked region."""
         if self.starts.size == 0 or pos.size == 0:
             return np.zeros(pos.size, dtype=bool)
-        k = np.searchsorted(self.starts, pos, side="right") - 1
+        k = self.starts.searchsorted(pos, side="right") - 1
         ok = k >= 0
         kk = np.maximum(k, 0)
         return ok & (pos < self.ends[kk])

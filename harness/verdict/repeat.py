@@ -162,7 +162,7 @@ def find(tok: Tokens, context: Callable[[], Tokens | None] | None = None) -> lis
 
 def _exact(tok: Tokens, dist: npt.NDArray[np.int64]) -> list[Loop]:
     key = np.where(dist <= _NEAR, dist, 0)
-    if not key.any():
+    if not np.count_nonzero(key):
         return []
     change = (np.diff(key) != 0).nonzero()[0] + 1
     starts = np.concatenate(([0], change))
@@ -199,7 +199,7 @@ def _drift(
     if in_context is not None:
         rep &= ~in_context  # n-grams present in the context do not count as repeats
     w = min(_WINDOW, dist.size)
-    c = np.concatenate(([0], np.cumsum(rep)))
+    c = np.concatenate(([0], rep.cumsum()))
     dens = (c[w:] - c[:-w]) / w
     best = int(np.argmax(dens))
     d = float(dens[best])

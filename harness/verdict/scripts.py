@@ -162,7 +162,7 @@ def script_ids_of(ch: Chars) -> npt.NDArray[np.uint8]:
     wide = ch.wide
     ids[wide] = table[np.minimum(ch.codes[wide], _PLANES)]
     inherit = ids == INHERIT
-    if inherit.any():
+    if np.count_nonzero(inherit):
         idx = np.where(inherit, 0, np.arange(ids.size))
         np.maximum.accumulate(idx, out=idx)
         ids = ids[idx]
@@ -230,7 +230,7 @@ def variety_events(
     k = 8  # look at the runs that follow each run
     m = run_pos.size
     line = (
-        np.searchsorted(newlines, run_pos)
+        newlines.searchsorted(run_pos)
         if newlines is not None and newlines.size
         else np.zeros(m, dtype=np.int64)
     )

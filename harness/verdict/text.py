@@ -277,7 +277,7 @@ def _double_words(
         return []
     lo, hi = np.array(spans, dtype=np.int64).T
     first = tok.starts[same]
-    k = np.searchsorted(lo, first, side="right") - 1  # the span the first token starts in
+    k = lo.searchsorted(first, side="right") - 1  # the span the first token starts in
     inside = (k >= 0) & (tok.starts[same + 1] < hi[np.maximum(k, 0)]) & (first < hi[k])
     out = []
     for k in same[inside].tolist():
@@ -358,8 +358,8 @@ def _combine(ev: list[tuple[int, float, str]]) -> TextFinding:
     for sig in sigs:  # (set order, as the total's float sum always had)
         sel = code == code_of[sig]
         p = pos[sel]
-        c = np.concatenate(([0.0], np.cumsum(w[sel])))
-        sums = c[np.searchsorted(p, ends, side="left")] - c[np.searchsorted(p, starts, "left")]
+        c = np.concatenate(([0.0], w[sel].cumsum()))
+        sums = c[p.searchsorted(ends, side="left")] - c[p.searchsorted(starts, "left")]
         per[sig] = np.minimum(sums, _CAPS.get(sig, np.inf))
     total = np.sum(list(per.values()), axis=0)
     best = int(np.argmax(total))

@@ -108,9 +108,9 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
         # when it reads the context (capital sigma); none at all when it would make the
         # text longer (as the offsets must stay those of the text)
         lw = np.where(cw < _PLANES, ltab[at], cw)
-        if (lw == _EXPANDS).any():  # the text is hashed as it is, not lower-cased
+        if np.count_nonzero(lw == _EXPANDS):  # the text is hashed as it is, not lower-cased
             vals = ch.codes
-        elif (cw == _CAPITAL_SIGMA).any():
+        elif np.count_nonzero(cw == _CAPITAL_SIGMA):
             low = text.lower()
             vals = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         else:
@@ -148,7 +148,7 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
     ids = sub(starts, ends)
     lens = ends - starts
     cdig = np.zeros(n + 1, dtype=np.int32)  # digits before each offset
-    np.cumsum(ch.cls("digit"), out=cdig[1:])
+    ch.cls("digit").cumsum(out=cdig[1:])
     ndig = cdig[ends] - cdig[starts]
     digit = ndig == lens
     small = digit | ((lens == 1) & (ch.b[starts] != WIDE))
@@ -209,7 +209,7 @@ def glued(tok: Tokens, part: int = 3) -> npt.NDArray[np.int64]:
     bitmap[(ids >> np.uint64(48)).astype(np.intp)] = True
     splits = lens[cand] - 2 * part + 1
     which = np.repeat(cand, splits)
-    first = np.cumsum(splits) - splits
+    first = splits.cumsum() - splits
     at = np.arange(which.size) - np.repeat(first, splits) + part + tok.starts[which]
     a = tok.sub(tok.starts[which], at)
     b = tok.sub(at, tok.ends[which])
@@ -220,8 +220,8 @@ def glued(tok: Tokens, part: int = 3) -> npt.NDArray[np.int64]:
         return none
     vocab = np.sort(ids)
     a, b, which = a[maybe], b[maybe], which[maybe]
-    ka = np.minimum(np.searchsorted(vocab, a), vocab.size - 1)
-    kb = np.minimum(np.searchsorted(vocab, b), vocab.size - 1)
+    ka = np.minimum(vocab.searchsorted(a), vocab.size - 1)
+    kb = np.minimum(vocab.searchsorted(b), vocab.size - 1)
     hit = which[(vocab[ka] == a) & (vocab[kb] == b)]
     if not hit.size:
         return none
