@@ -141,36 +141,34 @@ def quick_clean(text: str) -> bool:
     evidence (a special token, a run, dense punctuation, a glued mark, a capital after a
     lower-case letter, a repeated trigram, a non-ASCII letter) sends the text on.
     """
+    # (the cheap tests that most often find something come first: the answer does not
+    # depend on the order)
     if _NOT_PLAIN.search(text):
         return False
     if ("<" in text or "[" in text) and next(salad.special_tokens(text), None) is not None:
-        return False
-    if _RUN4.search(text) or salad.SPACED.search(text):
-        return False
-    for m in salad.GLUED.finditer(text):
-        if m.start() > 0 and text[m.start() - 1].isalpha():
-            return False
-    if _GLUED_WEAK.search(text):
-        return False
-    if salad.CLASH.search(text):
-        return False
-    if _LOWER_UPPER.search(text) and salad.CASE.search(text):
         return False
     raw = text.encode("ascii", "replace")
     for word in raw.split():
         # symbol soup needs 16+ characters without a space and three kinds of odd marks
         if len(word) >= 16 and len(set(word.translate(None, _NOT_ODD))) >= 3:
             return False
+    for m in salad.GLUED.finditer(text):
+        if m.start() > 0 and text[m.start() - 1].isalpha():
+            return False
     toks = raw.translate(_TOKEN_SEP).split()
-    if _any_glued(toks) or any(_periodic(t) for t in toks if len(t) >= 8):
-        return False
     tri = list(zip(toks, toks[1:], toks[2:], strict=False))
     dup3 = len(tri) - len(set(tri))
     if dup3:
         quads = list(zip(toks, toks[1:], toks[2:], toks[3:], strict=False))
         if len(quads) != len(set(quads)) or dup3 >= 0.44 * min(64, len(tri)):
             return False
-    return True
+    if _LOWER_UPPER.search(text) and salad.CASE.search(text):
+        return False
+    if _GLUED_WEAK.search(text) or salad.CLASH.search(text) or _RUN4.search(text):
+        return False
+    if _any_glued(toks) or any(_periodic(t) for t in toks if len(t) >= 8):
+        return False
+    return salad.SPACED.search(text) is None
 
 
 def _periodic(t: bytes) -> bool:
