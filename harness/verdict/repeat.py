@@ -84,6 +84,12 @@ def _grams(ids: Ids, n: int) -> Ids:
     return g
 
 
+def _grams_longer(g: Ids, ids: Ids, n: int) -> Ids:
+    """``_grams(ids, n + 1)`` from ``g = _grams(ids, n)``: one more step of the same sum."""
+    with np.errstate(over="ignore"):
+        return g[: ids.size - n] * _M1 + ids[n:] + np.uint64(n)
+
+
 def _gram_counts(ids: Ids, n: int) -> Ids:
     """Rolling hash of every n-gram (any n): for context look-ups of a loop's unit."""
     m = ids.size
@@ -136,8 +142,8 @@ def find(tok: Tokens, context: Callable[[], Tokens | None] | None = None) -> lis
     tokens, asked for only when there is a loop to compare with it."""
     if len(tok) < N + 2:
         return []
-    g4 = _grams(tok.ids, N)
     g3 = _grams(tok.ids, N_DRIFT)
+    g4 = _grams_longer(g3, tok.ids, N_DRIFT)  # == _grams(tok.ids, N)
     d4 = _prev_distance(g4)
     loops = _exact(tok, d4)
     ctx: Tokens | None = None

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.verdict import classify_text, masking, repeat, salad
@@ -191,3 +192,9 @@ def test_a_pattern_split_by_its_first_character_matches_as_the_whole(text: str) 
     ):
         got = [m.span() for m in masking._by_lead(whole, parts, text)]
         assert got == [m.span() for m in whole.finditer(text)]
+
+
+def test_four_grams_from_three_grams_are_the_four_gram_hashes() -> None:
+    ids = np.random.default_rng(0).integers(0, 2**63, 50, dtype=np.uint64)
+    longer = repeat._grams_longer(repeat._grams(ids, 3), ids, 3)
+    assert (longer == repeat._grams(ids, 4)).all()
