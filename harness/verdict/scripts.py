@@ -238,6 +238,9 @@ def variety_events(
     # grow): four scripts need the fourth run near, which few runs have
     row = np.arange(m - 3)
     row = row[(run_pos[row + 3] - run_pos[row] <= span) & (line[row + 3] == line[row])]
+    if row.size:  # ... and a line that has four scripts in all
+        scripts_of_line = np.unique(line * 256 + run_script) >> 8
+        row = row[np.bincount(scripts_of_line)[line[row]] >= 4]
     if not row.size:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     idx = row[:, None] + np.arange(k)[None, :]
