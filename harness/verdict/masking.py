@@ -68,11 +68,13 @@ class Masked:
     quoted: tuple[tuple[int, int], ...] = ()  # inline code spans
     #: what salad is read in: ``loops`` with math and blobs blanked as well
     prose: str = ""
-    blanked: tuple[tuple[int, int], ...] = ()  # what ``prose`` blanks, sorted and disjoint
+    #: what ``loops`` blanks, then what ``prose`` blanks as well (each sorted, disjoint)
+    blanked: tuple[tuple[int, int], ...] = ()
+    data: tuple[tuple[int, int], ...] = ()
 
     @cached_property
     def _merged(self) -> npt.NDArray[np.int64]:
-        merged = _merge([*self.blanked, *self.code])
+        merged = _merge([*self.blanked, *self.data, *self.code])
         return np.array(merged, dtype=np.int64).reshape(-1, 2)
 
     @property
@@ -198,12 +200,9 @@ def mask(text: str) -> Masked:
     # merged step by step: each merge sorts a list that is mostly sorted already
     loop_spans = _merge(spans)
     loops = _blank(text, loop_spans)
-    if data:
-        data_spans = math if math is not None else _merge(data)
-        prose = _blank(loops, data_spans)  # (blanks are blanks: only the data is left)
-        prose_spans = _merge(loop_spans + data_spans)
-    else:
-        prose, prose_spans = loops, loop_spans
+    data_spans = (math if math is not None else _merge(data)) if data else []
+    # (blanks are blanks: prose is loops with the data blanked too)
+    prose = _blank(loops, data_spans) if data else loops
     return Masked(
         text,
         loops,
@@ -211,7 +210,8 @@ def mask(text: str) -> Masked:
         tuple(values),
         tuple(quoted),
         prose,
-        tuple(prose_spans),
+        tuple(loop_spans),
+        tuple(data_spans),
     )
 
 
