@@ -9,6 +9,8 @@ the last commit) next to the working tree's, in the same process. Then:
   on the run-like mix and the long text of ``eval_detector.py``, and on ``--slices``
   random substrings of them (any length, any cut); label, score, offset and signals must
   be identical. Exits 1 on any difference, listing the first ones.
+* **parts** (``--parts``): the same, step by step (mask, tokens, each family of
+  signals, windows) on the outputs of the run-like mix.
 * **speed**: the three workloads of ``eval_detector.py`` (``fallback_classify``, so the
   DSML parse is timed too, the same code on both sides), one pass of base then one of new,
   again and again until each side has ``--seconds`` of CPU time: MB/s per side and the
@@ -137,6 +139,59 @@ def speed(base: ModuleType, rows: list[dict[str, Any]], seconds: float) -> None:
         )
 
 
+def _stages(t: ModuleType, texts: list[str]) -> dict[str, Callable[[], object]]:
+    """The full path of ``t.score_text`` cut into its steps, each over all ``texts``
+    (inputs of a step prepared by the steps before it)."""
+    repeat, salad, chars = t.repeat, t.salad, t.Chars
+    works = [t._unescape(x) for x in texts]
+    ms = [t.mask(w) for w in works]
+    lc = [chars(m.loops) for m in ms]
+    pc = [c if m.prose is m.loops else chars(m.prose) for c, m in zip(lc, ms, strict=True)]
+    tk = [repeat.tokenize(m.loops, c) for m, c in zip(ms, lc, strict=True)]
+    evs = [
+        t._events(p, k, None, m, t._special(w))
+        for p, k, m, w in zip(pc, tk, ms, works, strict=True)
+    ]
+    return {
+        "score_text (all)": lambda: [t.score_text(w) for w in works],
+        "mask": lambda: [t.mask(w) for w in works],
+        "byte views": lambda: [
+            (chars(m.loops).cls("punct"), m.prose is m.loops or chars(m.prose).cls("punct"))
+            for m in ms
+        ],
+        "tokens": lambda: [repeat.tokenize(m.loops, c) for m, c in zip(ms, lc, strict=True)],
+        "special tokens": lambda: [t._special(w) for w in works],
+        "salad signals": lambda: [salad.primary_events(p, fffd=False) for p in pc],
+        "scripts": lambda: [p.ascii or t._scripts(p, []) for p in pc],
+        "glued words": lambda: [repeat.glued(k) for k in tk],
+        "periodic words": lambda: [repeat.periodic(k) for k in tk],
+        "loops": lambda: [t._loops(k, None, m.code, []) for k, m in zip(tk, ms, strict=True)],
+        "stutters": lambda: [
+            t._stutters(p, k, m, list(e)) for p, k, m, e in zip(pc, tk, ms, evs, strict=True)
+        ],
+        "windows": lambda: [t._combine(list(e)) for e in evs if e],
+    }
+
+
+def parts(base: ModuleType, rows: list[dict[str, Any]], rounds: int = 6) -> None:
+    """Where the time of one output of the run-like mix goes, step by step, base and new
+    timed in turn (CPU microseconds per output; the steps do not add up to the whole:
+    event lists, code weights and tool-call values are left out)."""
+    texts = [r["text"] for r in ev.run_mix(rows)]
+    sides = (_stages(base, texts), _stages(new_text, texts))
+    got = {k: [0.0, 0.0] for k in sides[0]}
+    for _ in range(rounds):
+        for k in got:
+            for i, stages in enumerate(sides):
+                t0 = time.process_time()
+                stages[k]()
+                got[k][i] += time.process_time() - t0
+    print(f"per output of the mix ({sum(map(len, texts)) // len(texts)} characters on average):")
+    for k, (b, n) in got.items():
+        us = 1e6 / rounds / len(texts)
+        print(f"  {k:18s} base {b * us:7.0f} us   new {n * us:7.0f} us   base/new {b / n:5.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="This checkout's detector against a revision's.")
     ap.add_argument("files", nargs="+", type=Path)
@@ -146,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="CPU time per side")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-findings", action="store_true")
+    ap.add_argument("--parts", action="store_true", help="time each step on the mix")
     a = ap.parse_args(argv)
     rows = ev.load(a.files)
     with tempfile.TemporaryDirectory() as tmp:
@@ -160,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         rc = 1 if diffs else 0
     if not a.no_speed:
         speed(base, rows, a.seconds)
+    if a.parts:
+        parts(base, rows)
     return rc
 
 
