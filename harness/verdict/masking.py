@@ -27,9 +27,8 @@ _INLINE = re.compile(r"`(`?)[^`\n]{1,300}?`\1")
 # URLs, e-mail addresses and regexes are found from a literal anchor ("://", "@", a
 # backslash escape) and extended to the surrounding non-space run: fast scans, no
 # per-position backtracking.
-_URL_ANCHORS = tuple(
-    re.compile(re.escape(a)) for a in ("://", "www.", "WWW.", "mailto:", "MAILTO:")
-)
+_URL_NEEDLES = ("://", "www.", "WWW.", "mailto:", "MAILTO:")
+_URL_ANCHORS = tuple(re.compile(re.escape(a)) for a in _URL_NEEDLES)
 _TILDES = re.compile("~~~")
 _LATEX_OPEN = re.compile(r"\\[(\[]")  # "\\(" or "\\["
 _HERMES_OPEN = re.compile("<tool_call>")
@@ -78,8 +77,7 @@ class Masked:
         return np.array(merged, dtype=np.int64).reshape(-1, 2)
 
     @property
-    def starts(self) -> npt.NDArray[np.int64]:
-        """Sorted, non-overlapping masked intervals (code too): their starts."""
+    def starts(self) -> npt.NDArray[np.int64]:  # masked intervals (code too), sorted, disjoint
         return self._merged[:, 0]
 
     @property
@@ -218,12 +216,9 @@ def mask(text: str) -> Masked:
 def _by_lead(
     whole: re.Pattern[str], parts: tuple[re.Pattern[str], ...], text: str
 ) -> list[re.Match[str]]:
-    """``whole.finditer(text)``, from ``parts``: ``whole`` split into patterns that each
-    start with one literal character (the regex engine jumps from one occurrence of it to
-    the next, where it tries a pattern that starts with a character class at every
-    position). No two parts match at the same position, and none matches empty, so when
-    their matches do not overlap they are the matches of ``whole``; else ``whole`` is run.
-    """
+    """``whole.finditer(text)`` from ``parts``, ``whole`` split by its leading character
+    (a literal lets the regex engine jump between its occurrences; a class is tried at every
+    position). When the parts' matches do not overlap they are the matches of ``whole``."""
     found = sorted((m for p in parts for m in p.finditer(text)), key=lambda m: m.start())
     for a, b in zip(found, found[1:], strict=False):
         if b.start() < a.end():
