@@ -43,8 +43,13 @@ _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
 _XML_CALL = re.compile(r"</?(?:invoke|parameter|function|tool_calls|function_calls)\b[^>]*>")
 
 
-def fallback_classify(text: str, context: str | None = None) -> str:
-    """DSML parse errors and broken JSON envelopes first, then salad / repetition."""
+def fallback_classify(
+    text: str,
+    context: str | None = None,
+    score_text: Callable[[str, str | None], Any] = text_mod.score_text,
+) -> str:
+    """DSML parse errors and broken JSON envelopes first, then salad / repetition
+    (``score_text``: this checkout's by default; detector_ab.py passes another one)."""
     pr = dsml.parse(text)
     if pr.found and not pr.ok:
         return "malformed_tool_call"
@@ -56,7 +61,7 @@ def fallback_classify(text: str, context: str | None = None) -> str:
     s = text.strip()
     if s[:1] == "{" and s[-1:] == "}" and not _json_ok(s):
         return "malformed_tool_call"
-    f = text_mod.score_text(pr.content if pr.found and pr.ok else text, context)
+    f = score_text(pr.content if pr.found and pr.ok else text, context)
     return f.label or "ok_text"
 
 

@@ -3,7 +3,8 @@
 ``Chars(text).b7`` is the text's ASCII bytes with every non-ASCII character replaced by
 ``WIDE`` (0x7F); ``cls(name)`` is a boolean array per character for one class of
 ``_CLASSES`` (punctuation, letters, clause marks, ...). Two ``bytes.translate`` calls give
-every class bit at once, so each class is one AND away: C speed, one byte per character.
+every class bit at once, so each class is one AND away: C speed, one byte per character (a
+short text takes one translate per class instead: fewer numpy calls).
 Code points (``codes``) and the positions of the non-ASCII characters (``wide``) are
 computed when a signal asks for them.
 """
@@ -66,6 +67,10 @@ _FLAG_TABLES = tuple(
     )
     for t in range((len(_NAMES) + 7) // 8)
 )
+#: One table per class (1 for its bytes, else 0), for short texts: one translate costs less
+#: than two numpy calls there, more on long texts.
+_TABLES = {name: bytes(c in members for c in range(256)) for name, members in _CLASSES.items()}
+_SHORT = 2048
 
 
 class Chars:
@@ -82,8 +87,8 @@ class Chars:
         if self.ascii:
             self.b7 = text.encode("ascii")
         else:
-            low = self.codes.view(np.uint8)[::4]  # the low byte of each code point
-            self.b7 = np.where(self.codes < 128, low, np.uint8(WIDE)).astype(np.uint8).tobytes()
+            # code points of 127 and up become 127 (WIDE; DEL stays itself)
+            self.b7 = np.minimum(self.codes, WIDE).astype(np.uint8).tobytes()
 
     @cached_property
     def codes(self) -> npt.NDArray[np.uint32]:
@@ -112,8 +117,12 @@ class Chars:
         """Per character: does its (ASCII) byte belong to the class ``name``."""
         got = self._cls.get(name)
         if got is None:
-            t, bit = _BIT[name]
-            got = self._cls[name] = (self._flags[t] & bit) != 0
+            if len(self.b7) < _SHORT:
+                got = np.frombuffer(self.b7.translate(_TABLES[name]), dtype=np.bool_)
+            else:
+                t, bit = _BIT[name]
+                got = (self._flags[t] & bit) != 0
+            self._cls[name] = got
         return got
 
     def __len__(self) -> int:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -25,9 +27,15 @@ _INLINE = re.compile(r"`(`?)[^`\n]{1,300}?`\1")
 # URLs, e-mail addresses and regexes are found from a literal anchor ("://", "@", a
 # backslash escape) and extended to the surrounding non-space run: fast scans, no
 # per-position backtracking.
-_URL_ANCHORS = ("://", "www.", "WWW.", "mailto:", "MAILTO:")
+_URL_NEEDLES = ("://", "www.", "WWW.", "mailto:", "MAILTO:")
+_URL_ANCHORS = tuple(re.compile(re.escape(a)) for a in _URL_NEEDLES)
+_TILDES = re.compile("~~~")
+_LATEX_OPEN = re.compile(r"\\[(\[]")  # "\\(" or "\\["
+_HERMES_OPEN = re.compile("<tool_call>")
 _EMAIL_ANCHOR = re.compile(r"@[\w-]+\.\w")
-_PATH = re.compile(r"[\\/][\w.@+-]+(?:[\\/][\w.@+-]+)+[\\/]?")
+_PATH_TAIL = r"[\w.@+-]+(?:[\\/][\w.@+-]+)+[\\/]?"
+_PATH = re.compile(r"[\\/]" + _PATH_TAIL)
+_PATH_BY_LEAD = (re.compile(r"\\" + _PATH_TAIL), re.compile("/" + _PATH_TAIL))  # _by_lead
 _NONSPACE = re.compile(r"[^\s<>\"'`)\]]*")
 _DSML_BLOCK = re.compile(
     "<\uff5cDSML\uff5c(tool_calls|function_calls)>.*?</\uff5cDSML\uff5c\\1>", re.S
@@ -40,9 +48,10 @@ _REGEX = re.compile(r"\\[dwsDWSbB.+*?()\[\]]")
 _REGEX_MARK = re.compile(
     r"\\[dwsDWSbB.]|\[\^?[^\]\s]{1,40}\]|\(\?[:=!<]|\{\d+(?:,\d*)?\}|[+*?]\??\)?"
 )
-_MATH = re.compile(
-    r"\$\$.{1,2000}?\$\$|\$[^$\n]{1,300}?\$|\\\(.{1,300}?\\\)|\\\[.{1,2000}?\\\]", re.S
-)
+_MATH_DOLLAR = r"\$\$.{1,2000}?\$\$|\$[^$\n]{1,300}?\$"
+_MATH_BACKSLASH = r"\\\(.{1,300}?\\\)|\\\[.{1,2000}?\\\]"
+_MATH = re.compile(f"{_MATH_DOLLAR}|{_MATH_BACKSLASH}", re.S)
+_MATH_BY_LEAD = (re.compile(_MATH_DOLLAR, re.S), re.compile(_MATH_BACKSLASH, re.S))
 #: Inline "math" holding marks LaTeX never writes is not math (soup between two dollars).
 _NOT_MATH = re.compile(r"[`\"?@]")
 _TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>\n]{0,300})?/?>")
@@ -53,35 +62,51 @@ class Masked:
     original: str
     loops: str  # what loops are searched in: markup, quoted code, URLs, regexes blanked;
     # code, math and blobs kept (a formula or a hash repeated is still a loop)
-    starts: npt.NDArray[np.int64]  # sorted, non-overlapping masked intervals
-    ends: npt.NDArray[np.int64]
-    code: tuple[tuple[int, int], ...]  # fenced or indented code (a subset of the intervals)
+    code: tuple[tuple[int, int], ...]  # fenced or indented code, sorted and disjoint
     values: tuple[tuple[int, int], ...]  # long tool-call argument values, scored on their own
     quoted: tuple[tuple[int, int], ...] = ()  # inline code spans
     #: what salad is read in: ``loops`` with math and blobs blanked as well
     prose: str = ""
+    #: what ``loops`` blanks, then what ``prose`` blanks as well (each sorted, disjoint)
+    blanked: tuple[tuple[int, int], ...] = ()
+    data: tuple[tuple[int, int], ...] = ()
+
+    @cached_property
+    def _merged(self) -> npt.NDArray[np.int64]:
+        merged = _merge([*self.blanked, *self.data, *self.code])
+        return np.array(merged, dtype=np.int64).reshape(-1, 2)
+
+    @property
+    def starts(self) -> npt.NDArray[np.int64]:  # masked intervals (code too), sorted, disjoint
+        return self._merged[:, 0]
+
+    @property
+    def ends(self) -> npt.NDArray[np.int64]:
+        return self._merged[:, 1]
 
     @property
     def text(self) -> str:
         """Same length as the original; every masked region (code too) blanked."""
-        merged = [[int(s), int(e)] for s, e in zip(self.starts, self.ends, strict=True)]
+        merged = list(zip(self.starts.tolist(), self.ends.tolist(), strict=True))
         return _blank(self.original, merged)
 
     def quoted_at(self, pos: int) -> bool:
         return any(s <= pos < e for s, e in self.quoted)
 
     def in_code(self, pos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        """Which positions fall in fenced or indented code."""
-        out = np.zeros(pos.size, dtype=bool)
-        for s, e in self.code:
-            out |= (pos >= s) & (pos < e)
+        """Which positions fall in fenced or indented code (``code`` is sorted, disjoint)."""
+        if not self.code or not pos.size:
+            return np.zeros(pos.size, dtype=bool)
+        lo, hi = np.array(self.code, dtype=np.int64).T
+        k = lo.searchsorted(pos, side="right") - 1  # the last block starting at or before
+        out: npt.NDArray[np.bool_] = (k >= 0) & (pos < hi[np.maximum(k, 0)])
         return out
 
     def inside(self, pos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which positions fall in a masked region."""
         if self.starts.size == 0 or pos.size == 0:
             return np.zeros(pos.size, dtype=bool)
-        k = np.searchsorted(self.starts, pos, side="right") - 1
+        k = self.starts.searchsorted(pos, side="right") - 1
         ok = k >= 0
         kk = np.maximum(k, 0)
         return ok & (pos < self.ends[kk])
@@ -97,13 +122,19 @@ def mask(text: str) -> Masked:
     spans: list[tuple[int, int]] = []
     code: list[tuple[int, int]] = []
     values: list[tuple[int, int]] = []
-    fenced = "```" in text or "~~~" in text
+    # Gates: a needle that is absent costs a scan of the whole text, and a compiled
+    # literal searches about twice as fast as ``in``; cheap tests go first.
+    fenced = "```" in text or ("~" in text and _TILDES.search(text) is not None)
     indented = "\n    " in text or "\t" in text or text.startswith("    ")
     if fenced or indented:
         code.extend(_code_blocks(text, fenced, indented))
     data: list[tuple[int, int]] = []  # math and blobs: not prose, but loops in them count
-    if "$" in text or "\\(" in text or "\\[" in text:
-        data.extend(m.span() for m in _MATH.finditer(text) if not _NOT_MATH.search(m.group(0)))
+    if "$" in text or ("\\" in text and _LATEX_OPEN.search(text) is not None):
+        data.extend(
+            m.span()
+            for m in _by_lead(_MATH, _MATH_BY_LEAD, text)
+            if not _NOT_MATH.search(m.group(0))
+        )
     quoted: list[tuple[int, int]] = []
     if "`" in text:
         quoted = [m.span() for m in _INLINE.finditer(text)]
@@ -117,58 +148,82 @@ def mask(text: str) -> Masked:
         spans.extend(m.span() for m in _DSML_TAG.finditer(text))
     if "<" in text:
         spans.extend(m.span() for m in _TAG.finditer(text) if not _DEBRIS.fullmatch(m.group(0)))
-    if "<tool_call>" in text:
+    if "<" in text and _HERMES_OPEN.search(text) is not None:
         for m in _HERMES.finditer(text):
             if _is_json(m.group(1)):
                 spans.append(m.span())
             elif (objs := _json_values(text, m.start(1), m.end(1))) is not None:
                 spans.append(m.span())  # concatenated calls: the dialect reports them;
                 values.extend(objs)  # each call is still read on its own
-    if "DSML" in text or "dsml" in text or "calls" in text:
+    if (
+        "<" in text
+        and _MANGLED_TAG.search(text) is not None  # (first: a match is rare)
+        and ("DSML" in text or "dsml" in text or "calls" in text)
+    ):
         # mangled envelope tags (ASCII or doubled bars, a lost marker): markup, not salad;
         # the dialect parser reports them
         spans.extend(m.span() for m in _MANGLED_TAG.finditer(text))
-    if "}{" in text or "} {" in text or "][" in text or "] [" in text:
+    if _ends_like_json(text) and ("}{" in text or "} {" in text or "][" in text or "] [" in text):
         tail = _json_tail(text)
         if tail is not None:
             spans.append((tail[0][0], tail[-1][1]))
             values.extend(tail)
     for anchor in _URL_ANCHORS:
-        i = text.find(anchor)
-        while i >= 0:
-            spans.append(_around(text, i))
-            i = text.find(anchor, spans[-1][1])
+        hit = anchor.search(text)
+        while hit is not None:
+            spans.append(_around(text, hit.start()))
+            hit = anchor.search(text, spans[-1][1])
     if "@" in text:
         spans.extend(_around(text, m.start()) for m in _EMAIL_ANCHOR.finditer(text))
     if "/" in text or "\\" in text:
-        spans.extend(m.span() for m in _PATH.finditer(text))
+        spans.extend(m.span() for m in _by_lead(_PATH, _PATH_BY_LEAD, text))
     data.extend(_blobs(text))
+    math = None  # the merged data, when the regex search needs it
     if "\\" in text:
         math = _merge(data)
         math_starts = [a for a, _ in math]
+        e = -1
         for m in _REGEX.finditer(text):
-            k = bisect_right(math_starts, m.start()) - 1
-            if k >= 0 and m.start() < math[k][1]:
+            i = m.start()
+            if i < e:
+                continue  # inside the run just judged: the same run, the same answer
+            k = bisect_right(math_starts, i) - 1
+            if k >= 0 and i < math[k][1]:
                 continue  # LaTeX (\sqrt, x_{1,2}) is math, not a regex
-            s, e = _around(text, m.start())
+            s, e = _around(text, i)
             if len(_REGEX_MARK.findall(text, s, e)) >= 2:
                 spans.append((s, e))  # a regex repeats its pieces by design: no loops
     if not spans and not code and not data:
-        return Masked(text, text, _EMPTY, _EMPTY, (), tuple(values), tuple(quoted), text)
-    loops = _blank(text, _merge(spans))
-    prose = _blank(text, _merge(spans + data)) if data else loops
-    merged = _merge(spans + data + code)
-    arr = np.array(merged, dtype=np.int64).reshape(-1, 2)
+        return Masked(text, text, (), tuple(values), tuple(quoted), text)
+    # merged step by step: each merge sorts a list that is mostly sorted already
+    loop_spans = _merge(spans)
+    loops = _blank(text, loop_spans)
+    data_spans = (math if math is not None else _merge(data)) if data else []
+    # (blanks are blanks: prose is loops with the data blanked too)
+    prose = _blank(loops, data_spans) if data else loops
     return Masked(
         text,
         loops,
-        arr[:, 0].copy(),
-        arr[:, 1].copy(),
-        tuple((s, e) for s, e in _merge(code)),
+        tuple(_merge(code)),
         tuple(values),
         tuple(quoted),
         prose,
+        tuple(loop_spans),
+        tuple(data_spans),
     )
+
+
+def _by_lead(
+    whole: re.Pattern[str], parts: tuple[re.Pattern[str], ...], text: str
+) -> list[re.Match[str]]:
+    """``whole.finditer(text)`` from ``parts``, ``whole`` split by its leading character
+    (a literal lets the regex engine jump between its occurrences; a class is tried at every
+    position). When the parts' matches do not overlap they are the matches of ``whole``."""
+    found = sorted((m for p in parts for m in p.finditer(text)), key=lambda m: m.start())
+    for a, b in zip(found, found[1:], strict=False):
+        if b.start() < a.end():
+            return list(whole.finditer(text))
+    return found
 
 
 # Every line-based pattern starts with a literal newline (the text start is checked
@@ -226,39 +281,47 @@ _BLOB_TABLE = bytes(
 )
 
 
+_BLOB_RUN = b"\x01" * 40
+
+
 def _blobs(text: str) -> list[tuple[int, int]]:
     """Runs of 40+ base64 / identifier characters with some variety (keys, hashes, data)."""
     if len(text) < 40:
         return []
-    b = text.encode("ascii", "replace") if not text.isascii() else text.encode("ascii")
-    if len(b) != len(text):  # surrogates: no blob check
-        return []
-    ok = np.frombuffer(b.translate(_BLOB_TABLE), dtype=np.bool_)
-    # a run of 40+ holds a whole aligned block of 20: one reduction rejects most texts
-    m = ok.size // 20 * 20
-    if not ok[:m].reshape(-1, 20).all(axis=1).any():
-        return []
-    d = np.diff(np.concatenate(([0], ok.view(np.int8), [0])))
-    st, en = (d == 1).nonzero()[0], (d == -1).nonzero()[0]
-    keep = (en - st) >= 40
-    return [
-        (s, e)
-        for s, e in zip(st[keep].tolist(), en[keep].tolist(), strict=True)
-        if len(set(text[s:e])) >= 8
-    ]
+    b = text.encode("ascii", "replace")  # one byte per character; non-ASCII is no blob
+    ok = b.translate(_BLOB_TABLE)
+    # a search for 40 blob bytes in a row skips ahead on every other byte: fast when
+    # there is none; each one found starts a run, which ends at the next other byte
+    out = []
+    i = ok.find(_BLOB_RUN)
+    while i >= 0:
+        e = ok.find(b"\x00", i + 40)
+        e = len(ok) if e < 0 else e
+        if len(set(text[i:e])) >= 8:
+            out.append((i, e))
+        i = ok.find(_BLOB_RUN, e)
+    return out
 
 
-def _merge(spans: list[tuple[int, int]]) -> list[list[int]]:
-    merged: list[list[int]] = []
-    for s, e in sorted(spans):
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of ``spans`` as sorted, disjoint intervals (touching ones joined)."""
+    merged: list[tuple[int, int]] = []
+    if not spans:
+        return merged
+    it = iter(sorted(spans))
+    cs, ce = next(it)
+    for s, e in it:
+        if s <= ce:
+            if e > ce:
+                ce = e
         else:
-            merged.append([s, e])
+            merged.append((cs, ce))
+            cs, ce = s, e
+    merged.append((cs, ce))
     return merged
 
 
-def _blank(text: str, merged: list[list[int]]) -> str:
+def _blank(text: str, merged: Sequence[Sequence[int]]) -> str:
     if not merged:
         return text
     parts = []
@@ -269,9 +332,6 @@ def _blank(text: str, merged: list[list[int]]) -> str:
         last = e
     parts.append(text[last:])
     return "".join(parts)
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 _MANGLED_TAG = re.compile(
@@ -302,6 +362,16 @@ def _json_values(text: str, start: int, end: int) -> list[tuple[int, int]] | Non
             return None
         out.append((pos, stop))
         pos = stop
+
+
+def _ends_like_json(text: str) -> bool:
+    """The first test of ``_json_tail``: the output (an end token aside) ends with } or ]."""
+    body = text.rstrip()
+    for eos in _END_TOKENS:
+        if body.endswith(eos):
+            body = body[: -len(eos)]
+            break
+    return bool(body) and text[len(body) - 1] in "}]"
 
 
 def _json_tail(text: str) -> list[tuple[int, int]] | None:

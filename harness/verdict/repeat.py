@@ -84,6 +84,12 @@ def _grams(ids: Ids, n: int) -> Ids:
     return g
 
 
+def _grams_longer(g: Ids, ids: Ids, n: int) -> Ids:
+    """``_grams(ids, n + 1)`` from ``g = _grams(ids, n)``: one more step of the same sum."""
+    with np.errstate(over="ignore"):
+        return g[: ids.size - n] * _M1 + ids[n:] + np.uint64(n)
+
+
 def _gram_counts(ids: Ids, n: int) -> Ids:
     """Rolling hash of every n-gram (any n): for context look-ups of a loop's unit."""
     m = ids.size
@@ -136,8 +142,8 @@ def find(tok: Tokens, context: Callable[[], Tokens | None] | None = None) -> lis
     tokens, asked for only when there is a loop to compare with it."""
     if len(tok) < N + 2:
         return []
-    g4 = _grams(tok.ids, N)
     g3 = _grams(tok.ids, N_DRIFT)
+    g4 = _grams_longer(g3, tok.ids, N_DRIFT)  # == _grams(tok.ids, N)
     d4 = _prev_distance(g4)
     loops = _exact(tok, d4)
     ctx: Tokens | None = None
@@ -162,7 +168,7 @@ def find(tok: Tokens, context: Callable[[], Tokens | None] | None = None) -> lis
 
 def _exact(tok: Tokens, dist: npt.NDArray[np.int64]) -> list[Loop]:
     key = np.where(dist <= _NEAR, dist, 0)
-    if not key.any():
+    if not np.count_nonzero(key):
         return []
     change = (np.diff(key) != 0).nonzero()[0] + 1
     starts = np.concatenate(([0], change))
@@ -199,7 +205,7 @@ def _drift(
     if in_context is not None:
         rep &= ~in_context  # n-grams present in the context do not count as repeats
     w = min(_WINDOW, dist.size)
-    c = np.concatenate(([0], np.cumsum(rep)))
+    c = np.concatenate(([0], rep.cumsum()))
     dens = (c[w:] - c[:-w]) / w
     best = int(np.argmax(dens))
     d = float(dens[best])

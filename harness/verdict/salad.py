@@ -163,7 +163,7 @@ def _char_runs(ch: Chars, out: list[Event]) -> None:
     c = ch.b if ch.ascii else ch.codes
     eq = c[1:] == c[:-1]
     four = eq[:-2] & eq[1:-1] & eq[2:] & ch.cls("run_ok")[:-3]
-    if not four.any():
+    if not np.count_nonzero(four):
         return
     idx = four.nonzero()[0]
     breaks = (np.diff(idx) != 1).nonzero()[0]
@@ -186,7 +186,7 @@ def _symbol_soup(ch: Chars, out: list[Event]) -> None:
     if odd.size < 3:
         return
     seps = ch.cls("soup_sep").nonzero()[0]
-    seg = np.searchsorted(seps, odd)  # which space-free run each odd mark is in
+    seg = seps.searchsorted(odd)  # which space-free run each odd mark is in
     hit = (seg[2:] == seg[:-2]).nonzero()[0]
     if not hit.size:
         return
@@ -198,11 +198,11 @@ def _symbol_soup(ch: Chars, out: list[Event]) -> None:
     if seps.size:
         hi = np.where(k < seps.size, hi, n)
     keep = (hi - lo) >= 16
-    if not keep.any():
+    if not np.count_nonzero(keep):
         return
     lo, hi = lo[keep], hi[keep]
     punct = ch.cls("punct").nonzero()[0]
-    many = (np.searchsorted(punct, hi) - np.searchsorted(punct, lo)) >= 6
+    many = (punct.searchsorted(hi) - punct.searchsorted(lo)) >= 6
     text = ch.text
     for a, b in zip(lo[many].tolist(), hi[many].tolist(), strict=True):
         if len(set(text[a:b]) & ODD_SET) >= 3:  # three kinds of odd marks, or no soup
@@ -221,7 +221,7 @@ def _soup(text: str, lo: int, hi: int) -> Iterator[Event]:
 def _neighbours(ch: Chars, table: str, around: str) -> npt.NDArray[np.int64]:
     """Positions of ``table`` characters with an ``around`` character on both sides."""
     mark = ch.cls(table)
-    if len(ch) < 3 or not mark[1:-1].any():
+    if len(ch) < 3 or not np.count_nonzero(mark[1:-1]):
         return np.zeros(0, dtype=np.int64)
     nb = ch.cls(around)
     return (mark[1:-1] & nb[:-2] & nb[2:]).nonzero()[0] + 1
@@ -261,11 +261,11 @@ def _sandwich(ch: Chars, out: list[Event]) -> None:
 def _clash(ch: Chars, out: list[Event]) -> None:
     """Two different clause marks touching ("?;", ",:"), not inside a longer run of marks."""
     semi = ch.cls("semi")
-    if len(ch) < 2 or not semi.any():
+    if len(ch) < 2 or not np.count_nonzero(semi):
         return
     bang = ch.cls("bang")
     pair = (bang[:-1] & semi[1:]) | (semi[:-1] & (semi[1:] | bang[1:]))
-    if not pair.any():
+    if not np.count_nonzero(pair):
         return
     clause = ch.cls("clause")
     ok = pair.copy()
@@ -286,17 +286,19 @@ def _case(ch: Chars, out: list[Event]) -> None:
         return
     n = len(ch)
     letter = low | up
-    notup = (~up).nonzero()[0]
-    k = np.searchsorted(notup, cand + 1)
-    nxt = np.where(k < notup.size, notup[np.minimum(k, notup.size - 1)], n)
+    # the capitals after cand end where their run ends (run ends are fewer than the
+    # characters that are not capitals)
+    up_ends = np.append((up[:-1] & ~up[1:]).nonzero()[0] + 1, n)  # (n: a run to the end)
+    nxt = up_ends[up_ends.searchsorted(cand + 1, side="right")]
     caps = nxt - cand - 1
     after_letter = np.zeros(cand.size, dtype=bool)
     inside = nxt < n
     after_letter[inside] = letter[nxt[inside]]
     # branch 1: [A-Za-z]?[a-z]{2,} then the capitals, then no letter
-    notlow = (~low).nonzero()[0]
-    j = np.searchsorted(notlow, cand) - 1
-    jpos = np.where(j >= 0, notlow[np.maximum(j, 0)], -1)  # last non-lower before cand
+    low_starts = np.concatenate(([0], (low[1:] & ~low[:-1]).nonzero()[0] + 1))
+    # last non-lower before cand: just before the start of its lower-case run (a run
+    # that starts the text makes it -1; the 0 put first is such a start or precedes one)
+    jpos = low_starts[low_starts.searchsorted(cand, side="right") - 1] - 1
     run = cand - jpos  # lower-case letters ending at cand
     lead = np.zeros(cand.size, dtype=bool)  # one letter leads the lower-case run
     ok_j = jpos >= 0
@@ -346,7 +348,7 @@ def stutter_events(ch: Chars, spans: list[tuple[int, int]] | None = None) -> lis
 
 def _runs(mask: BoolArray, min_len: int) -> list[tuple[int, int]]:
     """(start, end) of the runs of True in ``mask`` at least ``min_len`` long."""
-    if mask.size < min_len or not mask.any():
+    if mask.size < min_len or not np.count_nonzero(mask):
         return []
     d = np.diff(np.concatenate(([0], mask.view(np.int8), [0])))
     st, en = (d == 1).nonzero()[0], (d == -1).nonzero()[0]

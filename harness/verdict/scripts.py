@@ -162,7 +162,7 @@ def script_ids_of(ch: Chars) -> npt.NDArray[np.uint8]:
     wide = ch.wide
     ids[wide] = table[np.minimum(ch.codes[wide], _PLANES)]
     inherit = ids == INHERIT
-    if inherit.any():
+    if np.count_nonzero(inherit):
         idx = np.where(inherit, 0, np.arange(ids.size))
         np.maximum.accumulate(idx, out=idx)
         ids = ids[idx]
@@ -229,19 +229,30 @@ def variety_events(
     run_script = s[starts].astype(np.int64)
     k = 8  # look at the runs that follow each run
     m = run_pos.size
-    idx = np.arange(m)[:, None] + np.arange(k)[None, :]
+    line = (
+        newlines.searchsorted(run_pos)
+        if newlines is not None and newlines.size
+        else np.zeros(m, dtype=np.int64)
+    )
+    # the runs near a run are a prefix of the ones after it (positions and lines only
+    # grow): four scripts need the fourth run near, which few runs have
+    row = np.arange(m - 3)
+    row = row[(run_pos[row + 3] - run_pos[row] <= span) & (line[row + 3] == line[row])]
+    if row.size:  # ... and a line that has four scripts in all
+        scripts_of_line = np.unique(line * 256 + run_script) >> 8
+        row = row[np.bincount(scripts_of_line)[line[row]] >= 4]
+    if not row.size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    idx = row[:, None] + np.arange(k)[None, :]
     valid = idx < m
     idx = np.minimum(idx, m - 1)
-    near = valid & (run_pos[idx] - run_pos[:, None] <= span)
-    if newlines is not None and newlines.size:
-        line = np.searchsorted(newlines, run_pos)
-        near &= line[idx] == line[:, None]
+    near = valid & (run_pos[idx] - run_pos[row, None] <= span) & (line[idx] == line[row, None])
     scr = np.where(near, run_script[idx], -1)
     scr.sort(axis=1)
     distinct = (np.diff(scr, axis=1) != 0).sum(axis=1) + 1 - (scr[:, 0] == -1)
     hit = (distinct >= 4).nonzero()[0]
     # one event per run start that brings the count to four or more
-    return run_pos[hit].astype(np.int64), (0.15 * (distinct[hit] - 3)).astype(np.float32)
+    return run_pos[row[hit]].astype(np.int64), (0.15 * (distinct[hit] - 3)).astype(np.float32)
 
 
 def script_name(sid: int) -> str:

@@ -141,36 +141,34 @@ def quick_clean(text: str) -> bool:
     evidence (a special token, a run, dense punctuation, a glued mark, a capital after a
     lower-case letter, a repeated trigram, a non-ASCII letter) sends the text on.
     """
+    # (the cheap tests that most often find something come first: the answer does not
+    # depend on the order)
     if _NOT_PLAIN.search(text):
         return False
     if ("<" in text or "[" in text) and next(salad.special_tokens(text), None) is not None:
-        return False
-    if _RUN4.search(text) or salad.SPACED.search(text):
-        return False
-    for m in salad.GLUED.finditer(text):
-        if m.start() > 0 and text[m.start() - 1].isalpha():
-            return False
-    if _GLUED_WEAK.search(text):
-        return False
-    if salad.CLASH.search(text):
-        return False
-    if _LOWER_UPPER.search(text) and salad.CASE.search(text):
         return False
     raw = text.encode("ascii", "replace")
     for word in raw.split():
         # symbol soup needs 16+ characters without a space and three kinds of odd marks
         if len(word) >= 16 and len(set(word.translate(None, _NOT_ODD))) >= 3:
             return False
+    for m in salad.GLUED.finditer(text):
+        if m.start() > 0 and text[m.start() - 1].isalpha():
+            return False
     toks = raw.translate(_TOKEN_SEP).split()
-    if _any_glued(toks) or any(_periodic(t) for t in toks if len(t) >= 8):
-        return False
     tri = list(zip(toks, toks[1:], toks[2:], strict=False))
     dup3 = len(tri) - len(set(tri))
     if dup3:
         quads = list(zip(toks, toks[1:], toks[2:], toks[3:], strict=False))
         if len(quads) != len(set(quads)) or dup3 >= 0.44 * min(64, len(tri)):
             return False
-    return True
+    if _LOWER_UPPER.search(text) and salad.CASE.search(text):
+        return False
+    if _GLUED_WEAK.search(text) or salad.CLASH.search(text) or _RUN4.search(text):
+        return False
+    if _any_glued(toks) or any(_periodic(t) for t in toks if len(t) >= 8):
+        return False
+    return salad.SPACED.search(text) is None
 
 
 def _periodic(t: bytes) -> bool:
@@ -256,21 +254,31 @@ def _stutters(
         else:
             spans.append([lo, hi])
     found = salad.stutter_events(ch, [(lo, hi) for lo, hi in spans])
-    for lo, hi in spans:
-        found.extend(_double_words(ch.text, tok, lo, hi))
+    found.extend(_double_words(ch.text, tok, spans))
     if found and m is not None and m.code:
         found = _code_weight(found, m)
     ev.extend(found)
 
 
-def _double_words(text: str, tok: repeat.Tokens, lo: int, hi: int) -> list[tuple[int, float, str]]:
-    """The same word twice in a row ("side side"), from equal neighbouring token ids."""
-    i, j = np.searchsorted(tok.starts, [lo, hi]).tolist()
-    if j - i < 2:
+def _double_words(
+    text: str, tok: repeat.Tokens, spans: list[list[int]]
+) -> list[tuple[int, float, str]]:
+    """The same word twice in a row ("side side"), from equal neighbouring token ids, both
+    tokens starting inside one of ``spans`` (sorted, disjoint)."""
+    if len(tok) < 2 or not spans:
         return []
-    ids = tok.ids[i:j]
+    same = tok.ids[1:] == tok.ids[:-1]
+    if tok.letters is not None:  # (a word of letters, two or more: checked below, on fewer)
+        same &= tok.letters[:-1] & (tok.ends[:-1] - tok.starts[:-1] >= 2)
+    same = same.nonzero()[0]
+    if not same.size:
+        return []
+    lo, hi = np.array(spans, dtype=np.int64).T
+    first = tok.starts[same]
+    k = lo.searchsorted(first, side="right") - 1  # the span the first token starts in
+    inside = (k >= 0) & (tok.starts[same + 1] < hi[np.maximum(k, 0)]) & (first < hi[k])
     out = []
-    for k in ((ids[1:] == ids[:-1]).nonzero()[0] + i).tolist():
+    for k in same[inside].tolist():
         s1, e1 = int(tok.starts[k]), int(tok.ends[k])
         s2, e2 = int(tok.starts[k + 1]), int(tok.ends[k + 1])
         w = text[s1:e1]
@@ -336,16 +344,20 @@ def _onset(ev: list[tuple[int, float, str]], start: int) -> int:
 
 def _combine(ev: list[tuple[int, float, str]]) -> TextFinding:
     ev.sort()
-    pos = np.array([e[0] for e in ev], dtype=np.int64)
-    names = [e[2] for e in ev]
-    starts = np.unique(pos)
+    pos_list, weights, names = zip(*ev, strict=True)
+    pos = np.array(pos_list, dtype=np.int64)
+    w = np.array(weights, dtype=np.float64)
+    starts = pos[np.concatenate(([True], pos[1:] != pos[:-1]))]  # pos is sorted
     ends = starts + WINDOW
+    sigs = set(names)
+    code_of = {sig: i for i, sig in enumerate(sigs)}
+    code = np.array([code_of[n] for n in names], dtype=np.intp)
     per: dict[str, np.ndarray] = {}
-    for sig in set(names):
-        sel = np.array([n == sig for n in names])
+    for sig in sigs:  # (set order, as the total's float sum always had)
+        sel = code == code_of[sig]
         p = pos[sel]
-        c = np.concatenate(([0.0], np.cumsum([e[1] for e, k in zip(ev, sel, strict=True) if k])))
-        sums = c[np.searchsorted(p, ends, side="left")] - c[np.searchsorted(p, starts, "left")]
+        c = np.concatenate(([0.0], w[sel].cumsum()))
+        sums = c[p.searchsorted(ends, side="left")] - c[p.searchsorted(starts, "left")]
         per[sig] = np.minimum(sums, _CAPS.get(sig, np.inf))
     total = np.sum(list(per.values()), axis=0)
     best = int(np.argmax(total))

@@ -53,6 +53,8 @@ class Tokens:
     letters: npt.NDArray[np.bool_] | None = None  # no digit inside
     #: ids of arbitrary character ranges [s, e), comparable with ``ids``
     sub: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], Ids] | None = None
+    #: the cumulative sum ``sub`` hashes from: sum of code point * P**i over [0, offset)
+    prefix: Ids | None = None
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -61,16 +63,27 @@ class Tokens:
 # ------------------------------------------------------------------ tokenizing
 
 
+_EXPANDS = np.uint32(0xFFFFFFFF)  # lower case of more than one character ("İ" -> "i̇")
+_CAPITAL_SIGMA = 0x03A3  # lower case depends on the position ("ς" at a word's end)
+
+
 @cache
-def _char_tables() -> tuple[npt.NDArray[np.uint8], None]:
+def _char_tables() -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint32]]:
     """Per code point: 0 separator, 1 word character, 2 spaceless-script character (a token
-    of its own)."""
+    of its own); and its lower case (``str.lower``), ``_EXPANDS`` when that is longer."""
+    chars = list(map(chr, range(_PLANES)))
     kind = np.zeros(_PLANES + 1, dtype=np.uint8)
-    kind[[cp for cp in range(_PLANES) if chr(cp).isalnum()]] = 1
+    kind[:_PLANES] = np.fromiter(map(str.isalnum, chars), dtype=bool, count=_PLANES)
+    lower = np.arange(_PLANES + 1, dtype=np.uint32)
+    for cp, low in enumerate(map(str.lower, chars)):
+        if len(low) != 1:
+            lower[cp] = _EXPANDS
+        elif low != chars[cp]:
+            lower[cp] = ord(low)
     kind[ord("_")] = 0
     for lo_cp, hi_cp in _SPACELESS_RANGES:
         kind[lo_cp:hi_cp] = 2
-    return kind, None
+    return kind, lower
 
 
 _ASCII_KIND = bytes(1 if chr(c).isascii() and chr(c).isalnum() else 0 for c in range(256))
@@ -81,33 +94,43 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
     """Tokens of ``text`` with their ids and character offsets (numpy, no strings)."""
     ch = ch if ch is not None else Chars(text)
     kind = np.frombuffer(ch.b7.translate(_ASCII_KIND), dtype=np.uint8)
+    vals: npt.NDArray[np.unsignedinteger] = np.frombuffer(
+        ch.b7.translate(_ASCII_LOWER), dtype=np.uint8
+    )
     if not ch.ascii:
-        ktab, _ = _char_tables()
-        kind = kind.copy()
+        ktab, ltab = _char_tables()
         wide = ch.wide
-        kind[wide] = ktab[np.minimum(ch.codes[wide], _PLANES)]
-    if ch.ascii:
-        vals: npt.NDArray[np.unsignedinteger] = np.frombuffer(
-            ch.b7.translate(_ASCII_LOWER), dtype=np.uint8
-        )
-    else:
-        low = text.lower()
-        low = low if len(low) == len(text) else text
-        vals = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        cw = ch.codes[wide]
+        at = np.minimum(cw, _PLANES)
+        kind = kind.copy()
+        kind[wide] = ktab[at]
+        # lower case from the table (code points past the table have none); str.lower
+        # when it reads the context (capital sigma); none at all when it would make the
+        # text longer (as the offsets must stay those of the text)
+        lw = np.where(cw < _PLANES, ltab[at], cw)
+        if np.count_nonzero(lw == _EXPANDS):  # the text is hashed as it is, not lower-cased
+            vals = ch.codes
+        elif np.count_nonzero(cw == _CAPITAL_SIGMA):
+            low = text.lower()
+            vals = np.frombuffer(low.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        else:
+            vals = vals.astype(np.uint32)
+            vals[wide] = lw
     word = kind > 0
-    solo = kind == 2
-    # a token starts at a word character after a separator, and at every spaceless one
+    # a token starts at a word character after a separator, and at every spaceless one,
+    # and ends before a separator or a spaceless character, or at a spaceless one: two
+    # neighbours are in one token when both are word characters of a spaced script
+    joined = kind == 1
+    joined = joined[:-1] & joined[1:]
     start = word.copy()
-    start[1:] &= ~word[:-1] | solo[:-1]
-    start |= solo
+    start[1:] &= ~joined
     starts = start.nonzero()[0]
     if not starts.size:
         empty = np.zeros(0, dtype=np.uint64)
         no = empty.astype(bool)
         return Tokens(empty, starts, starts, no, no, lambda i, j: [])
-    # ... and ends before a separator or a spaceless character, or at a spaceless one
     end = word.copy()
-    end[:-1] &= ~word[1:] | solo[1:] | solo[:-1]
+    end[:-1] &= ~joined
     ends = end.nonzero()[0] + 1
     # polynomial hash of each token's (lower-case) code points: one cumulative sum, then
     # two look-ups per token; the same for ASCII and non-ASCII text
@@ -124,8 +147,9 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
 
     ids = sub(starts, ends)
     lens = ends - starts
-    dpos = ch.cls("digit").nonzero()[0]
-    ndig = np.searchsorted(dpos, ends) - np.searchsorted(dpos, starts)
+    cdig = np.zeros(n + 1, dtype=np.int32)  # digits before each offset
+    ch.cls("digit").cumsum(out=cdig[1:])
+    ndig = cdig[ends] - cdig[starts]
     digit = ndig == lens
     small = digit | ((lens == 1) & (ch.b[starts] != WIDE))
 
@@ -133,7 +157,7 @@ def tokenize(text: str, ch: Chars | None = None) -> Tokens:
         pairs = zip(starts[i:j].tolist(), ends[i:j].tolist(), strict=True)
         return [text[s:e].lower() for s, e in pairs]
 
-    return Tokens(ids, starts, ends, digit, small, words, ndig == 0, sub)
+    return Tokens(ids, starts, ends, digit, small, words, ndig == 0, sub, h)
 
 
 def periodic(tok: Tokens) -> list[tuple[int, float]]:
@@ -141,17 +165,21 @@ def periodic(tok: Tokens) -> list[tuple[int, float]]:
     "búnbúnbúnbún"; 6+ times for two-letter units: "hahaha" is laughter): a loop the word
     tokenizer cannot see. (character offset, copies) per word; a word is periodic with
     period k when it equals itself shifted by k, one hash comparison."""
-    if tok.sub is None or tok.letters is None or not len(tok):
+    h = tok.prefix
+    if h is None or tok.letters is None or not len(tok):
         return []
     lens = tok.ends - tok.starts
     cand = (tok.letters & (lens >= 8)).nonzero()[0]
     out: list[tuple[int, float]] = []
+    pw, _ = _pow_tables(8)
     for k in range(2, 9):
         cand = cand[lens[cand] >= (6 if k == 2 else 4) * k]
         if not cand.size:
             break
         s, e = tok.starts[cand], tok.ends[cand]
-        same = tok.sub(s, e - k) == tok.sub(s + k, e)
+        # sub(s, e - k) == sub(s + k, e), without the hashing: the mix is one-to-one, and
+        # (h[e-k] - h[s]) / P**s == (h[e] - h[s+k]) / P**(s+k) is this times P**(s+k)
+        same = (h[e - k] - h[s]) * pw[k] == h[e] - h[s + k]
         for i in cand[same].tolist():
             out.append((int(tok.starts[i]), float(lens[i] / k)))
         cand = cand[~same]
@@ -181,7 +209,7 @@ def glued(tok: Tokens, part: int = 3) -> npt.NDArray[np.int64]:
     bitmap[(ids >> np.uint64(48)).astype(np.intp)] = True
     splits = lens[cand] - 2 * part + 1
     which = np.repeat(cand, splits)
-    first = np.cumsum(splits) - splits
+    first = splits.cumsum() - splits
     at = np.arange(which.size) - np.repeat(first, splits) + part + tok.starts[which]
     a = tok.sub(tok.starts[which], at)
     b = tok.sub(at, tok.ends[which])
@@ -192,8 +220,8 @@ def glued(tok: Tokens, part: int = 3) -> npt.NDArray[np.int64]:
         return none
     vocab = np.sort(ids)
     a, b, which = a[maybe], b[maybe], which[maybe]
-    ka = np.minimum(np.searchsorted(vocab, a), vocab.size - 1)
-    kb = np.minimum(np.searchsorted(vocab, b), vocab.size - 1)
+    ka = np.minimum(vocab.searchsorted(a), vocab.size - 1)
+    kb = np.minimum(vocab.searchsorted(b), vocab.size - 1)
     hit = which[(vocab[ka] == a) & (vocab[kb] == b)]
     if not hit.size:
         return none

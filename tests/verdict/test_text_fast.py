@@ -8,9 +8,10 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from harness.verdict import classify_text, repeat, salad
+from harness.verdict import classify_text, masking, repeat, salad
 from harness.verdict import text as text_mod
 from harness.verdict.text import score_text
 
@@ -157,3 +158,43 @@ def test_chars_classes_match_the_bytes() -> None:
     assert ch.cls("glue").tolist() == [False, True, False, False, False]
     assert ch.cls("letter_or_wide").tolist() == [True, False, True, False, True]
     assert ch.wide.tolist() == [4]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["ΟΔΟΣ σοφία ΣΟΦΙΑ", "Übergröße ÜBER über", "Ǆemal ǅemal džemal", "数据Row ΑΣ row"],
+)
+def test_token_ids_hash_what_str_lower_gives(text: str) -> None:
+    # the lower-case table must agree with str.lower, final sigma included
+    assert (repeat.tokenize(text).ids == repeat.tokenize(text.lower()).ids).all()
+
+
+def test_a_lower_case_that_grows_leaves_the_text_as_it_is() -> None:
+    ids = repeat.tokenize("İstanbul Ab ab").ids  # "İ".lower() is two characters
+    assert ids[1] != ids[2]
+    assert repeat.tokenize("Istanbul Ab ab").ids[1] == repeat.tokenize("x ab").ids[1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Costs $5 and $6, see \\(x\\) and $$y$$ and \\[z\\].",
+        "$a\\(b$ c\\)",  # the two parts' matches overlap: the whole pattern decides
+        "\\[x $y\\] $",
+        "paths /usr/lib/x and C:\\Users\\me\\x and a/b",
+        "/a/b\\c/d",
+    ],
+)
+def test_a_pattern_split_by_its_first_character_matches_as_the_whole(text: str) -> None:
+    for whole, parts in (
+        (masking._MATH, masking._MATH_BY_LEAD),
+        (masking._PATH, masking._PATH_BY_LEAD),
+    ):
+        got = [m.span() for m in masking._by_lead(whole, parts, text)]
+        assert got == [m.span() for m in whole.finditer(text)]
+
+
+def test_four_grams_from_three_grams_are_the_four_gram_hashes() -> None:
+    ids = np.random.default_rng(0).integers(0, 2**63, 50, dtype=np.uint64)
+    longer = repeat._grams_longer(repeat._grams(ids, 3), ids, 3)
+    assert (longer == repeat._grams(ids, 4)).all()
