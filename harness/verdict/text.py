@@ -349,11 +349,12 @@ def _combine(ev: list[tuple[int, float, str]]) -> TextFinding:
     w = np.array(weights, dtype=np.float64)
     starts = pos[np.concatenate(([True], pos[1:] != pos[:-1]))]  # pos is sorted
     ends = starts + WINDOW
-    sigs = set(names)
+    sigs = sorted(set(names))  # a fixed order: the float sums, hence the score, are the same
+    # in every process (set order follows the hash seed)
     code_of = {sig: i for i, sig in enumerate(sigs)}
     code = np.array([code_of[n] for n in names], dtype=np.intp)
     per: dict[str, np.ndarray] = {}
-    for sig in sigs:  # (set order, as the total's float sum always had)
+    for sig in sigs:
         sel = code == code_of[sig]
         p = pos[sel]
         c = np.concatenate(([0.0], w[sel].cumsum()))

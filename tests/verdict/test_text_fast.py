@@ -198,3 +198,31 @@ def test_four_grams_from_three_grams_are_the_four_gram_hashes() -> None:
     ids = np.random.default_rng(0).integers(0, 2**63, 50, dtype=np.uint64)
     longer = repeat._grams_longer(repeat._grams(ids, 3), ids, 3)
     assert (longer == repeat._grams(ids, 4)).all()
+
+
+def test_scores_are_the_same_in_every_process() -> None:
+    """The signals' sums are added in a fixed order, not in set order (which follows the
+    hash seed): the same text gets the same score, to the last digit, in any process."""
+    import subprocess
+
+    script = (
+        "import json, sys\n"
+        "from harness.verdict.text import score_text\n"
+        "rows = [json.loads(x) for x in sys.stdin]\n"
+        "print(json.dumps([score_text(r['text'], r.get('context')).score for r in rows]))\n"
+    )
+    data = "".join(json.dumps(r) + "\n" for r in _rows())
+    outs = set()
+    for seed in ("1", "2", "3"):
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            input=data,
+            capture_output=True,
+            text=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+            cwd=Path(__file__).resolve().parent.parent.parent,
+            timeout=120,
+            check=True,
+        )
+        outs.add(proc.stdout)
+    assert len(outs) == 1
