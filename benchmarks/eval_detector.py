@@ -156,8 +156,9 @@ def _plain(r: dict[str, Any]) -> bool:
 
 
 def run_mix(rows: list[dict[str, Any]], n: int = 40, seed: int = 0) -> list[dict[str, Any]]:
-    """What a run sees: mostly clean long outputs (2k-24k characters, glued from the clean
-    examples), one in ten a corrupted example. Deterministic."""
+    """What a run sees: mostly clean long outputs (2k-24k characters, glued from distinct clean
+    examples: an example glued twice would make the output a loop), one in ten a corrupted
+    example. Deterministic."""
     rng = random.Random(seed)
     clean = [r["text"] for r in rows if r["label"] == "clean" and _plain(r)]
     bad = [r for r in rows if r["label"] in ("salad", "repetition")]
@@ -169,9 +170,11 @@ def run_mix(rows: list[dict[str, Any]], n: int = 40, seed: int = 0) -> list[dict
             out.append(rng.choice(bad))
             continue
         target, parts, size = rng.randint(2000, 24000), [], 0
-        while size < target:
-            parts.append(rng.choice(clean))
-            size += len(parts[-1]) + 2
+        for text in rng.sample(clean, len(clean)):
+            if size >= target:
+                break
+            parts.append(text)
+            size += len(text) + 2
         out.append({"text": "\n\n".join(parts), "label": "clean"})
     return out
 
