@@ -20,9 +20,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import null_endpoint  # noqa: E402
-from client_variants import LineSplitter, SSEAccumulator  # noqa: E402
 
-from harness.client import TurnOutput  # noqa: E402
+from harness.client import TurnOutput, _Events, _LineSplitter  # noqa: E402
 from harness.config import load_scenario  # noqa: E402
 from harness.records import TurnWriter  # noqa: E402
 from harness.session import SessionPlan, first_messages  # noqa: E402
@@ -59,8 +58,8 @@ def main() -> None:
     sse = unframe(framed) + b"data: [DONE]\n\n"
 
     def parse() -> TurnOutput:
-        acc = SSEAccumulator(TurnOutput(), 0.0)
-        acc.feed(LineSplitter().lines(sse), 1.0)
+        acc = _Events(TurnOutput(), 0.0)  # the shipped client's stream parser
+        acc.feed(_LineSplitter().lines(sse), 1.0)
         acc.finish()
         return acc.out
 
