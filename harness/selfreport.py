@@ -217,3 +217,62 @@ class SelfReport:
             "saturated": bool(warnings),
             "warnings": warnings,
         }
+
+
+def _worst(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The worst of several lag summaries, field by field; samples summed."""
+    seen = [p for p in parts if p]
+    if not seen:
+        return None
+    worst = {k: max(p[k] for p in seen) for k in ("p50", "p99", "max", "mean")}
+    return {**worst, "samples": sum(p["samples"] for p in seen)}
+
+
+def combine(
+    workers: list[dict[str, Any]],
+    parent: dict[str, Any] | None = None,
+    lag_limit_ms: float = LAG_LIMIT_MS,
+) -> dict[str, Any]:
+    """One ``harness_self`` for a variant driven by several worker processes.
+
+    Turns and CPU are summed (the parent's CPU, writing the records, included), turns/s is
+    every turn over the variant's wall time (the parent's, from the first job sent to the
+    last worker done), the loop, send and pool lags are the worst worker's (field by field),
+    ``loop_cpu_percent`` the busiest worker loop's. Every worker's warning is kept, prefixed
+    with its number; the parent's own loop lag is ``parent_loop_lag_ms`` (it only writes:
+    when it lags, the workers wait on their pipes and their own lag shows it too).
+    """
+    wall = max([parent["wall_s"] if parent else 0.0] + [w["wall_s"] for w in workers] + [1e-9])
+    turns = sum(w["turns"] for w in workers)
+    cpu = sum(w["cpu_s"] for w in workers) + (parent["cpu_s"] if parent else 0.0)
+    warnings = [f"worker {i + 1}: {m}" for i, w in enumerate(workers) for m in w["warnings"]]
+    parent_lag = parent.get("loop_lag_ms") if parent else None
+    if parent_lag is not None and parent_lag["p99"] > lag_limit_ms:
+        warnings.append(
+            f"the parent's event loop (the records' writer) lagged: p99 "
+            f"{parent_lag['p99']:.0f} ms > {lag_limit_ms:.0f} ms"
+        )
+    out: dict[str, Any] = {
+        "wall_s": round(wall, 3),
+        "turns": turns,
+        "turns_per_s": round(turns / wall, 2),
+        "cpu_s": round(cpu, 3),
+        "cpu_percent": round(100 * cpu / wall, 1),
+        "loop_cpu_percent": max((w["loop_cpu_percent"] for w in workers), default=0.0),
+        "loop_lag_ms": _worst([w.get("loop_lag_ms") for w in workers]),
+        "send_lag_ms": _worst([w.get("send_lag_ms") for w in workers]),
+        "pool_wait_ms": _worst([w.get("pool_wait_ms") for w in workers]),
+        "stale_resends": sum(w.get("stale_resends", 0) for w in workers),
+        "saturated": bool(warnings),
+        "warnings": warnings,
+        "workers": len(workers),
+        "parent_loop_lag_ms": parent_lag,
+    }
+    rss = [w["peak_rss_mb"] for w in workers if w.get("peak_rss_mb") is not None]
+    if rss:
+        out["peak_rss_mb"] = round(sum(rss) + (parent or {}).get("peak_rss_mb", 0.0), 1)
+    out["per_worker"] = [
+        {k: w.get(k) for k in ("turns", "turns_per_s", "cpu_percent", "loop_lag_ms")}
+        for w in workers
+    ]
+    return out
