@@ -3,6 +3,7 @@
     python benchmarks/perf.py                       # the standard cases, about 3 minutes
     python benchmarks/perf.py --quick               # fewer turns, one repeat
     python benchmarks/perf.py --clients shipped,aiohttp --markdown out.md
+    python benchmarks/perf.py --workers 1,2         # the harness in 1 and in 2 processes
 
 Starts ``null_endpoint.py`` as its own process, then runs each case in fresh client processes
 (``perf_client.py``), alternating raw and harness runs ``--repeats`` times, so each run has
@@ -83,7 +84,9 @@ def start_endpoint(delay_ms: int) -> tuple[subprocess.Popen[str], str]:
     return proc, f"http://127.0.0.1:{line.split()[1]}"
 
 
-def run_client(url: str, case: Case, mode: str, client: str, endpoint: int) -> dict[str, Any]:
+def run_client(
+    url: str, case: Case, mode: str, client: str, endpoint: int, workers: int = 1
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
         str(HERE / "perf_client.py"),
@@ -101,6 +104,8 @@ def run_client(url: str, case: Case, mode: str, client: str, endpoint: int) -> d
         str(case.turns),
         "--context",
         str(case.context),
+        "--workers",
+        str(workers),
     ]
     if not case.stream:
         cmd.append("--plain")
@@ -143,7 +148,7 @@ def table(results: dict[tuple[str, str], list[dict[str, Any]]], cases: list[Case
                 lag = f"{statistics.median(lags):.0f}"
             if sends:
                 send = f"{statistics.median(sends):.1f}"
-            label = "raw aiohttp" if client == "raw" else f"harness ({client})"
+            label = "raw aiohttp (1 process)" if client == "raw" else f"harness ({client})"
             lines.append(
                 f"| {case.name} | {label} | {tps:,.0f} | {tps / raw_tps:.2f} "
                 f"| {median(rows, 'cpu_ms_per_turn'):.2f} | {median(rows, 'events_per_s'):,.0f} "
@@ -157,6 +162,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", default="shipped", help="harness ChatClient variants, comma")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument(
+        "--workers", default="1", help="harness worker processes to measure, comma (e.g. 1,2)"
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cases", default="", help="only cases whose name contains one of these")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
@@ -167,6 +175,8 @@ def main() -> None:
         wanted = [w.strip() for w in args.cases.split(",")]
         cases = [c for c in cases if any(w in c.name for w in wanted)]
     clients = [c for c in args.clients.split(",") if c]
+    counts = [int(w) for w in args.workers.split(",") if w]
+    runs = [("raw", "shipped", 1)] + [("harness", c, w) for c in clients for w in counts]
     repeats = 1 if args.quick else args.repeats
     # stopped by a signal: still stop the endpoints (the finally below)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -177,12 +187,13 @@ def main() -> None:
         for case in cases:
             proc, url = endpoints[case.delay_ms]
             for _ in range(repeats):
-                for mode, client in [("raw", "shipped"), *(("harness", c) for c in clients)]:
-                    row = run_client(url, case, mode, client, proc.pid)
-                    key = (case.name, "raw" if mode == "raw" else client)
+                for mode, client, workers in runs:
+                    row = run_client(url, case, mode, client, proc.pid, workers)
+                    name = client if workers == 1 else f"{client}, {workers} processes"
+                    key = (case.name, "raw" if mode == "raw" else name)
                     results.setdefault(key, []).append(row)
                     print(
-                        f"{case.name:>14} {key[1]:>9}: {row['turns_per_s']:8,.0f} turns/s "
+                        f"{case.name:>14} {key[1]:>20}: {row['turns_per_s']:8,.0f} turns/s "
                         f"{row['cpu_ms_per_turn']:5.2f} ms/turn {row['peak_rss_mb']:6.0f} MB",
                         file=sys.stderr,
                         flush=True,

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=workers_arg,
         metavar="N|auto",
         help="processes driving each variant's sessions, each with its own event loop and "
-        "client (default: auto: one per core from 64 requests in flight on, one below)",
+        "client (default: auto: one per core from 256 requests in flight on, one below)",
     )
     run.add_argument(
         "--ab",

@@ -190,12 +190,14 @@ class SelfReport:
         if lag is not None and lag["p99"] > self.lag_limit_ms:
             warnings.append(
                 f"event-loop lag p99 {lag['p99']:.0f} ms > {self.lag_limit_ms:.0f} ms: "
-                "the harness delayed its own sends and time stamps"
+                "the harness delayed its own sends and time stamps (--workers spreads the "
+                "sessions over more processes)"
             )
         if loop_cpu / wall > self.cpu_limit:
             warnings.append(
                 f"event-loop thread used {100 * loop_cpu / wall:.0f}% of a core "
-                f"(> {100 * self.cpu_limit:.0f}%): the harness may be the bottleneck"
+                f"(> {100 * self.cpu_limit:.0f}%): the harness may be the bottleneck "
+                "(--workers spreads the sessions over more processes)"
             )
         pool = self.pool_wait.summary_ms()
         if pool is not None and pool["p99"] > self.lag_limit_ms:
@@ -239,8 +241,9 @@ def combine(
     every turn over the variant's wall time (the parent's, from the first job sent to the
     last worker done), the loop, send and pool lags are the worst worker's (field by field),
     ``loop_cpu_percent`` the busiest worker loop's. Every worker's warning is kept, prefixed
-    with its number; the parent's own loop lag is ``parent_loop_lag_ms`` (it only writes:
-    when it lags, the workers wait on their pipes and their own lag shows it too).
+    with its number; the parent's own CPU and loop lag are ``parent_cpu_s`` and
+    ``parent_loop_lag_ms`` (it only writes: when it lags, the workers wait on their pipes and
+    their own lag shows it too); ``peak_rss_mb`` sums the workers' peaks.
     """
     wall = max([parent["wall_s"] if parent else 0.0] + [w["wall_s"] for w in workers] + [1e-9])
     turns = sum(w["turns"] for w in workers)
@@ -266,11 +269,12 @@ def combine(
         "saturated": bool(warnings),
         "warnings": warnings,
         "workers": len(workers),
+        "parent_cpu_s": round(parent["cpu_s"], 3) if parent else None,
         "parent_loop_lag_ms": parent_lag,
     }
     rss = [w["peak_rss_mb"] for w in workers if w.get("peak_rss_mb") is not None]
     if rss:
-        out["peak_rss_mb"] = round(sum(rss) + (parent or {}).get("peak_rss_mb", 0.0), 1)
+        out["peak_rss_mb"] = round(sum(rss), 1)  # the workers' peaks (not the parent's)
     out["per_worker"] = [
         {k: w.get(k) for k in ("turns", "turns_per_s", "cpu_percent", "loop_lag_ms")}
         for w in workers
