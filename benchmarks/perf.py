@@ -9,7 +9,8 @@ Starts ``null_endpoint.py`` as its own process, then runs each case in fresh cli
 (``perf_client.py``), alternating raw and harness runs ``--repeats`` times, so each run has
 its own peak memory and both see the same machine state. Prints one table: turns/s, client
 CPU ms per turn, events/s, peak RSS, request size, the endpoint's own CPU, and each harness
-client's turns/s as a ratio of the raw client's in the same case (median over repeats).
+client's turns/s as a ratio of the raw client's run just before it (median over repeats, and
+the range: on a shared machine one pair can catch a busy moment).
 """
 
 from __future__ import annotations
@@ -126,20 +127,24 @@ def median(rows: list[dict[str, Any]], key: str) -> float:
 
 def table(results: dict[tuple[str, str], list[dict[str, Any]]], cases: list[Case]) -> str:
     head = (
-        "| case | client | turns/s | ratio | client CPU ms/turn | events/s | peak RSS MB "
-        "| request KB | endpoint CPU ms/turn | loop lag p99 ms | send lag p99 ms |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| case | client | turns/s | ratio | ratio per repeat | client CPU ms/turn | events/s "
+        "| peak RSS MB | request KB | endpoint CPU ms/turn | loop lag p99 ms "
+        "| send lag p99 ms |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for case in cases:
         raw = results.get((case.name, "raw"))
         if not raw:
             continue
-        raw_tps = median(raw, "turns_per_s")
         for (name, client), rows in results.items():
             if name != case.name:
                 continue
             tps = median(rows, "turns_per_s")
+            # each repeat ran raw and this client back to back: their ratio, side by side
+            pairs = [h["turns_per_s"] / r["turns_per_s"] for h, r in zip(rows, raw, strict=False)]
+            many = len(pairs) > 1 and client != "raw"
+            spread = f"{min(pairs):.2f}-{max(pairs):.2f}" if many else "-"
             lag = send = "-"
             me = [r["harness_self"] for r in rows if r.get("harness_self")]
             lags = [m["loop_lag_ms"]["p99"] for m in me if m.get("loop_lag_ms")]
@@ -150,7 +155,7 @@ def table(results: dict[tuple[str, str], list[dict[str, Any]]], cases: list[Case
                 send = f"{statistics.median(sends):.1f}"
             label = "raw aiohttp (1 process)" if client == "raw" else f"harness ({client})"
             lines.append(
-                f"| {case.name} | {label} | {tps:,.0f} | {tps / raw_tps:.2f} "
+                f"| {case.name} | {label} | {tps:,.0f} | {statistics.median(pairs):.2f} | {spread} "
                 f"| {median(rows, 'cpu_ms_per_turn'):.2f} | {median(rows, 'events_per_s'):,.0f} "
                 f"| {max(r['peak_rss_mb'] for r in rows):.0f} | {median(rows, 'req_kb'):.1f} "
                 f"| {median(rows, 'endpoint_cpu_ms_per_turn'):.2f} | {lag} | {send} |"

@@ -22,7 +22,7 @@ from harness.selfreport import SelfReport
 from harness.session import Session, SessionPlan, Shared
 
 if TYPE_CHECKING:
-    from harness.workers import InflightBoard
+    from harness.worker import InflightBoard
 
 log = logging.getLogger(__name__)
 

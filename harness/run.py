@@ -35,9 +35,10 @@ from harness.metrics import MetricsScraper, flush_cache, warm_up
 from harness.plan import run_order
 from harness.rawmode import RawClient
 from harness.records import TURNS_FILE, TurnWriter
+from harness.selfreport import save_row
 from harness.session import ACTIVE_TRANSCRIPTS, Session, SessionPlan, Shared, make_plans
 from harness.targetfile import TargetSpec
-from harness.targets import EndpointTarget
+from harness.targets import EndpointTarget, served_model, watch
 from harness.trace_session import sessions_for
 from harness.transcripts import TRANSCRIPTS_FILE, TranscriptLog
 from harness.workers import (
@@ -150,40 +151,12 @@ def finished_sessions(run_dir: Path) -> set[tuple[str, int, int]]:
     return done
 
 
-async def served_model(base_url: str, api_key: str | None = None) -> str:
-    """The first model id in the server's /v1/models ("default" when it lists none)."""
-    import httpx
-
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with httpx.AsyncClient(
-            base_url=base_url, timeout=10.0, trust_env=False, headers=headers
-        ) as http:
-            data = (await http.get("/v1/models")).json().get("data") or []
-        return str(data[0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
-        return "default"
-
-
 def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
     if opts.endpoint or opts.target is None:
         assert opts.endpoint is not None
         return EndpointTarget(opts.endpoint)
     extra = opts.sim_args if opts.target.name == "sim" else ()
     return make_target(opts.target, variant, opts.out_dir, extra_args=extra, repeat=repeat)
-
-
-async def _watch(target: Target, task: asyncio.Task[Any], interval_s: float = 0.5) -> str | None:
-    """Cancel ``task`` if the target's server process dies; say why."""
-    alive = getattr(target, "alive", None)
-    if alive is None:
-        return None
-    while not task.done():
-        if not alive():
-            task.cancel()
-            return "the server process died during the run"
-        await asyncio.sleep(interval_s)
-    return None
 
 
 async def _run_variant(
@@ -311,7 +284,7 @@ async def _run_variant(
                             transcripts=transcripts,
                         )
                     )
-                watcher = asyncio.create_task(_watch(target, load))
+                watcher = asyncio.create_task(watch(target, load))
                 try:
                     await load
                 except asyncio.CancelledError:
@@ -324,7 +297,7 @@ async def _run_variant(
                     announce(f"{name}: stopped: {error}")
                 finally:
                     watcher.cancel()
-                    _save_self_report(opts.out_dir, variant, repeat, progress.harness_self)
+                    save_row(opts.out_dir, variant.label, repeat, progress.harness_self)
                 alive = getattr(target, "alive", None)
                 if error is None and alive is not None and not alive():
                     error = "the server process died during the run"
@@ -344,20 +317,6 @@ async def _run_variant(
     wall = time.perf_counter() - t0
     announce(f"{name}: done in {wall:.0f}s")
     return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error)
-
-
-SELF_REPORT_FILE = "selfreport.jsonl"
-
-
-def _save_self_report(
-    run_dir: Path, variant: Variant, repeat: int, report: dict[str, Any] | None
-) -> None:
-    """One row per variant load: the harness's own lag and CPU (see selfreport.py)."""
-    if report is None:
-        return
-    row = {"variant": variant.label, "repeat": repeat, **report}
-    with open(run_dir / SELF_REPORT_FILE, "a") as fh:
-        fh.write(json.dumps(row) + "\n")
 
 
 async def _after_load(

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
+SELF_REPORT_FILE = "selfreport.jsonl"  # one row per variant load, in the run folder
 LAG_LIMIT_MS = 100.0  # loop lag p99 above this: the harness delays its own sends
 CPU_LIMIT = 0.9  # event-loop thread busier than this share of one core: saturated
 
@@ -280,3 +283,12 @@ def combine(
         for w in workers
     ]
     return out
+
+
+def save_row(run_dir: Path, variant: str, repeat: int, report: dict[str, Any] | None) -> None:
+    """Append one variant load's report to the run folder's ``selfreport.jsonl``."""
+    if report is None:
+        return
+    row = {"variant": variant, "repeat": repeat, **report}
+    with open(run_dir / SELF_REPORT_FILE, "a") as fh:
+        fh.write(json.dumps(row) + "\n")

@@ -21,7 +21,7 @@ from harness.transcripts import TranscriptLog
 from harness.verdict import Verdict, classify_turn
 
 if TYPE_CHECKING:
-    from harness.workers import InflightBoard
+    from harness.worker import InflightBoard
 
 log = logging.getLogger(__name__)
 

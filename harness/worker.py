@@ -15,26 +15,110 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import mmap
 import os
 import pickle
 import resource
 import signal
+import struct
 import sys
+import tempfile
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
 import orjson
 
 from harness.client import ChatClient
-from harness.driver import Progress, drive
+from harness.config import Scenario
+from harness.driver import DriveOptions, Progress, drive
 from harness.records import TurnRecord, TurnWriter
-from harness.session import ACTIVE_TRANSCRIPTS
+from harness.session import ACTIVE_TRANSCRIPTS, SessionPlan
 from harness.trace_session import sessions_for
 from harness.transcripts import TRANSCRIPTS_FILE, TranscriptLog
-from harness.workers import HEADER, READY, InflightBoard, Job
 
 log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">I")  # the length of the pickle that follows
+READY = b"harness-worker-ready\n"  # a worker's first bytes: imported, waiting for its job
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """How a worker builds its client (``ChatClient``; ``RawClient`` around it in raw mode)."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    max_connections: int = 256
+    request_timeout: float = 120.0
+    api: str = "chat"
+
+
+@dataclass(frozen=True)
+class SessionSource:
+    """How a worker builds its sessions (``trace_session.sessions_for``)."""
+
+    workload: Path | None = None
+    mode: str = "replay"
+    pace: str = "recorded"
+    api: str = "chat"
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class TranscriptSpec:
+    """The ``TranscriptLog`` settings; a worker's log sends its rows to the parent's."""
+
+    model: str
+    stream: bool
+    dialect: str
+    keep_all: bool = False
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything one worker needs (sent pickled on its stdin)."""
+
+    worker: int
+    workers: int
+    board: str  # the in-flight board's file
+    client: ClientSpec
+    scenario: Scenario
+    plans: tuple[SessionPlan, ...]
+    base: dict[str, Any]
+    options: DriveOptions
+    source: SessionSource
+    transcripts: TranscriptSpec | None
+    log_level: int = logging.WARNING
+
+
+class InflightBoard:
+    """Requests in flight per worker, one 8-byte slot each in a file every worker maps."""
+
+    def __init__(self, path: str, slot: int, slots: int) -> None:
+        with open(path, "r+b") as fh:
+            self._map = mmap.mmap(fh.fileno(), 8 * slots)
+        self._view = memoryview(self._map).cast("q")
+        self.slot = slot
+
+    @staticmethod
+    def create(slots: int) -> str:
+        """A zeroed board file for ``slots`` workers; the caller removes it."""
+        fd, path = tempfile.mkstemp(prefix="harness-inflight-")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(bytes(8 * slots))
+        return path
+
+    def publish(self, own: int) -> int:
+        """Set this worker's count; return the total over all workers."""
+        self._view[self.slot] = own
+        return sum(self._view)
+
+    def close(self) -> None:
+        self._view.release()
+        self._map.close()
 
 
 class Channel:

@@ -35,15 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import mmap
 import os
 import pickle
-import struct
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +51,31 @@ from harness.records import TurnWriter
 from harness.selfreport import SelfReport, combine
 from harness.session import SessionPlan
 from harness.transcripts import TranscriptLog
+from harness.worker import (
+    HEADER,
+    READY,
+    ClientSpec,
+    InflightBoard,
+    Job,
+    SessionSource,
+    TranscriptSpec,
+)
+
+__all__ = [
+    "ClientSpec",
+    "InflightBoard",
+    "SessionSource",
+    "WorkerError",
+    "WorkerPool",
+    "auto_workers",
+    "drive_workers",
+    "effective_workers",
+    "shard",
+    "split_limit",
+]
 
 log = logging.getLogger(__name__)
 
-HEADER = struct.Struct(">I")  # the length of the pickle that follows
-READY = b"harness-worker-ready\n"  # a worker's first bytes: imported, waiting for its job
 STOP_GRACE_S = 30.0  # a stopped worker has this long to send the rest and exit
 _ROOT = str(Path(__file__).resolve().parent.parent)  # where the workers import harness from
 AUTO_MIN_CONCURRENCY = 256  # below this, "auto" drives a variant in one process
@@ -119,83 +136,6 @@ def split_limit(concurrency: int, sizes: list[int]) -> list[int]:
 def effective_workers(workers: int, plans: list[SessionPlan], concurrency: int) -> int:
     """How many workers a variant really gets: no more than its families or its limit."""
     return max(1, min(workers, len({family(p) for p in plans}), concurrency))
-
-
-@dataclass(frozen=True)
-class ClientSpec:
-    """How a worker builds its client (``ChatClient``; ``RawClient`` around it in raw mode)."""
-
-    base_url: str
-    model: str
-    api_key: str | None = None
-    max_connections: int = 256
-    request_timeout: float = 120.0
-    api: str = "chat"
-
-
-@dataclass(frozen=True)
-class SessionSource:
-    """How a worker builds its sessions (``trace_session.sessions_for``)."""
-
-    workload: Path | None = None
-    mode: str = "replay"
-    pace: str = "recorded"
-    api: str = "chat"
-    seed: int = 1
-
-
-@dataclass(frozen=True)
-class TranscriptSpec:
-    """The ``TranscriptLog`` settings; a worker's log sends its rows to the parent's."""
-
-    model: str
-    stream: bool
-    dialect: str
-    keep_all: bool = False
-
-
-@dataclass(frozen=True)
-class Job:
-    """Everything one worker needs (sent pickled on its stdin)."""
-
-    worker: int
-    workers: int
-    board: str  # the in-flight board's file
-    client: ClientSpec
-    scenario: Scenario
-    plans: tuple[SessionPlan, ...]
-    base: dict[str, Any]
-    options: DriveOptions
-    source: SessionSource
-    transcripts: TranscriptSpec | None
-    log_level: int = logging.WARNING
-
-
-class InflightBoard:
-    """Requests in flight per worker, one 8-byte slot each in a file every worker maps."""
-
-    def __init__(self, path: str, slot: int, slots: int) -> None:
-        with open(path, "r+b") as fh:
-            self._map = mmap.mmap(fh.fileno(), 8 * slots)
-        self._view = memoryview(self._map).cast("q")
-        self.slot = slot
-
-    @staticmethod
-    def create(slots: int) -> str:
-        """A zeroed board file for ``slots`` workers; the caller removes it."""
-        fd, path = tempfile.mkstemp(prefix="harness-inflight-")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(bytes(8 * slots))
-        return path
-
-    def publish(self, own: int) -> int:
-        """Set this worker's count; return the total over all workers."""
-        self._view[self.slot] = own
-        return sum(self._view)
-
-    def close(self) -> None:
-        self._view.release()
-        self._map.close()
 
 
 class WorkerPool:
@@ -339,6 +279,9 @@ async def drive_workers(
     pool = workers if isinstance(workers, WorkerPool) else WorkerPool(workers)
     progress = progress or Progress()
     progress.sessions_total += len(plans)
+    if not plans:
+        await pool.close()
+        return {}
     shards = shard(plans, effective_workers(pool.size, plans, options.concurrency))
     limits = split_limit(options.concurrency, [len(s) for s in shards])
     ended: dict[int, str | None] = {}
@@ -371,8 +314,13 @@ async def drive_workers(
             proc = pool.procs[i]
             assert proc.stdin is not None
             data = pickle.dumps(job)
-            proc.stdin.write(HEADER.pack(len(data)) + data)
-            await proc.stdin.drain()
+            try:
+                proc.stdin.write(HEADER.pack(len(data)) + data)
+                await proc.stdin.drain()
+            except ConnectionError:
+                raise WorkerError(
+                    f"worker {i + 1} of {len(shards)} exited before it was given its job"
+                ) from None
             feeds.append(_Feed(i + 1, proc, writer, transcripts, progress, on_session_end, ended))
         for proc in pool.procs[len(shards) :]:  # more workers started than there are shards
             if proc.stdin is not None:

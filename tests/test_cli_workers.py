@@ -97,7 +97,7 @@ def test_two_workers_write_the_same_run_as_one(tmp_path: Path) -> None:
 def test_ctrl_c_with_workers_then_resume_with_other_workers(tmp_path: Path) -> None:
     out, seed = tmp_path / "r", "747576"
     proc = subprocess.Popen(
-        [*CLI, "run", "--sessions", "6", *SMALL, "--ab", "index_k=fp8,bf16", "--speed", "2",
+        [*CLI, "run", "--sessions", "6", *SMALL, "--ab", "index_k=fp8,bf16", "--speed", "0.5",
          "--seed", seed, "--workers", "2", "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

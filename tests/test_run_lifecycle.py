@@ -77,7 +77,7 @@ def test_ctrl_c_keeps_every_turn_and_resume_finishes_the_run(tmp_path: Path) -> 
             "--ab",
             "index_k=fp8,bf16",
             "--speed",
-            "2",
+            "0.5",  # slow enough that the run is still going when the signal comes
             "--seed",
             seed,
             "--out",

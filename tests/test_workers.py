@@ -263,3 +263,16 @@ async def test_a_worker_that_dies_stops_the_variant(
     assert any(r["transport_error"] == "cancelled: the run was stopped" for r in rows)
     assert not _alive(other.pid)
     assert all(r["label"] in (L.OK_TOOL_CALL, L.OK_TEXT, L.TRANSPORT_ERROR) for r in rows)
+
+
+async def test_no_sessions_start_no_worker(tmp_path: Path) -> None:
+    pool = WorkerPool(2)
+    progress = Progress()
+    with TurnWriter(tmp_path / "t.jsonl") as writer:
+        ended = await drive_workers(
+            pool, ClientSpec("http://127.0.0.1:9", "m"), _small(), [], writer, BASE,
+            DriveOptions(concurrency=4), progress,
+        )  # fmt: skip
+    assert ended == {}
+    assert pool.procs == []
+    assert progress.sessions_total == 0
