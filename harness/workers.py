@@ -1,10 +1,11 @@
 """Several worker processes drive one variant's sessions; the parent stays the one writer.
 
-``drive()`` runs every session on one event loop. A turn costs the harness about 1.4 ms of
-CPU there (stream parsing, classification, tools, the record), so one loop tops out at a few
-hundred streamed turns per second and lags by seconds at 2,000 sessions
-(docs/performance.md). ``drive_workers()`` splits the sessions into shards, one per worker
-process (``harness.worker``), each with its own event loop, client and ``drive()``:
+``drive()`` runs every session on one event loop. A turn costs the harness 0.6-1.4 ms of
+CPU there (stream parsing, classification, tools, the record: 2-3 times a bare client's), so
+one loop tops out at a few hundred to about 1,600 streamed turns per second and lags by more
+than a second at 2,000 sessions (docs/performance.md). ``drive_workers()`` splits the
+sessions into shards, one per worker process (``harness.worker``), each with its own event
+loop, client and ``drive()``:
 
 - **Shards.** Whole fork families (a fork waits for its parent in-process: see
   ``Session._fork``), dealt in turn; the concurrency limit is split over the shards in
@@ -90,10 +91,10 @@ def auto_workers(concurrency: int, cores: int | None = None) -> int:
     """``--workers auto``: one process below ``AUTO_MIN_CONCURRENCY`` requests in flight;
     from there one per usable core, each with at least ``AUTO_PER_WORKER`` in flight.
 
-    Measured (docs/performance.md): at 80 in flight a second process gained nothing against
-    the simulator on the same 2 cores and 5% against a paced endpoint, for its start-up and
-    its memory; at 500 and 2,000 in flight one event loop lags by seconds in its bursts and
-    the second process halves that.
+    Measured (docs/performance.md): at 80 in flight a second process gained nothing, against
+    the simulator on the same 2 cores or a paced endpoint, for its start-up and its memory;
+    at 500 and 2,000 in flight one event loop is saturated and lags by 0.2-1.3 s in its
+    bursts, and a second process cuts the lag by 40-50% and raises the rate by 60-75%.
     """
     if cores is None:
         usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()

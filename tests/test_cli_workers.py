@@ -21,6 +21,7 @@ from harness.records import read_turns
 from harness.transcripts import load_transcripts
 from tests.test_cli import CLI, ROOT, _sim_processes, harness
 from tests.test_cli_faults import target_file
+from tests.test_run_lifecycle import ctrl_c_reaches_it
 
 SMALL = ["--turns", "6", "--max-context", "12000", "--no-progress"]
 SAME = ("variant", "session", "turn", "attempt", "label", "corrupted", "content", "tool_calls",
@@ -97,9 +98,10 @@ def test_two_workers_write_the_same_run_as_one(tmp_path: Path) -> None:
 def test_ctrl_c_with_workers_then_resume_with_other_workers(tmp_path: Path) -> None:
     out, seed = tmp_path / "r", "747576"
     proc = subprocess.Popen(
-        [*CLI, "run", "--sessions", "6", *SMALL, "--ab", "index_k=fp8,bf16", "--speed", "0.5",
+        [*CLI, "run", "--sessions", "6", *SMALL, "--ab", "index_k=fp8,bf16", "--speed", "2",
          "--seed", seed, "--workers", "2", "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip
     turns = out / "turns.jsonl"
     deadline = time.monotonic() + 60
