@@ -3,12 +3,14 @@
     python benchmarks/perf.py                       # the standard cases, about 3 minutes
     python benchmarks/perf.py --quick               # fewer turns, one repeat
     python benchmarks/perf.py --clients shipped,aiohttp --markdown out.md
+    python benchmarks/perf.py --workers 1,2         # the harness in 1 and in 2 processes
 
 Starts ``null_endpoint.py`` as its own process, then runs each case in fresh client processes
 (``perf_client.py``), alternating raw and harness runs ``--repeats`` times, so each run has
 its own peak memory and both see the same machine state. Prints one table: turns/s, client
 CPU ms per turn, events/s, peak RSS, request size, the endpoint's own CPU, and each harness
-client's turns/s as a ratio of the raw client's in the same case (median over repeats).
+client's turns/s as a ratio of the raw client's run just before it (median over repeats, and
+the range: on a shared machine one pair can catch a busy moment).
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ def start_endpoint(delay_ms: int) -> tuple[subprocess.Popen[str], str]:
     return proc, f"http://127.0.0.1:{line.split()[1]}"
 
 
-def run_client(url: str, case: Case, mode: str, client: str, endpoint: int) -> dict[str, Any]:
+def run_client(
+    url: str, case: Case, mode: str, client: str, endpoint: int, workers: int = 1
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
         str(HERE / "perf_client.py"),
@@ -101,6 +105,8 @@ def run_client(url: str, case: Case, mode: str, client: str, endpoint: int) -> d
         str(case.turns),
         "--context",
         str(case.context),
+        "--workers",
+        str(workers),
     ]
     if not case.stream:
         cmd.append("--plain")
@@ -121,20 +127,24 @@ def median(rows: list[dict[str, Any]], key: str) -> float:
 
 def table(results: dict[tuple[str, str], list[dict[str, Any]]], cases: list[Case]) -> str:
     head = (
-        "| case | client | turns/s | ratio | client CPU ms/turn | events/s | peak RSS MB "
-        "| request KB | endpoint CPU ms/turn | loop lag p99 ms | send lag p99 ms |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| case | client | turns/s | ratio | ratio per repeat | client CPU ms/turn | events/s "
+        "| peak RSS MB | request KB | endpoint CPU ms/turn | loop lag p99 ms "
+        "| send lag p99 ms |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for case in cases:
         raw = results.get((case.name, "raw"))
         if not raw:
             continue
-        raw_tps = median(raw, "turns_per_s")
         for (name, client), rows in results.items():
             if name != case.name:
                 continue
             tps = median(rows, "turns_per_s")
+            # each repeat ran raw and this client back to back: their ratio, side by side
+            pairs = [h["turns_per_s"] / r["turns_per_s"] for h, r in zip(rows, raw, strict=False)]
+            many = len(pairs) > 1 and client != "raw"
+            spread = f"{min(pairs):.2f}-{max(pairs):.2f}" if many else "-"
             lag = send = "-"
             me = [r["harness_self"] for r in rows if r.get("harness_self")]
             lags = [m["loop_lag_ms"]["p99"] for m in me if m.get("loop_lag_ms")]
@@ -143,9 +153,9 @@ def table(results: dict[tuple[str, str], list[dict[str, Any]]], cases: list[Case
                 lag = f"{statistics.median(lags):.0f}"
             if sends:
                 send = f"{statistics.median(sends):.1f}"
-            label = "raw aiohttp" if client == "raw" else f"harness ({client})"
+            label = "raw aiohttp (1 process)" if client == "raw" else f"harness ({client})"
             lines.append(
-                f"| {case.name} | {label} | {tps:,.0f} | {tps / raw_tps:.2f} "
+                f"| {case.name} | {label} | {tps:,.0f} | {statistics.median(pairs):.2f} | {spread} "
                 f"| {median(rows, 'cpu_ms_per_turn'):.2f} | {median(rows, 'events_per_s'):,.0f} "
                 f"| {max(r['peak_rss_mb'] for r in rows):.0f} | {median(rows, 'req_kb'):.1f} "
                 f"| {median(rows, 'endpoint_cpu_ms_per_turn'):.2f} | {lag} | {send} |"
@@ -157,6 +167,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", default="shipped", help="harness ChatClient variants, comma")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument(
+        "--workers", default="1", help="harness worker processes to measure, comma (e.g. 1,2)"
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cases", default="", help="only cases whose name contains one of these")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
@@ -167,6 +180,8 @@ def main() -> None:
         wanted = [w.strip() for w in args.cases.split(",")]
         cases = [c for c in cases if any(w in c.name for w in wanted)]
     clients = [c for c in args.clients.split(",") if c]
+    counts = [int(w) for w in args.workers.split(",") if w]
+    runs = [("raw", "shipped", 1)] + [("harness", c, w) for c in clients for w in counts]
     repeats = 1 if args.quick else args.repeats
     # stopped by a signal: still stop the endpoints (the finally below)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -177,12 +192,13 @@ def main() -> None:
         for case in cases:
             proc, url = endpoints[case.delay_ms]
             for _ in range(repeats):
-                for mode, client in [("raw", "shipped"), *(("harness", c) for c in clients)]:
-                    row = run_client(url, case, mode, client, proc.pid)
-                    key = (case.name, "raw" if mode == "raw" else client)
+                for mode, client, workers in runs:
+                    row = run_client(url, case, mode, client, proc.pid, workers)
+                    name = client if workers == 1 else f"{client}, {workers} processes"
+                    key = (case.name, "raw" if mode == "raw" else name)
                     results.setdefault(key, []).append(row)
                     print(
-                        f"{case.name:>14} {key[1]:>9}: {row['turns_per_s']:8,.0f} turns/s "
+                        f"{case.name:>14} {key[1]:>20}: {row['turns_per_s']:8,.0f} turns/s "
                         f"{row['cpu_ms_per_turn']:5.2f} ms/turn {row['peak_rss_mb']:6.0f} MB",
                         file=sys.stderr,
                         flush=True,

@@ -1,11 +1,13 @@
 """One measured client run against the null endpoint; prints one JSON line.
 
     python benchmarks/perf_client.py --mode harness|raw --url URL --concurrency 80 \\
-        --sessions 800 --turns 5 --context 2000 [--plain] [--memory]
+        --sessions 800 --turns 5 --context 2000 [--plain] [--memory] [--workers N]
 
 ``harness``: ``harness.driver.drive()`` with the shipped scenario resized to the context, its
 own ``ChatClient``, ``TurnWriter`` to a temporary folder: everything a run does per turn
 (request body from the history, stream parsing, classification, the record, the tools).
+With ``--workers N`` the same over N worker processes (``harness.workers.drive_workers``),
+this process the one writer of the records, as in ``harness run --workers N``.
 ``raw``: a minimal aiohttp client sending requests of the same size at the same concurrency,
 reading the bytes and counting events, nothing more (the transport's upper bound).
 
@@ -42,6 +44,7 @@ from harness.config import Scenario, load_scenario  # noqa: E402
 from harness.driver import DriveOptions, Progress, drive  # noqa: E402
 from harness.records import TurnWriter  # noqa: E402
 from harness.session import SessionPlan, first_messages, make_plans  # noqa: E402
+from harness.workers import ClientSpec, WorkerPool, drive_workers  # noqa: E402
 
 ROOT = str(Path(__file__).resolve().parent.parent) + "/"
 BASE = {"run_id": "bench", "variant": "bench", "factors": {}, "repeat": 0}
@@ -149,6 +152,49 @@ async def run_harness(
     }
 
 
+async def run_workers(args: argparse.Namespace, scenario: Scenario) -> dict[str, Any]:
+    """The harness over ``args.workers`` processes (``drive_workers``). The processes start
+    and import before the clock starts, as the raw client's imports do (``harness run``
+    starts them while the server starts). CPU is the workers' own over their load plus the
+    parent's; peak memory is the parent's plus each worker's."""
+    plans = make_plans(scenario, args.sessions, seed=7)
+    spec = ClientSpec(args.url, "bench", max_connections=args.concurrency + 8)
+    pool = WorkerPool(args.workers)
+    await pool.start()
+    progress = Progress()
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = TurnWriter(Path(tmp) / "turns.jsonl")
+        t0 = time.perf_counter()
+        try:
+            ended = await drive_workers(
+                pool,
+                spec,
+                scenario,
+                plans,
+                writer,
+                BASE,
+                DriveOptions(concurrency=args.concurrency, stream=not args.plain),
+                progress,
+            )
+        finally:
+            wall = time.perf_counter() - t0
+            writer.close()
+        size = (Path(tmp) / "turns.jsonl").stat().st_size
+    me = progress.harness_self or {}
+    return {
+        "turns": progress.turns,
+        "wall_s": wall,
+        "cpu_s": me.get("cpu_s", 0.0),
+        "errors": progress.transport_errors,
+        "corrupted": progress.corrupted_turns,
+        "ended": dict(Counter(ended.values())),
+        "records_mb": round(size / 2**20, 2),
+        "harness_self": me,
+        "workers_rss_mb": me.get("peak_rss_mb", 0.0),
+        "memory": None,
+    }
+
+
 async def run_raw(args: argparse.Namespace, scenario: Scenario) -> dict[str, Any]:
     plans = make_plans(scenario, args.sessions, seed=7)
     tools = scenario.openai_tools()
@@ -247,12 +293,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     rss0 = rss_mb()
     if args.mode == "raw":
         result = await run_raw(args, scenario)
+    elif args.workers > 1:
+        result = await run_workers(args, scenario)
     else:
         result = await run_harness(args, scenario, client_factory(args.client))
     after = await endpoint_stats(args.url)
     requests = max(1, after["requests"] - before["requests"])
     result.update(
         mode=args.mode if args.mode == "raw" else f"harness/{args.client}",
+        workers=args.workers if args.mode == "harness" else 1,
         gcoff=getattr(args, "gcoff", False),
         concurrency=args.concurrency,
         sessions=args.sessions,
@@ -262,7 +311,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         req_kb=round((after["bytes_in"] - before["bytes_in"]) / requests / 1024, 1),
         events=after["events"] - before["events"],
         rss_start_mb=round(rss0, 1),
-        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        peak_rss_mb=round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            + result.get("workers_rss_mb", 0.0),
+            1,
+        ),
     )
     result["gc_s"] = round(gc_clock.seconds, 3)
     result["gc_collections"] = gc_clock.collections
@@ -295,6 +348,9 @@ def main() -> None:
     ap.add_argument("--turns", type=int, required=True, help="turns per session")
     ap.add_argument("--context", type=int, default=2000, help="tokens in the first request")
     ap.add_argument("--plain", action="store_true", help="non-streamed requests")
+    ap.add_argument(
+        "--workers", type=int, default=1, help="harness mode: worker processes (drive_workers)"
+    )
     ap.add_argument("--memory", action="store_true", help="tracemalloc breakdown half-way")
     args = ap.parse_args()
     print(json.dumps(asyncio.run(main_async(args))), flush=True)

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from harness import __version__
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
+from harness.argtypes import workers as workers_arg
 from harness.errors import HarnessError, UsageError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
@@ -48,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--concurrency", type=_positive_int, help="requests in flight at most (default: sessions)"
+    )
+    run.add_argument(
+        "--workers",
+        type=workers_arg,
+        metavar="N|auto",
+        help="processes driving each variant's sessions, each with its own event loop and "
+        "client (default: auto: one per core from 256 requests in flight on, one below)",
     )
     run.add_argument(
         "--ab",

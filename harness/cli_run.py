@@ -67,6 +67,15 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
     return int(most)
 
 
+def _workers(asked: int | str | None, concurrency: int) -> int:
+    """--workers N, or auto (the default): see harness.workers.auto_workers."""
+    from harness.workers import auto_workers
+
+    if asked is None or asked == "auto":
+        return auto_workers(concurrency)
+    return int(asked)
+
+
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     from harness.launch import check_variants
     from harness.targetfile import default_sim_target, load_target
@@ -100,12 +109,14 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     from harness.cli import api_key_from_env
 
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    concurrency = args.concurrency or scenario.sessions
     return RunOptions(
         scenario=scenario,
         variants=vs,
         out_dir=args.out or Path("reports") / run_id,
         sessions=scenario.sessions,
-        concurrency=args.concurrency or scenario.sessions,
+        concurrency=concurrency,
+        workers=_workers(getattr(args, "workers", None), concurrency),
         target=target,
         seed=args.seed,
         repeats=args.repeats,
@@ -285,6 +296,7 @@ def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
         junit=args.junit or saved.get("junit"),
         baseline=args.baseline or saved.get("baseline"),
         dry_run=args.dry_run,
+        workers=args.workers or saved.get("workers"),
     )
     return argparse.Namespace(**saved), str(meta["run_id"])
 
@@ -328,6 +340,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             extra = opts.sim_args if opts.target.name == "sim" else ()
             print(format_plan(opts.target, opts.schedule(), opts.out_dir, extra_args=extra))
+        print(f"workers: up to {opts.workers} per variant, {opts.concurrency} requests in flight")
         return 0
     if args.resume:
         skip = finished_sessions(opts.out_dir)

@@ -13,13 +13,16 @@ import gc
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from harness.client import ChatClient, TurnOutput
 from harness.config import Scenario
 from harness.records import TurnRecord, TurnWriter
 from harness.selfreport import SelfReport
 from harness.session import Session, SessionPlan, Shared
+
+if TYPE_CHECKING:
+    from harness.worker import InflightBoard
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +40,19 @@ class Progress:
     harness_self: dict[str, Any] | None = None  # the last drive()'s self-report
 
     def on_turn(self, rec: TurnRecord) -> None:
+        self.count(
+            bool(rec.get("corrupted")),
+            bool(rec.get("transport_error")),
+            (rec.get("repeat", 0), rec["session"]),
+        )
+
+    def count(self, corrupted: bool, transport_error: bool, key: tuple[int, int]) -> None:
+        """One finished turn: its verdict and its (repeat, session)."""
         self.turns += 1
-        if rec.get("corrupted"):
+        if corrupted:
             self.corrupted_turns += 1
-            self.corrupted_sessions.add((rec.get("repeat", 0), rec["session"]))
-        if rec.get("transport_error"):
+            self.corrupted_sessions.add(key)
+        if transport_error:
             self.transport_errors += 1
 
 
@@ -103,11 +114,14 @@ async def drive(
     on_turn: Callable[[TurnRecord], None] | None = None,
     on_session_end: Callable[[int, str | None], None] | None = None,
     make_session: Callable[[SessionPlan, Shared], Session] | None = None,
+    board: InflightBoard | None = None,
 ) -> list[Session]:
     """Run every session of one variant to its end; return the sessions.
 
     The harness's self-report for this call is left in ``progress.harness_self``.
     ``make_session`` builds each session (default ``Session``): trace replay and raw mode.
+    ``board``: the in-flight counts of the other workers driving the same variant
+    (``harness.workers``), so each record's ``inflight`` is the variant's total.
     """
     progress = progress or Progress()
     progress.sessions_total += len(plans)
@@ -131,6 +145,7 @@ async def drive(
                 on_turn,
                 on_session_end,
                 make_session,
+                board,
             )
     finally:
         if observers is not None:
@@ -153,6 +168,7 @@ async def _drive(
     on_turn: Callable[[TurnRecord], None] | None,
     on_session_end: Callable[[int, str | None], None] | None,
     make_session: Callable[[SessionPlan, Shared], Session] | None,
+    board: InflightBoard | None,
 ) -> list[Session]:
     def turn_done(rec: TurnRecord) -> None:
         report.note_turn()
@@ -169,6 +185,7 @@ async def _drive(
         on_corruption=options.on_corruption,
         limit=asyncio.Semaphore(options.concurrency),
         on_turn=turn_done,
+        board=board,
     )
     # each session is built in its own task, when it starts: the first requests leave
     # while later sessions still build their first prompt (an 80k-token prompt takes ~10 ms)

@@ -63,6 +63,12 @@ class TurnWriter:
         self._fh.flush()
         self.count += 1
 
+    def write_lines(self, lines: bytes, count: int) -> None:
+        """``count`` records already encoded, one per line (from a worker process)."""
+        self._fh.write(lines)
+        self._fh.flush()
+        self.count += count
+
     def sync(self) -> None:
         self._fh.flush()
         os.fsync(self._fh.fileno())

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import sequential
 from harness.client import ChatClient
 from harness.config import Scenario
 from harness.driver import DriveOptions, Progress, drive
@@ -34,11 +35,20 @@ from harness.metrics import MetricsScraper, flush_cache, warm_up
 from harness.plan import run_order
 from harness.rawmode import RawClient
 from harness.records import TURNS_FILE, TurnWriter
+from harness.selfreport import save_row
 from harness.session import ACTIVE_TRANSCRIPTS, Session, SessionPlan, Shared, make_plans
 from harness.targetfile import TargetSpec
-from harness.targets import EndpointTarget
+from harness.targets import EndpointTarget, served_model, watch
 from harness.trace_session import sessions_for
 from harness.transcripts import TRANSCRIPTS_FILE, TranscriptLog
+from harness.workers import (
+    ClientSpec,
+    SessionSource,
+    WorkerError,
+    WorkerPool,
+    drive_workers,
+    effective_workers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +84,7 @@ class RunOptions:
     pace: str = "recorded"  # recorded | fast
     api: str = "chat"  # chat | completions | generate (harness.rawmode)
     max_sessions: int | None = None  # --until-significant: the budget per variant
+    workers: int = 1  # processes driving each variant's sessions (harness.workers)
     alpha: float = 0.05
     args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
 
@@ -103,6 +114,7 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "target": str(opts.target.path) if opts.target else None,
         "sessions": opts.sessions,
         "concurrency": opts.concurrency,
+        "workers": opts.workers,
         "seed": opts.seed,
         "repeats": opts.repeats,
         "stream": opts.stream,
@@ -139,40 +151,12 @@ def finished_sessions(run_dir: Path) -> set[tuple[str, int, int]]:
     return done
 
 
-async def served_model(base_url: str, api_key: str | None = None) -> str:
-    """The first model id in the server's /v1/models ("default" when it lists none)."""
-    import httpx
-
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with httpx.AsyncClient(
-            base_url=base_url, timeout=10.0, trust_env=False, headers=headers
-        ) as http:
-            data = (await http.get("/v1/models")).json().get("data") or []
-        return str(data[0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
-        return "default"
-
-
 def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
     if opts.endpoint or opts.target is None:
         assert opts.endpoint is not None
         return EndpointTarget(opts.endpoint)
     extra = opts.sim_args if opts.target.name == "sim" else ()
     return make_target(opts.target, variant, opts.out_dir, extra_args=extra, repeat=repeat)
-
-
-async def _watch(target: Target, task: asyncio.Task[Any], interval_s: float = 0.5) -> str | None:
-    """Cancel ``task`` if the target's server process dies; say why."""
-    alive = getattr(target, "alive", None)
-    if alive is None:
-        return None
-    while not task.done():
-        if not alive():
-            task.cancel()
-            return "the server process died during the run"
-        await asyncio.sleep(interval_s)
-    return None
 
 
 async def _run_variant(
@@ -193,6 +177,10 @@ async def _run_variant(
     ended: dict[str, int] = {}
     error = None
     sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
+    # worker processes start (and import) while the server starts
+    workers = effective_workers(opts.workers, plans, opts.concurrency)
+    pool = WorkerPool(workers) if workers > 1 else None
+    starting = asyncio.create_task(pool.start()) if pool is not None else None
     try:
         base_url = await target.start()
         spec = opts.target
@@ -247,27 +235,56 @@ async def _run_variant(
                 if scrape
                 else contextlib.nullcontext()
             ):
-                # the driver builds the sessions' Shared: it picks the log up from the context
-                token = ACTIVE_TRANSCRIPTS.set(transcripts)
-                load = asyncio.create_task(
-                    drive(
-                        sessions_client,
-                        opts.scenario,
-                        plans,
-                        writer,
-                        base,
-                        DriveOptions(
-                            concurrency=opts.concurrency,
-                            stream=opts.stream,
-                            on_corruption=opts.on_corruption,
-                        ),
-                        progress,
-                        on_session_end=session_done,
-                        make_session=make_session,
-                    )
+                options = DriveOptions(
+                    concurrency=opts.concurrency,
+                    stream=opts.stream,
+                    on_corruption=opts.on_corruption,
                 )
-                ACTIVE_TRANSCRIPTS.reset(token)
-                watcher = asyncio.create_task(_watch(target, load))
+                if pool is None:
+                    # the driver builds the sessions' Shared: it picks the log up from the context
+                    token = ACTIVE_TRANSCRIPTS.set(transcripts)
+                    load: asyncio.Task[Any] = asyncio.create_task(
+                        drive(
+                            sessions_client,
+                            opts.scenario,
+                            plans,
+                            writer,
+                            base,
+                            options,
+                            progress,
+                            on_session_end=session_done,
+                            make_session=make_session,
+                        )
+                    )
+                    ACTIVE_TRANSCRIPTS.reset(token)
+                else:
+                    assert starting is not None
+                    await starting
+                    load = asyncio.create_task(
+                        drive_workers(
+                            pool,
+                            ClientSpec(
+                                base_url,
+                                model,
+                                opts.api_key,
+                                opts.concurrency + 8,
+                                opts.request_timeout,
+                                opts.api,
+                            ),  # fmt: skip
+                            opts.scenario,
+                            plans,
+                            writer,
+                            base,
+                            options,
+                            progress,
+                            on_session_end=session_done,
+                            source=SessionSource(
+                                opts.workload, opts.workload_mode, opts.pace, opts.api, opts.seed
+                            ),
+                            transcripts=transcripts,
+                        )
+                    )
+                watcher = asyncio.create_task(watch(target, load))
                 try:
                     await load
                 except asyncio.CancelledError:
@@ -275,9 +292,12 @@ async def _run_variant(
                     if error is None:
                         raise
                     announce(f"{name}: stopped: {error}")
+                except WorkerError as exc:
+                    error = str(exc)
+                    announce(f"{name}: stopped: {error}")
                 finally:
                     watcher.cancel()
-                    _save_self_report(opts.out_dir, variant, repeat, progress.harness_self)
+                    save_row(opts.out_dir, variant.label, repeat, progress.harness_self)
                 alive = getattr(target, "alive", None)
                 if error is None and alive is not None and not alive():
                     error = "the server process died during the run"
@@ -289,24 +309,14 @@ async def _run_variant(
             await client.aclose()
     finally:
         sessions_log.close()
+        if pool is not None and starting is not None:
+            with contextlib.suppress(Exception):
+                await starting  # quick: the processes import on their own
+            await pool.close()  # when the load never started (drive_workers closes it)
         await target.stop()
     wall = time.perf_counter() - t0
     announce(f"{name}: done in {wall:.0f}s")
     return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error)
-
-
-SELF_REPORT_FILE = "selfreport.jsonl"
-
-
-def _save_self_report(
-    run_dir: Path, variant: Variant, repeat: int, report: dict[str, Any] | None
-) -> None:
-    """One row per variant load: the harness's own lag and CPU (see selfreport.py)."""
-    if report is None:
-        return
-    row = {"variant": variant.label, "repeat": repeat, **report}
-    with open(run_dir / SELF_REPORT_FILE, "a") as fh:
-        fh.write(json.dumps(row) + "\n")
 
 
 async def _after_load(
@@ -386,7 +396,7 @@ async def execute(
                     save()
                 if len(rounds) > 1:
                     writer.sync()
-                    decided, why = sequential_decision(
+                    decided, why = sequential.decision(
                         opts.out_dir / TURNS_FILE,
                         [v.label for v in opts.variants],
                         look=look,
@@ -397,36 +407,3 @@ async def execute(
                     if decided:
                         break
     return outcomes
-
-
-def sequential_decision(
-    turns_path: Path, labels: list[str], *, look: int, looks: int, alpha: float
-) -> tuple[bool, str]:
-    """Stop adding sessions? Every variant against the baseline (Fisher, two-sided) at
-    alpha / looks: a Bonferroni split of alpha over the planned looks keeps the chance of a
-    false "significant" at most alpha however many looks are taken (conservative)."""
-    from harness.records import iter_turns
-    from harness.stats import fisher_exact
-
-    bad: dict[str, set[tuple[int, int]]] = {v: set() for v in labels}
-    seen: dict[str, set[tuple[int, int]]] = {v: set() for v in labels}
-    for rec in iter_turns(turns_path):
-        v = rec.get("variant", "")
-        if v not in seen or rec.get("transport_error"):
-            continue
-        key = (rec.get("repeat", 0), rec["session"])
-        seen[v].add(key)
-        if rec.get("corrupted"):
-            bad[v].add(key)
-    base = labels[0]
-    level = alpha / looks
-    pending = []
-    for v in labels[1:]:
-        p = fisher_exact(len(bad[base]), len(seen[base]), len(bad[v]), len(seen[v]))
-        if p >= level:
-            pending.append(f"{v} p={p:.3g}")
-    if not pending:
-        return True, f"every comparison decided at p < {level:.3g} (alpha {alpha} / {looks} looks)"
-    if look >= looks:
-        return True, f"budget spent; undecided: {', '.join(pending)}"
-    return False, f"undecided at p < {level:.3g}: {', '.join(pending)}"

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
+SELF_REPORT_FILE = "selfreport.jsonl"  # one row per variant load, in the run folder
 LAG_LIMIT_MS = 100.0  # loop lag p99 above this: the harness delays its own sends
 CPU_LIMIT = 0.9  # event-loop thread busier than this share of one core: saturated
 
@@ -190,12 +193,14 @@ class SelfReport:
         if lag is not None and lag["p99"] > self.lag_limit_ms:
             warnings.append(
                 f"event-loop lag p99 {lag['p99']:.0f} ms > {self.lag_limit_ms:.0f} ms: "
-                "the harness delayed its own sends and time stamps"
+                "the harness delayed its own sends and time stamps (--workers spreads the "
+                "sessions over more processes)"
             )
         if loop_cpu / wall > self.cpu_limit:
             warnings.append(
                 f"event-loop thread used {100 * loop_cpu / wall:.0f}% of a core "
-                f"(> {100 * self.cpu_limit:.0f}%): the harness may be the bottleneck"
+                f"(> {100 * self.cpu_limit:.0f}%): the harness may be the bottleneck "
+                "(--workers spreads the sessions over more processes)"
             )
         pool = self.pool_wait.summary_ms()
         if pool is not None and pool["p99"] > self.lag_limit_ms:
@@ -217,3 +222,73 @@ class SelfReport:
             "saturated": bool(warnings),
             "warnings": warnings,
         }
+
+
+def _worst(parts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The worst of several lag summaries, field by field; samples summed."""
+    seen = [p for p in parts if p]
+    if not seen:
+        return None
+    worst = {k: max(p[k] for p in seen) for k in ("p50", "p99", "max", "mean")}
+    return {**worst, "samples": sum(p["samples"] for p in seen)}
+
+
+def combine(
+    workers: list[dict[str, Any]],
+    parent: dict[str, Any] | None = None,
+    lag_limit_ms: float = LAG_LIMIT_MS,
+) -> dict[str, Any]:
+    """One ``harness_self`` for a variant driven by several worker processes.
+
+    Turns and CPU are summed (the parent's CPU, writing the records, included), turns/s is
+    every turn over the variant's wall time (the parent's, from the first job sent to the
+    last worker done), the loop, send and pool lags are the worst worker's (field by field),
+    ``loop_cpu_percent`` the busiest worker loop's. Every worker's warning is kept, prefixed
+    with its number; the parent's own CPU and loop lag are ``parent_cpu_s`` and
+    ``parent_loop_lag_ms`` (it only writes: when it lags, the workers wait on their pipes and
+    their own lag shows it too); ``peak_rss_mb`` sums the workers' peaks.
+    """
+    wall = max([parent["wall_s"] if parent else 0.0] + [w["wall_s"] for w in workers] + [1e-9])
+    turns = sum(w["turns"] for w in workers)
+    cpu = sum(w["cpu_s"] for w in workers) + (parent["cpu_s"] if parent else 0.0)
+    warnings = [f"worker {i + 1}: {m}" for i, w in enumerate(workers) for m in w["warnings"]]
+    parent_lag = parent.get("loop_lag_ms") if parent else None
+    if parent_lag is not None and parent_lag["p99"] > lag_limit_ms:
+        warnings.append(
+            f"the parent's event loop (the records' writer) lagged: p99 "
+            f"{parent_lag['p99']:.0f} ms > {lag_limit_ms:.0f} ms"
+        )
+    out: dict[str, Any] = {
+        "wall_s": round(wall, 3),
+        "turns": turns,
+        "turns_per_s": round(turns / wall, 2),
+        "cpu_s": round(cpu, 3),
+        "cpu_percent": round(100 * cpu / wall, 1),
+        "loop_cpu_percent": max((w["loop_cpu_percent"] for w in workers), default=0.0),
+        "loop_lag_ms": _worst([w.get("loop_lag_ms") for w in workers]),
+        "send_lag_ms": _worst([w.get("send_lag_ms") for w in workers]),
+        "pool_wait_ms": _worst([w.get("pool_wait_ms") for w in workers]),
+        "stale_resends": sum(w.get("stale_resends", 0) for w in workers),
+        "saturated": bool(warnings),
+        "warnings": warnings,
+        "workers": len(workers),
+        "parent_cpu_s": round(parent["cpu_s"], 3) if parent else None,
+        "parent_loop_lag_ms": parent_lag,
+    }
+    rss = [w["peak_rss_mb"] for w in workers if w.get("peak_rss_mb") is not None]
+    if rss:
+        out["peak_rss_mb"] = round(sum(rss), 1)  # the workers' peaks (not the parent's)
+    out["per_worker"] = [
+        {k: w.get(k) for k in ("turns", "turns_per_s", "cpu_percent", "loop_lag_ms")}
+        for w in workers
+    ]
+    return out
+
+
+def save_row(run_dir: Path, variant: str, repeat: int, report: dict[str, Any] | None) -> None:
+    """Append one variant load's report to the run folder's ``selfreport.jsonl``."""
+    if report is None:
+        return
+    row = {"variant": variant, "repeat": repeat, **report}
+    with open(run_dir / SELF_REPORT_FILE, "a") as fh:
+        fh.write(json.dumps(row) + "\n")

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from harness import labels as L
 from harness.client import ChatClient, Failure, TurnOutput
@@ -19,6 +19,9 @@ from harness.records import TurnRecord, TurnWriter
 from harness.tools import document_chunk, estimate_tokens, padding_text, run_tool
 from harness.transcripts import TranscriptLog
 from harness.verdict import Verdict, classify_turn
+
+if TYPE_CHECKING:
+    from harness.worker import InflightBoard
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +152,7 @@ class Shared:
     retry_delay_s: float = 0.5
     transcripts: TranscriptLog | None = field(default_factory=ACTIVE_TRANSCRIPTS.get)
     workload: Workload = field(default_factory=Workload)
+    board: InflightBoard | None = None  # the other workers' in flight (harness.workers)
 
 
 def first_messages(scenario: Scenario, plan: SessionPlan) -> list[dict[str, Any]]:
@@ -206,7 +210,7 @@ class Session:
         sh = self.shared
         async with sh.limit:
             sh.inflight += 1
-            inflight = sh.inflight
+            inflight = sh.inflight if sh.board is None else sh.board.publish(sh.inflight)
             sent_at = time.time()
             body = self.body(turn)
             entry = None
@@ -228,6 +232,8 @@ class Session:
                 raise
             finally:
                 sh.inflight -= 1
+                if sh.board is not None:
+                    sh.board.publish(sh.inflight)
         self.turns_sent += 1
         if out.failure is not None:
             verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": str(out.failure)})

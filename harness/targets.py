@@ -105,3 +105,29 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
         proc.wait(timeout=5)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)  # stragglers of the group
+
+
+async def served_model(base_url: str, api_key: str | None = None) -> str:
+    """The first model id in the server's /v1/models ("default" when it lists none)."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with httpx.AsyncClient(
+            base_url=base_url, timeout=10.0, trust_env=False, headers=headers
+        ) as http:
+            data = (await http.get("/v1/models")).json().get("data") or []
+        return str(data[0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
+        return "default"
+
+
+async def watch(target: object, task: asyncio.Task[Any], interval_s: float = 0.5) -> str | None:
+    """Cancel ``task`` if the target's server process dies; say why."""
+    alive = getattr(target, "alive", None)
+    if alive is None:
+        return None
+    while not task.done():
+        if not alive():
+            task.cancel()
+            return "the server process died during the run"
+        await asyncio.sleep(interval_s)
+    return None

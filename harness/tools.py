@@ -208,14 +208,37 @@ def run_tool(kind: str, arguments: dict[str, Any], *, seed: int, budget_tokens: 
     return _KINDS[kind](rng, arguments, max(16, budget_tokens))
 
 
-_SUBJECTS = ("The scheduler", "Each worker", "The cache pool", "A request", "The loader",
-             "The host tier", "The router", "Every session", "The allocator", "The index")
+_SUBJECTS = (
+    "The scheduler",
+    "Each worker",
+    "The cache pool",
+    "A request",
+    "The loader",
+    "The host tier",
+    "The router",
+    "Every session",
+    "The allocator",
+    "The index",
+)
 _VERBS = ("keeps", "evicts", "reloads", "copies", "tracks", "releases", "batches", "checks")
-_OBJECTS = ("the pages of idle sessions", "a prefix tree of cached tokens", "one slot per request",
-            "the layers in order", "a budget of tokens per step", "the entries it can free",
-            "the events of the copy stream", "the requests that wait")
-_CLAUSES = ("when memory runs short", "before the next step starts", "after a transfer ends",
-            "while other requests decode", "once the lock is released", "at most once per batch")
+_OBJECTS = (
+    "the pages of idle sessions",
+    "a prefix tree of cached tokens",
+    "one slot per request",
+    "the layers in order",
+    "a budget of tokens per step",
+    "the entries it can free",
+    "the events of the copy stream",
+    "the requests that wait",
+)
+_CLAUSES = (
+    "when memory runs short",
+    "before the next step starts",
+    "after a transfer ends",
+    "while other requests decode",
+    "once the lock is released",
+    "at most once per batch",
+)
 
 
 def document_chunk(seed: int, tokens: int) -> str:

@@ -26,7 +26,7 @@ finished sessions are dropped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -81,8 +81,10 @@ class TranscriptLog:
         stream: bool,
         dialect: str,
         keep_all: bool = False,
+        sink: Callable[[bytes], None] | None = None,
     ) -> None:
         self.path = path
+        self._sink = sink  # where encoded rows go instead of ``path`` (a worker process)
         self.base: dict[str, Any] = {k: base[k] for k in ("variant", "repeat") if k in base}
         self.model = model
         self.stream = stream
@@ -177,10 +179,18 @@ class TranscriptLog:
         return sum(1 for st in self._sessions.values() if not st.live)
 
     def _write(self, row: dict[str, Any]) -> None:
+        line = orjson.dumps(row) + b"\n"
+        if self._sink is not None:
+            self._sink(line)
+        else:
+            self.write_line(line)
+
+    def write_line(self, line: bytes) -> None:
+        """Append one encoded row (a worker's, or this log's own) and flush it."""
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        self._fh.write(orjson.dumps(row) + b"\n")
+        self._fh.write(line)
         self._fh.flush()
 
     def close(self) -> None:

@@ -17,6 +17,12 @@ from tests.test_cli import CLI, ROOT, _sim_processes, harness
 SMALL = ["--sessions", "6", "--turns", "6", "--max-context", "12000", "--no-progress"]
 
 
+def ctrl_c_reaches_it() -> None:
+    """In the child: SIGINT back to its default (pytest run in the background ignores it, and
+    a child would inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     out = tmp_path / "r"
     proc = harness(
@@ -87,6 +93,7 @@ def test_ctrl_c_keeps_every_turn_and_resume_finishes_the_run(tmp_path: Path) -> 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )
     deadline = time.monotonic() + 60
     turns = out / "turns.jsonl"
