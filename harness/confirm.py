@@ -30,8 +30,12 @@ from harness.records import TURNS_FILE, TurnWriter, iter_turns
 from harness.transcripts import TRANSCRIPTS_FILE, load_transcripts
 
 if TYPE_CHECKING:  # the report reads this module's analysis half without the HTTP stack
+    from collections.abc import Callable
+
     from harness.client import ChatClient
     from harness.config import Scenario
+    from harness.matrix import Variant
+    from harness.run import RunOptions
     from harness.session import SessionPlan
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,28 @@ def _key(row: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def _read(path: Path) -> list[dict[str, Any]]:
     return list(iter_turns(path)) if path.exists() else []  # type: ignore[arg-type]
+
+
+def unconfirmed(run_dir: Path, variant: str, repeat: int) -> int:
+    """Corrupted sends of (variant, repeat) not yet re-sent alone (a resumed run's work)."""
+    done = {_key(r) for r in _read(run_dir / CONFIRM_FILE)}
+    left = 0
+    for (v, r, session), t in load_transcripts(run_dir / TRANSCRIPTS_FILE).items():
+        if (v, r) == (variant, repeat):
+            for row in t.rows:
+                key = (v, r, session, row["turn"], row["attempt"])
+                left += bool((row.get("response") or {}).get("corrupted")) and key not in done
+    return left
+
+
+def referenced(run_dir: Path, variant: str, repeat: int) -> set[int]:
+    """Sessions of (variant, repeat) already re-run alone: any row in reference.jsonl (one
+    cut short keeps the turns it has, compared as far as they go, and is not run twice)."""
+    return {
+        int(r["session"])
+        for r in _read(run_dir / REFERENCE_FILE)
+        if r.get("variant") == variant and int(r.get("repeat", 0)) == repeat
+    }
 
 
 async def confirm_variant(
@@ -115,6 +141,51 @@ async def reference_variant(
             await Session(plan, shared).run()
             n += 1
     return n
+
+
+async def after_load(
+    opts: RunOptions,
+    run_id: str,
+    variant: Variant,
+    repeat: int,
+    chosen: list[SessionPlan],
+    client: ChatClient,
+    base: dict[str, Any],
+    announce: Callable[[str], None],
+) -> None:
+    """--confirm and --reference-sessions (``chosen``): lone re-sends on the same server,
+    now idle."""
+    name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
+    if opts.confirm:
+        rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
+        alone = sum(1 for r in rows if r["status"] == REPRODUCES_ALONE)
+        announce(f"{name}: {len(rows)} corrupted turns re-sent alone, {alone} corrupted again")
+    if chosen:
+        announce(f"{name}: {len(chosen)} reference sessions, one at a time")
+        await reference_variant(
+            client,
+            opts.scenario,
+            chosen,
+            base,
+            opts.out_dir,
+            stream=opts.stream,
+            on_corruption=opts.on_corruption,
+        )
+
+
+def after_load_left(
+    opts: RunOptions, variant: Variant, repeat: int, plans: list[SessionPlan], resuming: bool
+) -> tuple[list[SessionPlan], bool]:
+    """The reference sessions of this round still to run alone (the first K of its plans,
+    less those a resumed run already re-ran), and whether corrupted sends of a resumed run
+    still wait to be confirmed: what an interrupted after-load left to do."""
+    reference = plans[: opts.reference_sessions]
+    if reference and resuming:
+        done = referenced(opts.out_dir, variant.label, repeat)
+        reference = [p for p in reference if p.index not in done]
+    confirm_left = resuming and opts.confirm
+    confirm_left = confirm_left and unconfirmed(opts.out_dir, variant.label, repeat) > 0
+    return reference, confirm_left
 
 
 # ---- analysis ------------------------------------------------------------------------------

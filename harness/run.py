@@ -27,6 +27,7 @@ from typing import Any
 from harness import sequential
 from harness.client import ChatClient
 from harness.config import Scenario
+from harness.confirm import after_load, after_load_left
 from harness.driver import DriveOptions, Progress, drive
 from harness.errors import UsageError
 from harness.launch import Target, make_target
@@ -169,7 +170,10 @@ async def _run_variant(
     progress: Progress,
     announce: Callable[[str], None],
     make_session: Callable[[SessionPlan, Shared], Session] | None = None,
+    reference: list[SessionPlan] | None = None,
 ) -> VariantOutcome:
+    """Start the variant's server, drive ``plans``, then the after-load work (--confirm, and
+    the ``reference`` sessions re-run alone), stop the server."""
     target = _target_for(opts, variant, repeat)
     name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
     t0 = time.perf_counter()
@@ -297,13 +301,15 @@ async def _run_variant(
                     announce(f"{name}: stopped: {error}")
                 finally:
                     watcher.cancel()
-                    save_row(opts.out_dir, variant.label, repeat, progress.harness_self)
+                    if plans:  # (a resumed variant with only its after-load work left)
+                        save_row(opts.out_dir, variant.label, repeat, progress.harness_self)
                 alive = getattr(target, "alive", None)
                 if error is None and alive is not None and not alive():
                     error = "the server process died during the run"
                     announce(f"{name}: {error}")
                 if error is None:
-                    await _after_load(opts, run_id, variant, repeat, plans, client, base, announce)
+                    chosen = plans[: opts.reference_sessions] if reference is None else reference
+                    await after_load(opts, run_id, variant, repeat, chosen, client, base, announce)
         finally:
             transcripts.close()
             await client.aclose()
@@ -317,38 +323,6 @@ async def _run_variant(
     wall = time.perf_counter() - t0
     announce(f"{name}: done in {wall:.0f}s")
     return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error)
-
-
-async def _after_load(
-    opts: RunOptions,
-    run_id: str,
-    variant: Variant,
-    repeat: int,
-    plans: list[SessionPlan],
-    client: ChatClient,
-    base: dict[str, Any],
-    announce: Callable[[str], None],
-) -> None:
-    """--confirm and --reference-sessions: lone re-sends on the same server, now idle."""
-    from harness.confirm import confirm_variant, reference_variant
-
-    name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
-    if opts.confirm:
-        rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
-        alone = sum(1 for r in rows if r["status"] == "reproduces_alone")
-        announce(f"{name}: {len(rows)} corrupted turns re-sent alone, {alone} corrupted again")
-    if opts.reference_sessions:
-        chosen = plans[: opts.reference_sessions]
-        announce(f"{name}: {len(chosen)} reference sessions, one at a time")
-        await reference_variant(
-            client,
-            opts.scenario,
-            chosen,
-            base,
-            opts.out_dir,
-            stream=opts.stream,
-            on_corruption=opts.on_corruption,
-        )
 
 
 async def execute(
@@ -386,12 +360,24 @@ async def execute(
             for look, round_plans in enumerate(rounds, 1):
                 for variant, repeat in opts.schedule():
                     todo = [p for p in round_plans if (variant.label, repeat, p.index) not in skip]
-                    if not todo:
+                    reference, confirm_left = after_load_left(
+                        opts, variant, repeat, round_plans, bool(skip)
+                    )
+                    if not todo and not reference and not confirm_left:
                         continue
                     outcomes.append(
                         await _run_variant(
-                            opts, run_id, variant, repeat, todo, writer, progress, announce, make
-                        )
+                            opts,
+                            run_id,
+                            variant,
+                            repeat,
+                            todo,
+                            writer,
+                            progress,
+                            announce,
+                            make,
+                            reference,
+                        )  # fmt: skip
                     )
                     save()
                 if len(rounds) > 1:

@@ -84,6 +84,42 @@ async def test_corruption_that_happens_alone_too_reproduces_alone(
     assert v["confirm"]["turn_rate_under_load"] == 0.0
 
 
+async def test_resume_finishes_an_interrupted_after_load(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """Every session done, but the run stopped while it confirmed and re-ran references:
+    --resume starts the server again for the after-load work only, runs the reference
+    sessions that have no rows and confirms the sends not confirmed yet, each once."""
+    from harness.driver import Progress
+    from harness.run import execute, finished_sessions
+
+    url = make_sim(force_fault="salad")
+    opts = await _fault_run(url, tmp_path, 4, confirm=True, reference_sessions=3)
+    confirm = _confirm_rows(tmp_path)
+    assert len(confirm) >= 2
+    reference = read_turns(tmp_path / REFERENCE_FILE)
+    first = [r for r in reference if r["session"] == 0]
+    # cut the after-load short: one confirmed send, one reference session
+    (tmp_path / CONFIRM_FILE).write_text(json.dumps(confirm[0]) + "\n")
+    (tmp_path / REFERENCE_FILE).write_text("".join(json.dumps(r) + "\n" for r in first))
+    turns_before = (tmp_path / "turns.jsonl").read_text()
+
+    skip = finished_sessions(tmp_path)
+    assert len(skip) == 4
+    outcomes = await execute(opts, "r1", Progress(), skip=skip)
+    assert len(outcomes) == 1
+    assert outcomes[0].sessions == 0  # no session was driven again
+    assert (tmp_path / "turns.jsonl").read_text() == turns_before
+    again = _confirm_rows(tmp_path)
+    assert sorted(map(_key, again)) == sorted(map(_key, confirm))  # each send once
+    reference = read_turns(tmp_path / REFERENCE_FILE)
+    assert {r["session"] for r in reference} == {0, 1, 2}
+    assert [r for r in reference if r["session"] == 0] == first  # not run twice
+
+    # nothing left to do: a second resume starts no server
+    assert await execute(opts, "r1", Progress(), skip=finished_sessions(tmp_path)) == []
+
+
 def _other_path(data: bytes) -> bytes:
     """A non-streamed response whose first string argument is changed (still well-formed)."""
     doc = json.loads(data)
