@@ -112,17 +112,22 @@ async def test_each_fault_has_its_failure_kind(
 Respond = Callable[[asyncio.StreamWriter], None]
 
 
+async def _read_request(reader: asyncio.StreamReader) -> None:
+    """Read one HTTP/1.1 request with a content-length body (raises at the end of input)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.lower().split(b"\r\n")
+        if line.startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+
+
 async def _raw_chat(respond: Respond, stream: bool) -> Any:
     """One chat request against a raw TCP server that reads the request, then ``respond``s."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.lower().split(b"\r\n")
-            if line.startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+        await _read_request(reader)
         respond(writer)
         await writer.drain()
         writer.close()
@@ -226,13 +231,7 @@ async def _keepalive_server(
         seen.append(0)
         try:
             while True:
-                request_head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in request_head.lower().split(b"\r\n")
-                    if line.startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
+                await _read_request(reader)
                 seen[conn] += 1
                 if drop(conn, seen[conn] - 1):
                     _reset(writer)
@@ -245,67 +244,55 @@ async def _keepalive_server(
     return await asyncio.start_server(handle, "127.0.0.1", 0), seen
 
 
-@pytest.mark.parametrize("stream", [True, False])
-async def test_a_request_on_a_dead_kept_alive_connection_is_sent_once_more(stream: bool) -> None:
-    """Like llama.cpp closing a connection after each stream: the second request on every
-    connection finds it dead before any answer; it is sent again on a new connection."""
-    server, seen = await _keepalive_server(lambda _c, n: n == 1, stream)
+async def _chats(
+    drop: Callable[[int, int], bool], stream: bool, n: int
+) -> tuple[list[Any], int, list[int]]:
+    """``n`` chat requests one after another against ``_keepalive_server(drop)``: the
+    outputs, the resends the client reported, the requests each connection saw."""
+    server, seen = await _keepalive_server(drop, stream)
     port = server.sockets[0].getsockname()[1]
     client = ChatClient(f"http://127.0.0.1:{port}", model="m", request_timeout=5.0)
     resends = _Resends()
     client.observers.append(resends)
     try:
-        outs = [await client.chat(request(), stream=stream) for _ in range(4)]
+        outs = [await client.chat(request(), stream=stream) for _ in range(n)]
     finally:
         await client.aclose()
         server.close()
         await server.wait_closed()
+    return outs, resends.count, seen
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_request_on_a_dead_kept_alive_connection_is_sent_once_more(stream: bool) -> None:
+    """Like llama.cpp closing a connection after each stream: the second request on every
+    connection finds it dead before any answer; it is sent again on a new connection."""
+    outs, resends, seen = await _chats(lambda _c, n: n == 1, stream, 4)
     assert [o.failure for o in outs] == [None] * 4
     assert [o.content for o in outs] == ["Done."] * 4
     # requests 2, 3 and 4 each met a dead connection (its second request) and went again on a
     # new one, which served it
-    assert resends.count == 3
+    assert resends == 3
     assert seen == [2, 2, 2, 1]
 
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_a_fresh_connection_that_breaks_is_a_failure_not_resent(stream: bool) -> None:
-    server, seen = await _keepalive_server(lambda _c, n: n == 0, stream)
-    port = server.sockets[0].getsockname()[1]
-    client = ChatClient(f"http://127.0.0.1:{port}", model="m", request_timeout=5.0)
-    resends = _Resends()
-    client.observers.append(resends)
-    try:
-        out = await client.chat(request(), stream=stream)
-    finally:
-        await client.aclose()
-        server.close()
-        await server.wait_closed()
+    (out,), resends, seen = await _chats(lambda _c, n: n == 0, stream, 1)
     assert out.failure is not None
     assert out.failure.kind == "cut", out.failure
-    assert (resends.count, seen) == (0, [1])
+    assert (resends, seen) == (0, [1])
 
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_the_resend_is_once(stream: bool) -> None:
     """After the first answer the server breaks everything: the request that met the dead
     connection is sent once more, on a fresh connection, which breaks too: a cut."""
-    server, seen = await _keepalive_server(lambda c, n: c > 0 or n > 0, stream)
-    port = server.sockets[0].getsockname()[1]
-    client = ChatClient(f"http://127.0.0.1:{port}", model="m", request_timeout=5.0)
-    resends = _Resends()
-    client.observers.append(resends)
-    try:
-        first = await client.chat(request(), stream=stream)
-        second = await client.chat(request(), stream=stream)
-    finally:
-        await client.aclose()
-        server.close()
-        await server.wait_closed()
+    (first, second), resends, seen = await _chats(lambda c, n: c > 0 or n > 0, stream, 2)
     assert first.failure is None
     assert second.failure is not None
     assert second.failure.kind == "cut", second.failure
-    assert (resends.count, seen) == (1, [2, 1])
+    assert (resends, seen) == (1, [2, 1])
 
 
 # ---------------------------------------------------------------- sessions under faults
