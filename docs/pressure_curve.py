@@ -100,7 +100,7 @@ async def one_run(
             sessions=sessions, pressure=pressure, think_time_s=think, prefix_groups=0, branches=1
         )
     else:
-        scenario = load_scenario().with_overrides(  # the same agent, without a pressure plan
+        scenario = load_scenario().with_overrides(  # the default coding agent, no pressure plan
             sessions=sessions, steps=20, max_turns=30, start_context=3000,
             max_context=max_context, think_time_s=think,
         )  # fmt: skip

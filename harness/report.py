@@ -19,6 +19,7 @@ from harness import analysis, confirm, plots, report_html, stats
 from harness.analysis import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
 from harness.report_html import METHOD, comparison_line
+from harness.selfreport import SELF_REPORT_FILE
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ def cache_markdown(summary: Summary) -> list[str]:
 
 def _attach_self_report(summary: Summary, run_dir: Path) -> None:
     """``variants[].harness_self``: the harness's own lag and CPU per load (selfreport.jsonl)."""
-    path = run_dir / "selfreport.jsonl"
+    path = run_dir / SELF_REPORT_FILE
     if not path.exists():
         return
     rows: dict[str, list[dict[str, Any]]] = {}
