@@ -40,6 +40,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import msgspec
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
@@ -428,6 +429,42 @@ class _LineSplitter:
         return head.split(b"\n")
 
 
+class _Function(msgspec.Struct):
+    name: Any = None
+    arguments: Any = None
+
+
+class _ToolCallDelta(msgspec.Struct):
+    index: Any = 0
+    id: Any = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: Any = None
+    reasoning_content: Any = None
+    tool_calls: list[_ToolCallDelta] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: Any = None
+
+
+class _Event(msgspec.Struct):
+    """The fields of one streamed chat event that a turn needs; the rest is skipped unread
+    (an event decoded this way costs half of one decoded into dictionaries). A value of a
+    shape no server sends (``choices`` that is not a list of objects, ...) fails the decode:
+    a ``protocol`` failure."""
+
+    choices: list[_Choice] | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = msgspec.UNSET
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+
+
 class _Events:
     """SSE lines -> the ``TurnOutput``; ``feed`` returns True at ``[DONE]`` or an error."""
 
@@ -445,7 +482,10 @@ class _Events:
 
     def feed(self, lines: list[bytes], now: float) -> bool:
         out = self.out
+        decode = _EVENT.decode
         for line in lines:
+            if not line:
+                continue  # the blank line after each event
             if not line.startswith(b"data:"):
                 if line.startswith(b"event:") and b"error" in line:
                     out.failure = Failure("stream_error", "error event in the stream")
@@ -455,33 +495,35 @@ class _Events:
             if payload == b"[DONE]":
                 self.done = True
                 return True
-            doc = orjson.loads(payload)
-            if "error" in doc:
-                out.failure = Failure("stream_error", _error_text(orjson.dumps(doc["error"])))
+            event = decode(payload)
+            if event.error is not msgspec.UNSET:
+                out.failure = Failure("stream_error", _error_text(orjson.dumps(event.error)))
                 return True
-            if doc.get("usage"):
-                _usage(out, doc["usage"])
-            for choice in doc.get("choices") or ():
-                delta = choice.get("delta") or {}
+            if event.usage:
+                _usage(out, event.usage)
+            for choice in event.choices or ():
+                delta = choice.delta
                 got = False
-                if delta.get("content"):
-                    self.content.append(delta["content"])
-                    got = True
-                if delta.get("reasoning_content"):
-                    self.reasoning.append(delta["reasoning_content"])
-                    got = True
-                for tc in delta.get("tool_calls") or ():
-                    slot = self.calls.setdefault(
-                        tc.get("index", 0), {"id": None, "name": "", "arguments": ""}
-                    )
-                    if tc.get("id"):
-                        slot["id"] = tc["id"]
-                    fn = tc.get("function") or {}
-                    if fn.get("name"):
-                        slot["name"] += fn["name"]
-                    if fn.get("arguments"):
-                        slot["arguments"] += fn["arguments"]
-                    got = True
+                if delta is not None:
+                    if delta.content:
+                        self.content.append(delta.content)
+                        got = True
+                    if delta.reasoning_content:
+                        self.reasoning.append(delta.reasoning_content)
+                        got = True
+                    for tc in delta.tool_calls or ():
+                        slot = self.calls.setdefault(
+                            tc.index, {"id": None, "name": "", "arguments": ""}
+                        )
+                        if tc.id:
+                            slot["id"] = tc.id
+                        fn = tc.function
+                        if fn is not None:
+                            if fn.name:
+                                slot["name"] += fn.name
+                            if fn.arguments:
+                                slot["arguments"] += fn.arguments
+                        got = True
                 if got:
                     out.events += 1
                     if self.last is None:
@@ -489,8 +531,8 @@ class _Events:
                     else:
                         self.gaps += now - self.last
                     self.last = now
-                if choice.get("finish_reason"):
-                    out.finish_reason = choice["finish_reason"]
+                if choice.finish_reason:
+                    out.finish_reason = choice.finish_reason
         return False
 
     def finish(self) -> None:

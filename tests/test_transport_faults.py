@@ -158,6 +158,7 @@ def _answer(content_type: str, body: bytes) -> Respond:
 _JSON_ERROR = b'{"error": {"message": "engine died", "code": 500}}'
 _EVENT_ERROR = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
 _EVENT_ERROR += b'event: error\ndata: {"message": "engine died"}\n\n'
+_ERR = "stream_error"
 
 
 @pytest.mark.parametrize(
@@ -171,6 +172,8 @@ _EVENT_ERROR += b'event: error\ndata: {"message": "engine died"}\n\n'
         (_answer("application/json", _JSON_ERROR), False, "protocol"),
         (_answer("text/event-stream", _EVENT_ERROR), True, "stream_error"),
         (_answer("text/event-stream", b'data: {"choices": [}\n\n'), True, "protocol"),
+        (_answer("text/event-stream", b'data: {"choices": {"0": {}}}\n\n'), True, "protocol"),
+        (_answer("text/event-stream", b'data: {"error": {"message": "busy"}}\n\n'), True, _ERR),
     ],
     ids=[
         "reset-stream",
@@ -181,6 +184,8 @@ _EVENT_ERROR += b'event: error\ndata: {"message": "engine died"}\n\n'
         "json-error-with-200",
         "sse-error-event",
         "sse-bad-json",
+        "sse-choices-not-a-list",
+        "sse-error-in-data",
     ],
 )
 async def test_other_broken_servers(respond: Respond, stream: bool, kind: str) -> None:

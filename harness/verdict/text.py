@@ -123,7 +123,16 @@ _QUICK_MAX = 6000
 _NOT_PLAIN = re.compile("[^\x00-\x7f\u00a0\u00b7\u2010-\u2015\u2018-\u201f\u2022\u2026]")
 _RUN4 = re.compile(r"([^\s\d\-=_*#~.+|/\\<>`'\"])\1{3}")
 _LOWER_UPPER = re.compile(r"[a-z][A-Z]")
-_GLUED_WEAK = re.compile(r"(?<=[^\W\d_])[\"`|^$%@)\]}](?=[^\W\d_])")
+# Python's regex engine skips fast to a pattern's first character when that is a literal or
+# a class, and tries a pattern led by a lookbehind or an alternation at every position: the
+# patterns below lead with the mark, and the rest is checked on the few matches.
+#: ``[^\W\d_]["`|^$%@)\]}][^\W\d_]``, the letter before checked apart
+_GLUED_WEAK = re.compile(r"[\"`|^$%@)\]}](?=[^\W\d_])")
+#: candidates of ``salad.CLASH``: two clause marks in a row, except ``?!`` pairs
+_CLASH = re.compile(r"[?!;:,](?=[?!;:,])")
+#: in every match of ``salad.SPACED`` (8+ copies of a mark with 1-3 spaces between), the
+#: second and third copies stand between spaces
+_SPACED = re.compile(r"\s(\S)\s{1,3}\1\s")
 _TOKEN_SEP = bytes(
     c if (48 <= c <= 57 or 97 <= c <= 122) else (c + 32 if 65 <= c <= 90 else 32)
     for c in range(256)
@@ -164,18 +173,40 @@ def quick_clean(text: str) -> bool:
             return False
     if _LOWER_UPPER.search(text) and salad.CASE.search(text):
         return False
-    if _GLUED_WEAK.search(text) or salad.CLASH.search(text) or _RUN4.search(text):
+    # (the text is plain here: its letters are ASCII letters, so ``isalpha`` is ``[^\W\d_]``)
+    for m in _GLUED_WEAK.finditer(text):
+        if m.start() > 0 and text[m.start() - 1].isalpha():
+            return False
+    for m in _CLASH.finditer(text):
+        if not (text[m.start()] in "?!" and text[m.start() + 1] in "?!"):
+            return False
+    if _any_run4(raw) and _RUN4.search(text):
         return False
     if _any_glued(toks) or any(_periodic(t) for t in toks if len(t) >= 8):
         return False
-    return salad.SPACED.search(text) is None
+    return _SPACED.search(text) is None or salad.SPACED.search(text) is None
+
+
+def _any_run4(raw: bytes) -> bool:
+    """Four equal bytes in a row (one byte per character: a run of any character)."""
+    x = np.frombuffer(raw, np.uint8)
+    same = x[1:] == x[:-1]
+    return bool((same[:-2] & same[1:-1] & same[2:]).any())
 
 
 def _periodic(t: bytes) -> bool:
-    """``repeat.periodic`` on one token: a unit of 2-8 letters repeated 4+ (6+) times."""
-    return t.isalpha() and any(
-        len(t) >= (6 if k == 2 else 4) * k and t[k:] == t[:-k] for k in range(2, 9)
-    )
+    """``repeat.periodic`` on one token: a unit of 2-8 letters repeated 4+ (6+) times.
+
+    Only the periods ``k`` with ``t[k] == t[0]`` can be one."""
+    if not t.isalpha():
+        return False
+    first = t[:1]
+    k = t.find(first, 2, 9)
+    while k >= 0:
+        if len(t) >= (6 if k == 2 else 4) * k and t[k:] == t[:-k]:
+            return True
+        k = t.find(first, k + 1, 9)
+    return False
 
 
 def _any_glued(toks: list[bytes]) -> bool:
