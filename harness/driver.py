@@ -115,6 +115,7 @@ async def drive(
     on_session_end: Callable[[int, str | None], None] | None = None,
     make_session: Callable[[SessionPlan, Shared], Session] | None = None,
     board: InflightBoard | None = None,
+    limit: asyncio.Semaphore | None = None,
 ) -> list[Session]:
     """Run every session of one variant to its end; return the sessions.
 
@@ -122,6 +123,8 @@ async def drive(
     ``make_session`` builds each session (default ``Session``): trace replay and raw mode.
     ``board``: the in-flight counts of the other workers driving the same variant
     (``harness.workers``), so each record's ``inflight`` is the variant's total.
+    ``limit``: the semaphore every send holds (default: ``options.concurrency`` permits); a
+    worker's grows when another worker has permits it can no longer use.
     """
     progress = progress or Progress()
     progress.sessions_total += len(plans)
@@ -146,6 +149,7 @@ async def drive(
                 on_session_end,
                 make_session,
                 board,
+                limit or asyncio.Semaphore(options.concurrency),
             )
     finally:
         if observers is not None:
@@ -169,6 +173,7 @@ async def _drive(
     on_session_end: Callable[[int, str | None], None] | None,
     make_session: Callable[[SessionPlan, Shared], Session] | None,
     board: InflightBoard | None,
+    limit: asyncio.Semaphore,
 ) -> list[Session]:
     def turn_done(rec: TurnRecord) -> None:
         report.note_turn()
@@ -183,7 +188,7 @@ async def _drive(
         base=base,
         stream=options.stream,
         on_corruption=options.on_corruption,
-        limit=asyncio.Semaphore(options.concurrency),
+        limit=limit,
         on_turn=turn_done,
         board=board,
     )

@@ -5,9 +5,10 @@ stdin, runs ``drive()`` on its shard with its own client, and sends back on stdo
 batch per turn of its event loop: every finished turn's ``turns.jsonl`` line with its
 counts, transcript rows, each session's end, and at last its self-report. When its stdin
 closes (the parent stopped it, or died) it cancels its ``drive()``: the turns in flight are
-recorded as cancelled and sent like the others. Ctrl-C reaches it as it reaches the parent;
-it ignores SIGINT and waits for the parent to stop it, so its turns are not cut off.
-Anything else written to stdout goes to stderr.
+recorded as cancelled and sent like the others. Until then the parent may send it more
+requests in flight (``GROW``), when another worker has fewer sessions left than its share.
+Ctrl-C reaches it as it reaches the parent; it ignores SIGINT and waits for the parent to stop
+it, so its turns are not cut off. Anything else written to stdout goes to stderr.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 HEADER = struct.Struct(">I")  # the length of the pickle that follows
 READY = b"harness-worker-ready\n"  # a worker's first bytes: imported, waiting for its job
+GROW = "grow"  # the parent's message: more requests in flight for this worker
 
 
 @dataclass(frozen=True)
@@ -173,8 +175,9 @@ class ForwardWriter:
         self.count += 1
 
 
-async def work(job: Job, channel: Channel) -> None:
-    """Drive the job's sessions; always end with the self-report (``("r", report)``)."""
+async def work(job: Job, channel: Channel, limit: asyncio.Semaphore) -> None:
+    """Drive the job's sessions, every send holding ``limit``; always end with the
+    self-report (``("r", report)``)."""
     spec = job.client
     client = ChatClient(
         spec.base_url,
@@ -218,6 +221,7 @@ async def work(job: Job, channel: Channel) -> None:
             on_session_end=lambda index, why: channel.send(("s", index, why)),
             make_session=make,
             board=board,
+            limit=limit,
         )
     finally:
         ACTIVE_TRANSCRIPTS.reset(token)
@@ -244,8 +248,9 @@ async def serve(out: IO[bytes]) -> int:
         format=f"%(levelname)s worker {job.worker + 1}/{job.workers} %(name)s: %(message)s",
     )
     channel = Channel(out)
-    task = asyncio.create_task(work(job, channel))
-    stop = asyncio.create_task(reader.read())  # returns at EOF: the parent says stop
+    limit = asyncio.Semaphore(job.options.concurrency)
+    task = asyncio.create_task(work(job, channel, limit))
+    stop = asyncio.create_task(listen(reader, limit))  # returns at EOF: the parent says stop
     await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
     if not task.done():
         task.cancel()
@@ -260,6 +265,21 @@ async def serve(out: IO[bytes]) -> int:
         channel.flush()
         return 1
     return 0
+
+
+async def listen(reader: asyncio.StreamReader, limit: asyncio.Semaphore) -> None:
+    """The parent's messages after the job, until its end of stdin closes: ``(GROW, n)``
+    gives this worker ``n`` more requests in flight (permits another worker can no longer
+    use)."""
+    while True:
+        try:
+            size = HEADER.unpack(await reader.readexactly(HEADER.size))[0]
+            kind, n = pickle.loads(await reader.readexactly(size))
+        except asyncio.IncompleteReadError:
+            return
+        if kind == GROW:
+            for _ in range(n):
+                limit.release()
 
 
 def main() -> int:

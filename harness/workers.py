@@ -10,7 +10,9 @@ loop, client and ``drive()``:
 - **Shards.** Whole fork families (a fork waits for its parent in-process: see
   ``Session._fork``), dealt in turn; the concurrency limit is split over the shards in
   proportion to their sizes (at least 1 each). There are never more workers than families
-  or than the concurrency.
+  or than the concurrency. When a worker has fewer sessions left than its share of the
+  limit, the parent gives the rest to the workers whose sessions wait (``regrant``), so the
+  variant keeps its concurrency to the end.
 - **Records.** A worker sends what a run writes as it happens: each finished turn as its
   encoded ``turns.jsonl`` line, the transcript rows, each session's end. The parent appends
   them to the one ``turns.jsonl`` (flushed per batch a worker sends: the turns that finished
@@ -53,6 +55,7 @@ from harness.selfreport import SelfReport, combine
 from harness.session import SessionPlan
 from harness.transcripts import TranscriptLog
 from harness.worker import (
+    GROW,
     HEADER,
     READY,
     ClientSpec,
@@ -71,6 +74,7 @@ __all__ = [
     "auto_workers",
     "drive_workers",
     "effective_workers",
+    "regrant",
     "shard",
     "split_limit",
 ]
@@ -134,6 +138,29 @@ def split_limit(concurrency: int, sizes: list[int]) -> list[int]:
     return limits
 
 
+def regrant(limits: list[int], remaining: list[int]) -> tuple[list[int], list[int]]:
+    """Move the permits that workers can no longer use to the workers whose sessions wait for
+    one: ``(new limits, grants)``.
+
+    A worker with fewer sessions left than its limit cannot use the rest (a session has one
+    request in flight at most, and its sessions only end): its limit falls to its sessions
+    left, and the difference goes to the workers with more sessions left than their limit,
+    in proportion to how many wait there, never more than wait. The limits never sum to more
+    than before, so the variant never has more in flight than its concurrency.
+    """
+    kept = [min(lim, left) for lim, left in zip(limits, remaining, strict=True)]
+    need = [max(0, left - lim) for lim, left in zip(limits, remaining, strict=True)]
+    give = min(sum(limits) - sum(kept), sum(need))
+    grants = [0] * len(limits)
+    if give > 0:
+        exact = [give * n / sum(need) for n in need]
+        grants = [int(x) for x in exact]
+        by_remainder = sorted(range(len(need)), key=lambda i: exact[i] - grants[i], reverse=True)
+        for i in by_remainder[: give - sum(grants)]:
+            grants[i] += 1
+    return [k + g for k, g in zip(kept, grants, strict=True)], grants
+
+
 def effective_workers(workers: int, plans: list[SessionPlan], concurrency: int) -> int:
     """How many workers a variant really gets: no more than its families or its limit."""
     return max(1, min(workers, len({family(p) for p in plans}), concurrency))
@@ -192,6 +219,30 @@ class WorkerPool:
         self.procs = []
 
 
+class _Grants:
+    """The parent's view of each worker's limit and sessions left: when a worker can no
+    longer use all its permits, the others get them (``regrant``, a ``GROW`` message)."""
+
+    def __init__(
+        self, limits: list[int], sizes: list[int], procs: list[asyncio.subprocess.Process]
+    ) -> None:
+        self.limits = list(limits)
+        self.remaining = list(sizes)
+        self.procs = procs
+
+    def ended(self, worker: int) -> None:
+        """One of ``worker``'s sessions ran to its end."""
+        self.remaining[worker] -= 1
+        if self.remaining[worker] >= self.limits[worker]:
+            return  # every permit it has can still be used
+        self.limits, grants = regrant(self.limits, self.remaining)
+        for proc, n in zip(self.procs, grants, strict=True):
+            if n and proc.stdin is not None and not proc.stdin.is_closing():
+                data = pickle.dumps((GROW, n))
+                with contextlib.suppress(ConnectionError):
+                    proc.stdin.write(HEADER.pack(len(data)) + data)
+
+
 class _Feed:
     """The parent's side of one worker: its messages into the writer, logs and counts."""
 
@@ -204,8 +255,10 @@ class _Feed:
         progress: Progress,
         on_session_end: Callable[[int, str | None], None] | None,
         ended: dict[int, str | None],
+        grants: _Grants,
     ) -> None:
         self.number = number
+        self.grants = grants
         self.proc = proc
         self.writer = writer
         self.transcripts = transcripts
@@ -249,6 +302,7 @@ class _Feed:
                 self.ended[msg[1]] = msg[2]
                 if self.on_session_end is not None:
                     self.on_session_end(msg[1], msg[2])
+                self.grants.ended(self.number - 1)
             elif kind == "r":  # the worker's self-report, its last message
                 self.report = msg[1]
             elif kind == "e":  # the worker failed (the traceback is in its own log)
@@ -298,12 +352,16 @@ async def drive_workers(
         )
     try:
         await pool.start()
+        grants = _Grants(limits, [len(s) for s in shards], pool.procs[: len(shards)])
         for i, (part, limit) in enumerate(zip(shards, limits, strict=True)):
             job = Job(
                 worker=i,
                 workers=len(shards),
                 board=board,
-                client=replace(client, max_connections=min(client.max_connections, limit + 8)),
+                # connections for the whole limit: permits of other workers may come here
+                client=replace(
+                    client, max_connections=min(client.max_connections, options.concurrency + 8)
+                ),
                 scenario=scenario,
                 plans=tuple(part),
                 base=base,
@@ -322,7 +380,9 @@ async def drive_workers(
                 raise WorkerError(
                     f"worker {i + 1} of {len(shards)} exited before it was given its job"
                 ) from None
-            feeds.append(_Feed(i + 1, proc, writer, transcripts, progress, on_session_end, ended))
+            feeds.append(
+                _Feed(i + 1, proc, writer, transcripts, progress, on_session_end, ended, grants)
+            )
         for proc in pool.procs[len(shards) :]:  # more workers started than there are shards
             if proc.stdin is not None:
                 proc.stdin.close()

@@ -10,6 +10,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from harness.workers import (
     auto_workers,
     drive_workers,
     effective_workers,
+    regrant,
     shard,
     split_limit,
 )
@@ -94,6 +96,43 @@ def test_shards_keep_fork_families_whole_and_split_the_limit() -> None:
     assert split_limit(5, [1, 1]) == [3, 2]
     assert split_limit(2, [5, 1, 1]) == [1, 1, 1]  # at least one each
     assert sum(split_limit(2000, [667, 667, 666])) == 2000
+
+
+def test_permits_a_worker_cannot_use_go_where_sessions_wait() -> None:
+    assert regrant([40, 40], [40, 300]) == ([40, 40], [0, 0])  # both use all they have
+    assert regrant([40, 40], [30, 300]) == ([30, 50], [0, 10])
+    assert regrant([40, 40], [0, 300]) == ([0, 80], [0, 40])
+    assert regrant([40, 40], [0, 45]) == ([0, 45], [0, 5])  # no more than sessions wait
+    assert regrant([10, 10, 10], [0, 20, 40]) == ([0, 13, 17], [0, 3, 7])  # where more wait
+    assert regrant([10, 10, 10], [0, 10, 5]) == ([0, 10, 5], [0, 0, 0])  # nobody waits
+    for limits, left in [([3, 3, 2], [0, 7, 9]), ([1, 1], [0, 1]), ([50, 50, 50], [1, 2, 900])]:
+        new, grants = regrant(limits, left)
+        assert sum(new) <= sum(limits)
+        assert all(n <= max(lim, lft) for n, lim, lft in zip(new, limits, left, strict=True))
+
+
+async def test_a_worker_left_with_long_sessions_gets_the_others_permits(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    # two shards of four sessions at 2 in flight each: the even sessions (one shard) end
+    # after one turn, the odd ones run 6; the odd shard's tail runs at the whole limit
+    url = make_sim(index_k="fp8", speed=5.0)
+    sc = _small(sessions=8, max_context=40_000)
+    plans = [
+        replace(p, steps=1, max_turns=1) if p.index % 2 == 0 else replace(p, steps=6, max_turns=6)
+        for p in make_plans(sc, 8, seed=3)
+    ]
+    path = tmp_path / "t.jsonl"
+    with TurnWriter(path) as writer:
+        await drive_workers(
+            2, ClientSpec(url, "m", request_timeout=30), sc, plans, writer, BASE,
+            DriveOptions(concurrency=4),
+        )  # fmt: skip
+    rows = read_turns(path)
+    assert max(r["inflight"] for r in rows) <= 4  # never more than the variant's limit
+    tail = [r["inflight"] for r in rows if r["session"] % 2 == 1 and r["turn"] >= 2]
+    assert tail
+    assert max(tail) > 2  # more than the odd shard's own share of 2
 
 
 def test_auto_workers() -> None:
