@@ -17,15 +17,9 @@ from typing import Any
 
 import orjson
 
-from harness.client import (
-    SIM_HEADER,
-    ChatClient,
-    Failure,
-    TurnOutput,
-    _error_text,
-    _Events,
-    _LineSplitter,
-)
+from harness.client import SIM_HEADER, ChatClient
+from harness.output import Failure, TurnOutput
+from harness.sse import ChatEvents, LineSplitter, error_text
 
 _loads = orjson.loads
 
@@ -34,14 +28,14 @@ class RawLinesChatClient(ChatClient):
     """httpx kept; the stream read raw and split here."""
 
     async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
-        acc = _Events(out, t0)
-        split = _LineSplitter()
+        acc = ChatEvents(out, t0)
+        split = LineSplitter()
         async with self._http.stream("POST", "/v1/chat/completions", content=data) as resp:
             out.status = resp.status_code
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status_code >= 400:
                 raw = await resp.aread()
-                out.failure = Failure("http_status", _error_text(raw), resp.status_code)
+                out.failure = Failure("http_status", error_text(raw), resp.status_code)
                 return
             async for chunk in resp.aiter_raw():
                 if acc.feed(split.lines(chunk), time.perf_counter()):

@@ -21,10 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import null_endpoint  # noqa: E402
 
-from harness.client import TurnOutput, _Events, _LineSplitter  # noqa: E402
 from harness.config import load_scenario  # noqa: E402
+from harness.output import TurnOutput  # noqa: E402
 from harness.records import TurnWriter  # noqa: E402
 from harness.session import SessionPlan, first_messages  # noqa: E402
+from harness.sse import ChatEvents, LineSplitter  # noqa: E402
 from harness.tools import run_tool  # noqa: E402
 from harness.verdict import classify_turn  # noqa: E402
 
@@ -58,8 +59,8 @@ def main() -> None:
     sse = unframe(framed) + b"data: [DONE]\n\n"
 
     def parse() -> TurnOutput:
-        acc = _Events(TurnOutput(), 0.0)  # the shipped client's stream parser
-        acc.feed(_LineSplitter().lines(sse), 1.0)
+        acc = ChatEvents(TurnOutput(), 0.0)  # the shipped client's stream parser
+        acc.feed(LineSplitter().lines(sse), 1.0)
         acc.finish()
         return acc.out
 

@@ -6,8 +6,8 @@ CPU per streamed turn than aiohttp alone, and leaves every request in reference 
 only the garbage collector frees, request body included: see docs/performance.md). ``get``
 keeps httpx's API over the same aiohttp session. Every failure of the endpoint becomes a
 ``Failure`` value on the output; nothing raises out of ``chat``. Times come from
-``time.perf_counter()`` taken once per read from the socket, before parsing: events that
-arrived in one read share its time.
+``time.perf_counter()`` taken once per read from the socket, before parsing (``harness.sse``):
+events that arrived in one read share its time.
 
 ``observers``: objects with ``request_sent(now)``, ``pool_waited(seconds)`` and
 ``resent_stale()``, called when a request's headers leave, when one waited for a pooled
@@ -35,50 +35,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import httpx
-import msgspec
 import orjson
 from httpx_aiohttp import AiohttpTransport
+
+from harness.output import Failure, TurnOutput
+from harness.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
 
 log = logging.getLogger(__name__)
 
 SIM_HEADER = "x-sim-injected"
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A transport-level failure: ``kind`` is one of connect, timeout, http_status,
-    stream_error, protocol, cut, cancelled."""
-
-    kind: str
-    message: str
-    status: int | None = None
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
-
-
-@dataclass
-class TurnOutput:
-    content: str = ""
-    reasoning: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    ttft_s: float | None = None
-    latency_s: float | None = None
-    itl_s: float | None = None
-    status: int | None = None
-    sim_injected: str | None = None
-    events: int = 0
-    failure: Failure | None = None
-    source: str = "server"  # "raw": ``content`` is the model's raw text, calls not parsed
 
 
 def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure:
@@ -282,7 +251,7 @@ class ChatClient:
         out.latency_s = out.ttft_s = time.perf_counter() - t0
         doc = orjson.loads(raw)
         if "error" in doc:
-            out.failure = Failure("protocol", "an error body with status 200: " + _error_text(raw))
+            out.failure = Failure("protocol", "an error body with status 200: " + error_text(raw))
             return
         choice = doc["choices"][0]
         msg = choice.get("message") or {}
@@ -297,11 +266,11 @@ class ChatClient:
             for c in (msg.get("tool_calls") or [])
         ]
         out.finish_reason = choice.get("finish_reason")
-        _usage(out, doc.get("usage"))
+        note_usage(out, doc.get("usage"))
 
     async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
-        events = _Events(out, t0)
-        split = _LineSplitter()
+        events = ChatEvents(out, t0)
+        split = LineSplitter()
         async with await self._post(data) as resp:
             out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
@@ -312,7 +281,7 @@ class ChatClient:
                 out.failure = Failure("protocol", "a JSON body where an event stream was asked")
                 raw = await resp.read()
                 if b'"error"' in raw:
-                    out.failure = Failure("stream_error", _error_text(raw))
+                    out.failure = Failure("stream_error", error_text(raw))
                 return
             # everything buffered at once (not one HTTP chunk per iteration), stamped on read
             async for chunk in resp.content.iter_any():
@@ -333,10 +302,10 @@ class ChatClient:
             if not stream:
                 doc = orjson.loads(await resp.read())
                 out.latency_s = out.ttft_s = time.perf_counter() - t0
-                out.content = _raw_piece(doc, out)
+                out.content = raw_piece(doc, out)
                 return
             done = False
-            split = _LineSplitter()  # a /generate event holds the whole text so far: no cap
+            split = LineSplitter()  # a /generate event holds the whole text so far: no cap
             async for chunk in resp.content.iter_any():
                 now = time.perf_counter()
                 for raw_line in split.lines(chunk):
@@ -346,7 +315,7 @@ class ChatClient:
                     if payload == b"[DONE]":
                         done = True
                         break
-                    piece = _raw_piece(orjson.loads(payload), out)
+                    piece = raw_piece(orjson.loads(payload), out)
                     if out.failure is not None:
                         return
                     if piece.startswith(text) and b"meta_info" in payload:
@@ -378,201 +347,10 @@ class _Attempt:
         self.reused = False
 
 
-def _raw_piece(doc: Any, out: TurnOutput) -> str:
-    """The text of one raw response or event (completions or /generate); usage and finish
-    reason noted on ``out``."""
-    if isinstance(doc, list):  # /generate answers a batch with a list
-        doc = doc[0] if doc else {}
-    if not isinstance(doc, dict) or "error" in doc:
-        out.failure = Failure("protocol", "an error body: " + _error_text(orjson.dumps(doc)))
-        return ""
-    if "choices" in doc:  # /v1/completions
-        if doc.get("usage"):
-            _usage(out, doc["usage"])
-        text = ""
-        for choice in doc["choices"] or ():
-            text += choice.get("text") or ""
-            if choice.get("finish_reason"):
-                out.finish_reason = choice["finish_reason"]
-        return text
-    meta = doc.get("meta_info") or {}
-    out.prompt_tokens = meta.get("prompt_tokens", out.prompt_tokens)
-    out.completion_tokens = meta.get("completion_tokens", out.completion_tokens)
-    out.cached_tokens = meta.get("cached_tokens", out.cached_tokens)
-    finish = meta.get("finish_reason")
-    if isinstance(finish, dict):
-        finish = finish.get("type")
-    if finish:
-        out.finish_reason = str(finish)
-    return str(doc.get("text") or "")
-
-
-class _LineSplitter:
-    """Whole lines out of arbitrary byte chunks; a partial last line waits for the rest."""
-
-    __slots__ = ("pending",)
-
-    def __init__(self) -> None:
-        self.pending: list[bytes] = []
-
-    def lines(self, chunk: bytes) -> list[bytes]:
-        cut = chunk.rfind(b"\n")
-        if cut < 0:
-            self.pending.append(chunk)
-            return []
-        head = chunk[:cut]
-        if self.pending:
-            head = b"".join(self.pending) + head
-            self.pending.clear()
-        if cut + 1 < len(chunk):
-            self.pending.append(chunk[cut + 1 :])
-        return head.split(b"\n")
-
-
-class _Function(msgspec.Struct):
-    name: Any = None
-    arguments: Any = None
-
-
-class _ToolCallDelta(msgspec.Struct):
-    index: Any = 0
-    id: Any = None
-    function: _Function | None = None
-
-
-class _Delta(msgspec.Struct):
-    content: Any = None
-    reasoning_content: Any = None
-    tool_calls: list[_ToolCallDelta] | None = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta | None = None
-    finish_reason: Any = None
-
-
-class _Event(msgspec.Struct):
-    """The fields of one streamed chat event that a turn needs; the rest is skipped unread
-    (an event decoded this way costs half of one decoded into dictionaries). A value of a
-    shape no server sends (``choices`` that is not a list of objects, ...) fails the decode:
-    a ``protocol`` failure."""
-
-    choices: list[_Choice] | None = None
-    usage: dict[str, Any] | None = None
-    error: Any = msgspec.UNSET
-
-
-_EVENT = msgspec.json.Decoder(_Event)
-
-
-class _Events:
-    """SSE lines -> the ``TurnOutput``; ``feed`` returns True at ``[DONE]`` or an error."""
-
-    __slots__ = ("out", "t0", "content", "reasoning", "calls", "last", "gaps", "done")
-
-    def __init__(self, out: TurnOutput, t0: float) -> None:
-        self.out = out
-        self.t0 = t0
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.last: float | None = None
-        self.gaps = 0.0
-        self.done = False
-
-    def feed(self, lines: list[bytes], now: float) -> bool:
-        out = self.out
-        decode = _EVENT.decode
-        for line in lines:
-            if not line:
-                continue  # the blank line after each event
-            if not line.startswith(b"data:"):
-                if line.startswith(b"event:") and b"error" in line:
-                    out.failure = Failure("stream_error", "error event in the stream")
-                    return True
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-                return True
-            event = decode(payload)
-            if event.error is not msgspec.UNSET:
-                out.failure = Failure("stream_error", _error_text(orjson.dumps(event.error)))
-                return True
-            if event.usage:
-                _usage(out, event.usage)
-            for choice in event.choices or ():
-                delta = choice.delta
-                got = False
-                if delta is not None:
-                    if delta.content:
-                        self.content.append(delta.content)
-                        got = True
-                    if delta.reasoning_content:
-                        self.reasoning.append(delta.reasoning_content)
-                        got = True
-                    for tc in delta.tool_calls or ():
-                        slot = self.calls.setdefault(
-                            tc.index, {"id": None, "name": "", "arguments": ""}
-                        )
-                        if tc.id:
-                            slot["id"] = tc.id
-                        fn = tc.function
-                        if fn is not None:
-                            if fn.name:
-                                slot["name"] += fn.name
-                            if fn.arguments:
-                                slot["arguments"] += fn.arguments
-                        got = True
-                if got:
-                    out.events += 1
-                    if self.last is None:
-                        out.ttft_s = now - self.t0
-                    else:
-                        self.gaps += now - self.last
-                    self.last = now
-                if choice.finish_reason:
-                    out.finish_reason = choice.finish_reason
-        return False
-
-    def finish(self) -> None:
-        out = self.out
-        out.latency_s = time.perf_counter() - self.t0
-        out.content = "".join(self.content)
-        out.reasoning = "".join(self.reasoning)
-        out.tool_calls = [self.calls[i] for i in sorted(self.calls)]
-        if out.events > 1:
-            out.itl_s = self.gaps / (out.events - 1)
-        if not self.done and out.failure is None:
-            out.failure = Failure("cut", "stream ended before [DONE]")
-
-
-def _usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
-    if not usage:
-        return
-    out.prompt_tokens = usage.get("prompt_tokens")
-    out.completion_tokens = usage.get("completion_tokens")
-    details = usage.get("prompt_tokens_details") or {}
-    out.cached_tokens = details.get("cached_tokens")
-
-
 async def _status_failure(resp: aiohttp.ClientResponse) -> Failure:
     """An HTTP error status, with the server's message when its body can be read."""
     try:
-        text = _error_text(await resp.read())
+        text = error_text(await resp.read())
     except Exception as exc:  # noqa: BLE001 - the status is the failure; the body is a bonus
         text = f"(body unreadable: {type(exc).__name__})"
     return Failure("http_status", text, resp.status)
-
-
-def _error_text(raw: bytes) -> str:
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw[:200].decode("utf-8", "replace")
-    if isinstance(doc, dict):
-        err = doc.get("error", doc)
-        if isinstance(err, dict):
-            return str(err.get("message", err))[:200]
-        return str(err)[:200]
-    return str(doc)[:200]

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from harness.client import ChatClient, TurnOutput
+from harness.client import ChatClient
 from harness.config import Scenario
+from harness.output import TurnOutput
 from harness.records import TurnRecord, TurnWriter
 from harness.selfreport import SelfReport
 from harness.session import Session, SessionPlan, Shared

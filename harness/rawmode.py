@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import labels as L
-from harness.client import ChatClient, TurnOutput
+from harness.client import ChatClient
 from harness.dialects import dsml
 from harness.dialects.prompt_v4 import END_THINK, THINK, render_v4, render_v32
 from harness.errors import UsageError
+from harness.output import TurnOutput
 from harness.records import TURNS_FILE, TurnRecord, read_turns
 from harness.session import Session
 

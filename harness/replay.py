@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import stats
-from harness.client import ChatClient, TurnOutput
+from harness.client import ChatClient
 from harness.errors import UsageError
 from harness.launch import Target, make_target, safe_label
 from harness.matrix import Variant
+from harness.output import TurnOutput
 from harness.transcripts import TRANSCRIPTS_FILE, Transcript, load_transcripts
 from harness.verdict import Verdict, classify_turn
 

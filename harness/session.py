@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from harness import labels as L
-from harness.client import ChatClient, Failure, TurnOutput
+from harness.client import ChatClient
 from harness.config import Scenario
+from harness.output import Failure, TurnOutput
 from harness.records import TurnRecord, TurnWriter
 from harness.tools import document_chunk, estimate_tokens, padding_text, run_tool
 from harness.transcripts import TranscriptLog

@@ -11,10 +11,11 @@ import orjson
 import pytest
 
 from harness import labels as L
-from harness.client import ChatClient, TurnOutput
+from harness.client import ChatClient
 from harness.dialects import dsml
 from harness.dialects.prompt_v4 import render_v4
 from harness.errors import UsageError
+from harness.output import TurnOutput
 from harness.rawmode import (
     RawClient,
     check_api,

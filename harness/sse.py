@@ -1,0 +1,211 @@
+"""Reading what an endpoint answers: server-sent chat events and raw-text bodies into a
+``TurnOutput``.
+
+``LineSplitter`` cuts arbitrary byte chunks into whole lines; ``ChatEvents`` reads the
+``data:`` lines of an OpenAI chat stream (content, reasoning, tool-call deltas, the finish
+reason, ``usage``, in-band errors) with one time stamp per read; ``raw_piece`` reads one
+``/v1/completions`` or SGLang ``/generate`` body or event. Each streamed chat event is decoded
+by msgspec into the few fields a turn needs (``_Event``); the ids, model names and time stamps
+every event repeats are skipped unread.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+import orjson
+
+from harness.output import Failure, TurnOutput
+
+
+class LineSplitter:
+    """Whole lines out of arbitrary byte chunks; a partial last line waits for the rest."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: list[bytes] = []
+
+    def lines(self, chunk: bytes) -> list[bytes]:
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            self.pending.append(chunk)
+            return []
+        head = chunk[:cut]
+        if self.pending:
+            head = b"".join(self.pending) + head
+            self.pending.clear()
+        if cut + 1 < len(chunk):
+            self.pending.append(chunk[cut + 1 :])
+        return head.split(b"\n")
+
+
+class _Function(msgspec.Struct):
+    name: Any = None
+    arguments: Any = None
+
+
+class _ToolCallDelta(msgspec.Struct):
+    index: Any = 0
+    id: Any = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: Any = None
+    reasoning_content: Any = None
+    tool_calls: list[_ToolCallDelta] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: Any = None
+
+
+class _Event(msgspec.Struct):
+    """The fields of one streamed chat event that a turn needs; the rest is skipped unread
+    (an event decoded this way costs half of one decoded into dictionaries). A value of a
+    shape no server sends (``choices`` that is not a list of objects, ...) fails the decode:
+    a ``protocol`` failure."""
+
+    choices: list[_Choice] | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = msgspec.UNSET
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+
+
+class ChatEvents:
+    """SSE lines -> the ``TurnOutput``; ``feed`` returns True at ``[DONE]`` or an error."""
+
+    __slots__ = ("out", "t0", "content", "reasoning", "calls", "last", "gaps", "done")
+
+    def __init__(self, out: TurnOutput, t0: float) -> None:
+        self.out = out
+        self.t0 = t0
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.last: float | None = None
+        self.gaps = 0.0
+        self.done = False
+
+    def feed(self, lines: list[bytes], now: float) -> bool:
+        out = self.out
+        decode = _EVENT.decode
+        for line in lines:
+            if not line:
+                continue  # the blank line after each event
+            if not line.startswith(b"data:"):
+                if line.startswith(b"event:") and b"error" in line:
+                    out.failure = Failure("stream_error", "error event in the stream")
+                    return True
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                return True
+            event = decode(payload)
+            if event.error is not msgspec.UNSET:
+                out.failure = Failure("stream_error", error_text(orjson.dumps(event.error)))
+                return True
+            if event.usage:
+                note_usage(out, event.usage)
+            for choice in event.choices or ():
+                delta = choice.delta
+                got = False
+                if delta is not None:
+                    if delta.content:
+                        self.content.append(delta.content)
+                        got = True
+                    if delta.reasoning_content:
+                        self.reasoning.append(delta.reasoning_content)
+                        got = True
+                    for tc in delta.tool_calls or ():
+                        slot = self.calls.setdefault(
+                            tc.index, {"id": None, "name": "", "arguments": ""}
+                        )
+                        if tc.id:
+                            slot["id"] = tc.id
+                        fn = tc.function
+                        if fn is not None:
+                            if fn.name:
+                                slot["name"] += fn.name
+                            if fn.arguments:
+                                slot["arguments"] += fn.arguments
+                        got = True
+                if got:
+                    out.events += 1
+                    if self.last is None:
+                        out.ttft_s = now - self.t0
+                    else:
+                        self.gaps += now - self.last
+                    self.last = now
+                if choice.finish_reason:
+                    out.finish_reason = choice.finish_reason
+        return False
+
+    def finish(self) -> None:
+        out = self.out
+        out.latency_s = time.perf_counter() - self.t0
+        out.content = "".join(self.content)
+        out.reasoning = "".join(self.reasoning)
+        out.tool_calls = [self.calls[i] for i in sorted(self.calls)]
+        if out.events > 1:
+            out.itl_s = self.gaps / (out.events - 1)
+        if not self.done and out.failure is None:
+            out.failure = Failure("cut", "stream ended before [DONE]")
+
+
+def note_usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
+    if not usage:
+        return
+    out.prompt_tokens = usage.get("prompt_tokens")
+    out.completion_tokens = usage.get("completion_tokens")
+    details = usage.get("prompt_tokens_details") or {}
+    out.cached_tokens = details.get("cached_tokens")
+
+
+def raw_piece(doc: Any, out: TurnOutput) -> str:
+    """The text of one raw response or event (completions or /generate); usage and finish
+    reason noted on ``out``."""
+    if isinstance(doc, list):  # /generate answers a batch with a list
+        doc = doc[0] if doc else {}
+    if not isinstance(doc, dict) or "error" in doc:
+        out.failure = Failure("protocol", "an error body: " + error_text(orjson.dumps(doc)))
+        return ""
+    if "choices" in doc:  # /v1/completions
+        if doc.get("usage"):
+            note_usage(out, doc["usage"])
+        text = ""
+        for choice in doc["choices"] or ():
+            text += choice.get("text") or ""
+            if choice.get("finish_reason"):
+                out.finish_reason = choice["finish_reason"]
+        return text
+    meta = doc.get("meta_info") or {}
+    out.prompt_tokens = meta.get("prompt_tokens", out.prompt_tokens)
+    out.completion_tokens = meta.get("completion_tokens", out.completion_tokens)
+    out.cached_tokens = meta.get("cached_tokens", out.cached_tokens)
+    finish = meta.get("finish_reason")
+    if isinstance(finish, dict):
+        finish = finish.get("type")
+    if finish:
+        out.finish_reason = str(finish)
+    return str(doc.get("text") or "")
+
+
+def error_text(raw: bytes) -> str:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw[:200].decode("utf-8", "replace")
+    if isinstance(doc, dict):
+        err = doc.get("error", doc)
+        if isinstance(err, dict):
+            return str(err.get("message", err))[:200]
+        return str(err)[:200]
+    return str(doc)[:200]
