@@ -71,7 +71,7 @@ class _Event(msgspec.Struct):
     a ``protocol`` failure."""
 
     choices: list[_Choice] | None = None
-    usage: dict[str, Any] | None = None
+    usage: Any = None
     error: Any = msgspec.UNSET
 
 
@@ -161,6 +161,7 @@ class ChatEvents:
 
 
 def note_usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
+    """The server's token counts (OpenAI ``usage``) onto ``out``."""
     if not usage:
         return
     out.prompt_tokens = usage.get("prompt_tokens")
@@ -199,6 +200,8 @@ def raw_piece(doc: Any, out: TurnOutput) -> str:
 
 
 def error_text(raw: bytes) -> str:
+    """The message of an error body (OpenAI's ``{"error": {"message"}}`` or anything else),
+    at most 200 characters."""
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
