@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
 
-from harness import analysis, livecontext  # noqa: E402
+from harness import analysis, frames, livecontext  # noqa: E402
 from harness.labels import CORRUPTED_LABELS  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -210,13 +210,13 @@ def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) 
     if len(df):
         jobs += [
             ("corruption_by_context", lambda p: plot_buckets(
-                analysis.context_frame(df), p, "Turn corruption rate against context length",
+                frames.context_frame(df), p, "Turn corruption rate against context length",
                 "prompt tokens (bucket, k = 1000 tokens)")),
             ("corruption_by_inflight", lambda p: plot_buckets(
-                analysis.inflight_frame(df), p, "Turn corruption rate against requests in flight",
+                frames.inflight_frame(df), p, "Turn corruption rate against requests in flight",
                 "requests in flight when the turn was sent (bucket)")),
-            ("label_mix", lambda p: plot_label_mix(analysis.label_mix_frame(df, order), p)),
-            ("latency", lambda p: plot_latency(analysis.latency_frame(df), order, p)),
+            ("label_mix", lambda p: plot_label_mix(frames.label_mix_frame(df, order), p)),
+            ("latency", lambda p: plot_latency(frames.latency_frame(df), order, p)),
         ]  # fmt: skip
     live = livecontext.live_context_frame(df) if len(df) else None
     if live is not None and len(live) and live["pressure"].notna().any():

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import analysis, confirm, plots, report_html, stats
+from harness import analysis, confirm, frames, plots, report_html, stats
 from harness.analysis import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
 from harness.report_html import METHOD, comparison_line
@@ -287,7 +287,7 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
         json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     if len(run.turns):
-        analysis.write_tidy(run.turns, run_dir / TIDY_FILE)
+        frames.write_tidy(run.turns, run_dir / TIDY_FILE)
     examples = worst_examples(run.turns) if len(run.turns) else {}
     (run_dir / REPORT_MD).write_text(
         render_markdown(summary, summary["plots"], examples), encoding="utf-8"

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness import analysis, stats
+from harness import analysis, frames, stats
 from harness.errors import UsageError
 from harness.labels import CORRUPTED_LABELS
 
@@ -199,22 +199,22 @@ def test_context_and_inflight_buckets() -> None:
     rows = [rec(A, 0, i, 0, prompt_tokens=p, inflight=f) for i, (p, f) in enumerate(points)]
     rows[2]["label"], rows[2]["corrupted"] = "repetition", True
     df = analysis.prepare(pd.DataFrame(rows))
-    ctx = analysis.context_frame(df)
+    ctx = frames.context_frame(df)
     got = dict(zip(ctx["bucket"].astype(str), ctx["turns"], strict=True))
     assert got == {"0-8k": 2, "8-16k": 1, "72-80k": 1, "80k+": 2}
     assert ctx.loc[ctx["bucket"] == "8-16k", "rate"].item() == 1.0
-    inf = analysis.inflight_frame(df)
+    inf = frames.inflight_frame(df)
     got = dict(zip(inf["bucket"].astype(str), inf["turns"], strict=True))
     assert got == {"0-1": 1, "2-3": 2, "4-7": 2, "8-15": 1}
 
 
 def test_label_mix_and_latency_frames() -> None:
     df = analysis.prepare(small_frame())
-    mix = analysis.label_mix_frame(df, [B, A])
+    mix = frames.label_mix_frame(df, [B, A])
     assert list(mix.index) == [B, A]
     assert mix.sum(axis=1).tolist() == pytest.approx([1.0, 1.0])
     assert mix.loc[A, "transport_error"] == pytest.approx(1 / 6)
-    lat = analysis.latency_frame(df)
+    lat = frames.latency_frame(df)
     assert len(lat) == len(df) - 2  # transport errors have no timings worth plotting
 
 
@@ -224,7 +224,7 @@ def test_write_tidy_parquet_and_csv_fallback(
     df = analysis.prepare(small_frame())
     df.at[6, "evidence"] = {"offset": 3, "score": 0.5}
     df["tool_calls"] = [[{"name": "f", "arguments": "{bad"}]] * len(df)
-    path = analysis.write_tidy(df, tmp_path / "turns")
+    path = frames.write_tidy(df, tmp_path / "turns")
     assert path.name == "turns.parquet"
     back = pd.read_parquet(path)
     assert len(back) == len(df)
@@ -237,7 +237,7 @@ def test_write_tidy_parquet_and_csv_fallback(
         raise ImportError("no pyarrow")
 
     monkeypatch.setattr(pd.DataFrame, "to_parquet", no_arrow)
-    csv = analysis.write_tidy(df, tmp_path / "t2")
+    csv = frames.write_tidy(df, tmp_path / "t2")
     assert csv.name == "t2.csv"
     assert len(pd.read_csv(csv)) == len(df)
 
