@@ -94,59 +94,69 @@ class ChatEvents:
         self.done = False
 
     def feed(self, lines: list[bytes], now: float) -> bool:
+        """Read the lines of one read from the socket, all stamped ``now``."""
         out = self.out
         decode = _EVENT.decode
+        content = self.content.append
+        reasoning = self.reasoning.append
+        got = 0  # events that carried text or a call: all of this read share ``now``
+        stop = False
         for line in lines:
             if not line:
                 continue  # the blank line after each event
             if not line.startswith(b"data:"):
                 if line.startswith(b"event:") and b"error" in line:
                     out.failure = Failure("stream_error", "error event in the stream")
-                    return True
+                    stop = True
+                    break
                 continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-                return True
-            event = decode(payload)
+            if len(line) < 32 and line[5:].strip() == b"[DONE]":
+                self.done = stop = True
+                break
+            event = decode(line[5:])  # (JSON allows the space and a CR around the value)
             if event.error is not msgspec.UNSET:
                 out.failure = Failure("stream_error", error_text(orjson.dumps(event.error)))
-                return True
+                stop = True
+                break
             if event.usage:
                 note_usage(out, event.usage)
             for choice in event.choices or ():
                 delta = choice.delta
-                got = False
                 if delta is not None:
+                    carried = False
                     if delta.content:
-                        self.content.append(delta.content)
-                        got = True
+                        content(delta.content)
+                        carried = True
                     if delta.reasoning_content:
-                        self.reasoning.append(delta.reasoning_content)
-                        got = True
-                    for tc in delta.tool_calls or ():
-                        slot = self.calls.setdefault(
-                            tc.index, {"id": None, "name": "", "arguments": ""}
-                        )
-                        if tc.id:
-                            slot["id"] = tc.id
-                        fn = tc.function
-                        if fn is not None:
-                            if fn.name:
-                                slot["name"] += fn.name
-                            if fn.arguments:
-                                slot["arguments"] += fn.arguments
-                        got = True
-                if got:
-                    out.events += 1
-                    if self.last is None:
-                        out.ttft_s = now - self.t0
-                    else:
-                        self.gaps += now - self.last
-                    self.last = now
+                        reasoning(delta.reasoning_content)
+                        carried = True
+                    if delta.tool_calls:
+                        self._calls(delta.tool_calls)
+                        carried = True
+                    got += carried
                 if choice.finish_reason:
                     out.finish_reason = choice.finish_reason
-        return False
+        if got:
+            out.events += got
+            if self.last is None:
+                out.ttft_s = now - self.t0
+            else:
+                self.gaps += now - self.last
+            self.last = now
+        return stop
+
+    def _calls(self, deltas: list[_ToolCallDelta]) -> None:
+        """Tool-call deltas into their call's slot (by index): id, name and arguments."""
+        for tc in deltas:
+            slot = self.calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            if tc.id:
+                slot["id"] = tc.id
+            fn = tc.function
+            if fn is not None:
+                if fn.name:
+                    slot["name"] += fn.name
+                if fn.arguments:
+                    slot["arguments"] += fn.arguments
 
     def finish(self) -> None:
         out = self.out

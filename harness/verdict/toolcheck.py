@@ -42,9 +42,16 @@ class Problem:
 
 
 _VALIDATORS: dict[str, Any] = {}
+#: the validator of a schema object seen before (a run's tools are the same objects every turn:
+#: no need to encode the schema again to find its validator); the schema is kept, so its id
+#: is not reused while it is here
+_BY_ID: dict[int, tuple[Mapping[str, Any], Any]] = {}
 
 
 def _validator(schema: Mapping[str, Any], tool: str) -> Any:
+    seen = _BY_ID.get(id(schema))
+    if seen is not None and seen[0] is schema:
+        return seen[1]
     key = json.dumps(schema, sort_keys=True, default=str)
     validator = _VALIDATORS.get(key)
     if validator is None:
@@ -57,6 +64,9 @@ def _validator(schema: Mapping[str, Any], tool: str) -> Any:
             ) from None
         validator = cls(schema)
         _VALIDATORS[key] = validator
+    if len(_BY_ID) >= 256:
+        _BY_ID.clear()
+    _BY_ID[id(schema)] = (schema, validator)
     return validator
 
 
