@@ -171,14 +171,20 @@ def main() -> None:
         "--workers", default="1", help="harness worker processes to measure, comma (e.g. 1,2)"
     )
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--cases", default="", help="only cases whose name contains one of these")
+    ap.add_argument(
+        "--cases",
+        default="",
+        help="only these cases, comma: a case's exact name, or else a part of names",
+    )
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     ap.add_argument("--markdown", type=Path, help="write the table here")
     args = ap.parse_args()
     cases = QUICK if args.quick else CASES
     if args.cases:
         wanted = [w.strip() for w in args.cases.split(",")]
-        cases = [c for c in cases if any(w in c.name for w in wanted)]
+        names = {c.name for c in cases}
+        cases = [c for c in cases if any(w == c.name or (w not in names and w in c.name)
+                                         for w in wanted)]  # fmt: skip
     clients = [c for c in args.clients.split(",") if c]
     counts = [int(w) for w in args.workers.split(",") if w]
     runs = [("raw", "shipped", 1)] + [("harness", c, w) for c in clients for w in counts]
