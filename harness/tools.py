@@ -260,8 +260,8 @@ def padding_text(seed: int, tokens: int) -> str:
     Each note is ``- {dir}/{stem}.py: {ident} handles the {word} {word}s.``, its five parts
     drawn as ``random.choice`` draws them (``getrandbits(n.bit_length())`` until below
     ``n``), inlined: an 80k-token prompt is 5,000 notes, and ``choice`` cost 0.9 us a note,
-    5 ms a session, more than the session's turns cost to drive. The text is the same as
-    with ``choice`` (a test holds both to it).
+    5 ms a session, where one of its turns costs the harness about 1 ms. The text is the same
+    as with ``choice`` (a test holds both to it), so the sessions' prompts stay what they were.
     """
     rng = _rng(seed, "padding")
     bits = rng.getrandbits
