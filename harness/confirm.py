@@ -8,10 +8,11 @@ re-send failed in transport). Rows are keyed by variant/repeat/session/turn/atte
 joined to turns.jsonl by the analysis; turns.jsonl itself is never rewritten.
 
 ``reference.jsonl`` -- turn records (the turns.jsonl shape) of K sessions re-run one at a
-time after the load. ``divergence`` compares each loaded session with its lone run turn by
-turn: while both sent the same request, a turn where both gave well-formed tool calls that
-differ (name or arguments) is a divergence -- "fluent but wrong" output no text classifier
-flags.
+time after the load; ``reference_sessions.jsonl`` notes each of them that ran to its end (a
+resumed run re-runs the others from their start, their partial rows dropped).
+``divergence`` compares each loaded session with its lone run turn by turn: while both sent
+the same request, a turn where both gave well-formed tool calls that differ (name or
+arguments) is a divergence -- "fluent but wrong" output no text classifier flags.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 CONFIRM_FILE = "confirm.jsonl"
 REFERENCE_FILE = "reference.jsonl"
+REFERENCE_ENDS_FILE = "reference_sessions.jsonl"
 CONFIRMED_UNDER_LOAD = "confirmed_under_load"
 REPRODUCES_ALONE = "reproduces_alone"
 UNDECIDED = "undecided"
@@ -68,14 +71,62 @@ def unconfirmed(run_dir: Path, variant: str, repeat: int) -> int:
     return left
 
 
-def referenced(run_dir: Path, variant: str, repeat: int) -> set[int]:
-    """Sessions of (variant, repeat) already re-run alone: any row in reference.jsonl (one
-    cut short keeps the turns it has, compared as far as they go, and is not run twice)."""
+def _of(rows: Iterable[Mapping[str, Any]], variant: str, repeat: int) -> set[int]:
     return {
         int(r["session"])
-        for r in _read(run_dir / REFERENCE_FILE)
+        for r in rows
         if r.get("variant") == variant and int(r.get("repeat", 0)) == repeat
     }
+
+
+def referenced(run_dir: Path, variant: str, repeat: int) -> set[int]:
+    """Sessions of (variant, repeat) already re-run alone to their end. (A run folder from
+    before reference_sessions.jsonl was kept: any session with rows.)"""
+    ends = run_dir / REFERENCE_ENDS_FILE
+    if ends.exists():
+        return _of(_read(ends), variant, repeat)
+    return _of(_read(run_dir / REFERENCE_FILE), variant, repeat)
+
+
+def _seed_ends(run_dir: Path, variant: str, repeat: int, running: set[int]) -> None:
+    """A run folder from before reference_sessions.jsonl was kept: its sessions with rows
+    count as run to their end, as they did then (but those about to run again)."""
+    seen = {
+        (str(r.get("variant")), int(r.get("repeat", 0)), int(r["session"]))
+        for r in _read(run_dir / REFERENCE_FILE)
+    }
+    rows = [
+        {"variant": v, "repeat": r, "session": s, "ended": None}
+        for v, r, s in sorted(seen)
+        if (v, r) != (variant, repeat) or s not in running
+    ]
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    (run_dir / REFERENCE_ENDS_FILE).write_text(text, encoding="utf-8")
+
+
+def _drop_reference_rows(run_dir: Path, variant: str, repeat: int, sessions: set[int]) -> None:
+    """Remove the rows of these sessions (cut short by an earlier stop) from reference.jsonl,
+    so that their new lone run is the only one; the file is replaced whole, atomically."""
+    path = run_dir / REFERENCE_FILE
+    if not sessions or not path.exists():
+        return
+    keep = []
+    dropped = 0
+    for line in path.read_bytes().splitlines(keepends=True):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            keep.append(line)  # the readers skip it, as they did
+            continue
+        if _of([row], variant, repeat) & sessions:
+            dropped += 1
+        else:
+            keep.append(line)
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(b"".join(keep))
+        os.replace(tmp, path)
+        log.info("%d rows of reference sessions cut short dropped: they run again", dropped)
 
 
 async def confirm_variant(
@@ -122,11 +173,22 @@ async def reference_variant(
     stream: bool,
     on_corruption: str,
 ) -> int:
-    """Run ``plans`` again one session at a time into reference.jsonl; return the count."""
+    """Run ``plans`` again one session at a time into reference.jsonl, each one's end noted
+    in reference_sessions.jsonl; return the count."""
     from harness.session import Session, Shared
 
+    plans = list(plans)
+    variant, repeat = str(base.get("variant")), int(base.get("repeat", 0))
+    running = {p.index for p in plans}
+    ends_path = run_dir / REFERENCE_ENDS_FILE
+    if not ends_path.exists():
+        _seed_ends(run_dir, variant, repeat, running)
+    _drop_reference_rows(run_dir, variant, repeat, running)
     n = 0
-    with TurnWriter(run_dir / REFERENCE_FILE) as writer:
+    with (
+        TurnWriter(run_dir / REFERENCE_FILE) as writer,
+        open(ends_path, "a", encoding="utf-8") as ends,  # noqa: ASYNC230 - a local file
+    ):
         shared = Shared(
             client=client,
             scenario=scenario,
@@ -138,7 +200,11 @@ async def reference_variant(
             transcripts=None,
         )
         for plan in plans:
-            await Session(plan, shared).run()
+            session = Session(plan, shared)
+            await session.run()
+            end = {"variant": variant, "repeat": repeat, "session": plan.index}
+            ends.write(json.dumps({**end, "ended": session.ended}) + "\n")
+            ends.flush()
             n += 1
     return n
 

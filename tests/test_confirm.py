@@ -13,6 +13,7 @@ from harness import labels as L
 from harness.confirm import (
     CONFIRM_FILE,
     CONFIRMED_UNDER_LOAD,
+    REFERENCE_ENDS_FILE,
     REFERENCE_FILE,
     REPRODUCES_ALONE,
     compare_session,
@@ -88,8 +89,9 @@ async def test_resume_finishes_an_interrupted_after_load(
     make_sim: Callable[..., str], tmp_path: Path
 ) -> None:
     """Every session done, but the run stopped while it confirmed and re-ran references:
-    --resume starts the server again for the after-load work only, runs the reference
-    sessions that have no rows and confirms the sends not confirmed yet, each once."""
+    --resume starts the server again for the after-load work only, re-runs the reference
+    sessions that did not run to their end (one cut short from its start, its partial rows
+    dropped) and confirms the sends not confirmed yet, each once."""
     from harness.driver import Progress
     from harness.run import execute, finished_sessions
 
@@ -98,10 +100,17 @@ async def test_resume_finishes_an_interrupted_after_load(
     confirm = _confirm_rows(tmp_path)
     assert len(confirm) >= 2
     reference = read_turns(tmp_path / REFERENCE_FILE)
+    ends = [json.loads(line) for line in (tmp_path / REFERENCE_ENDS_FILE).read_text().splitlines()]
+    assert [e["session"] for e in ends] == [0, 1, 2]
     first = [r for r in reference if r["session"] == 0]
-    # cut the after-load short: one confirmed send, one reference session
+    second = [r for r in reference if r["session"] == 1]
+    assert len(second) >= 2
+    # cut the after-load short: one confirmed send, one reference session run to its end,
+    # the second cut after its first turn
     (tmp_path / CONFIRM_FILE).write_text(json.dumps(confirm[0]) + "\n")
-    (tmp_path / REFERENCE_FILE).write_text("".join(json.dumps(r) + "\n" for r in first))
+    cut = first + second[:1]
+    (tmp_path / REFERENCE_FILE).write_text("".join(json.dumps(r) + "\n" for r in cut))
+    (tmp_path / REFERENCE_ENDS_FILE).write_text(json.dumps(ends[0]) + "\n")
     turns_before = (tmp_path / "turns.jsonl").read_text()
 
     skip = finished_sessions(tmp_path)
@@ -116,8 +125,38 @@ async def test_resume_finishes_an_interrupted_after_load(
     assert {r["session"] for r in reference} == {0, 1, 2}
     assert [r for r in reference if r["session"] == 0] == first  # not run twice
 
+    def sends(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(r["turn"], r["attempt"], r["label"]) for r in rows]
+
+    # run again from its start, its first row not kept (the simulator's salad differs: it
+    # counts the sends of a conversation)
+    rerun = [r for r in reference if r["session"] == 1]
+    assert sends(rerun) == sends(second)
+    ends = [json.loads(line) for line in (tmp_path / REFERENCE_ENDS_FILE).read_text().splitlines()]
+    assert sorted(e["session"] for e in ends) == [0, 1, 2]
+
     # nothing left to do: a second resume starts no server
     assert await execute(opts, "r1", Progress(), skip=finished_sessions(tmp_path)) == []
+
+
+async def test_resume_of_a_run_folder_from_before_the_reference_ends(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """No reference_sessions.jsonl (a run folder of an earlier version): a session with rows
+    counts as run, as it did then, and is noted so; the others run."""
+    from harness.driver import Progress
+    from harness.run import execute, finished_sessions
+
+    opts = await _fault_run(make_sim(index_k="fp8"), tmp_path, 3, reference_sessions=3)
+    first = [r for r in read_turns(tmp_path / REFERENCE_FILE) if r["session"] == 0]
+    (tmp_path / REFERENCE_FILE).write_text("".join(json.dumps(r) + "\n" for r in first))
+    (tmp_path / REFERENCE_ENDS_FILE).unlink()
+    await execute(opts, "r1", Progress(), skip=finished_sessions(tmp_path))
+    reference = read_turns(tmp_path / REFERENCE_FILE)
+    assert [r for r in reference if r["session"] == 0] == first
+    assert {r["session"] for r in reference} == {0, 1, 2}
+    ends = [json.loads(line) for line in (tmp_path / REFERENCE_ENDS_FILE).read_text().splitlines()]
+    assert [(e["session"], e["ended"] is None) for e in ends] == [(0, True), (1, False), (2, False)]
 
 
 def _other_path(data: bytes) -> bytes:
