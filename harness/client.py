@@ -34,7 +34,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -201,8 +202,9 @@ class ChatClient:
         data = chat_payload(body, self.model, stream)
         out = TurnOutput()
         t0 = time.perf_counter()
-        work = self._stream(data, out, t0) if stream else self._plain(data, out, t0)
-        return await self._guarded(work, out, t0)
+        if stream:
+            return await _own_task(self._guarded(partial(self._stream, data, out, t0), out, t0))
+        return await self._guarded(partial(self._plain, data, out, t0), out, t0)
 
     async def raw(self, path: str, payload: dict[str, Any], *, stream: bool) -> TurnOutput:
         """One raw-text request: ``/v1/completions`` or SGLang's ``/generate``.
@@ -217,15 +219,19 @@ class ChatClient:
                 payload["stream_options"] = {"include_usage": True}
         out = TurnOutput(source="raw")
         t0 = time.perf_counter()
-        work = self._raw(path, orjson.dumps(payload), out, t0, stream)
-        return await self._guarded(work, out, t0)
+        read = partial(self._raw, path, orjson.dumps(payload), out, t0, stream)
+        work = self._guarded(read, out, t0)
+        return await (_own_task(work) if stream else work)
 
-    async def _guarded(self, work: Awaitable[None], out: TurnOutput, t0: float) -> TurnOutput:
-        """Await one request's work; every failure becomes ``out.failure``."""
+    async def _guarded(
+        self, work: Callable[[], Awaitable[None]], out: TurnOutput, t0: float
+    ) -> TurnOutput:
+        """Run one request's work; every failure becomes ``out.failure``. (The work is made
+        here: a task cancelled before it started leaves no coroutine never awaited.)"""
         cap = asyncio.timeout(self.total_timeout)
         try:
             async with cap:
-                await work
+                await work()
         except asyncio.CancelledError:
             out.failure = Failure("cancelled", "the run was stopped")
             out.latency_s = time.perf_counter() - t0
@@ -270,7 +276,6 @@ class ChatClient:
 
     async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
         events = ChatEvents(out, t0)
-        split = LineSplitter()
         async with await self._post(data) as resp:
             out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
@@ -283,10 +288,18 @@ class ChatClient:
                 if b'"error"' in raw:
                     out.failure = Failure("stream_error", error_text(raw))
                 return
-            # everything buffered at once (not one HTTP chunk per iteration), stamped on read
-            async for chunk in resp.content.iter_any():
-                if events.feed(split.lines(chunk), time.perf_counter()):
-                    break
+            watch = _ReadWatch(resp, self.request_timeout)
+            try:
+                # everything buffered at once (not one HTTP chunk per iteration), stamped on read
+                async for chunk in resp.content.iter_any():
+                    watch.last = now = time.perf_counter()
+                    if events.read(chunk, now):
+                        break
+            except asyncio.CancelledError:
+                watch.raise_if_fired()
+                raise
+            finally:
+                watch.stop()
         events.finish()
 
     async def _raw(self, path: str, data: bytes, out: TurnOutput, t0: float, stream: bool) -> None:
@@ -306,36 +319,92 @@ class ChatClient:
                 return
             done = False
             split = LineSplitter()  # a /generate event holds the whole text so far: no cap
-            async for chunk in resp.content.iter_any():
-                now = time.perf_counter()
-                for raw_line in split.lines(chunk):
-                    if not raw_line.startswith(b"data:"):
-                        continue
-                    payload = raw_line[5:].strip()
-                    if payload == b"[DONE]":
-                        done = True
+            watch = _ReadWatch(resp, self.request_timeout)
+            try:
+                async for chunk in resp.content.iter_any():
+                    watch.last = now = time.perf_counter()
+                    for raw_line in split.lines(chunk):
+                        if not raw_line.startswith(b"data:"):
+                            continue
+                        payload = raw_line[5:].strip()
+                        if payload == b"[DONE]":
+                            done = True
+                            break
+                        piece = raw_piece(orjson.loads(payload), out)
+                        if out.failure is not None:
+                            return
+                        if piece.startswith(text) and b"meta_info" in payload:
+                            piece = piece[len(text) :]  # /generate: the text so far
+                        if piece:
+                            text += piece
+                            out.events += 1
+                            if last is None:
+                                out.ttft_s = now - t0
+                            else:
+                                gaps += now - last
+                            last = now
+                    if done:
                         break
-                    piece = raw_piece(orjson.loads(payload), out)
-                    if out.failure is not None:
-                        return
-                    if piece.startswith(text) and b"meta_info" in payload:
-                        piece = piece[len(text) :]  # /generate: the text so far
-                    if piece:
-                        text += piece
-                        out.events += 1
-                        if last is None:
-                            out.ttft_s = now - t0
-                        else:
-                            gaps += now - last
-                        last = now
-                if done:
-                    break
+            except asyncio.CancelledError:
+                watch.raise_if_fired()
+                raise
+            finally:
+                watch.stop()
         out.latency_s = time.perf_counter() - t0
         out.content = text
         if out.events > 1:
             out.itl_s = gaps / (out.events - 1)
         if not done:
             out.failure = Failure("cut", "stream ended before [DONE]")
+
+
+class _ReadWatch:
+    """The read timeout of a stream's body: no byte for ``limit`` seconds fails the request
+    as aiohttp's ``sock_read`` does (``SocketTimeoutError``), but watched by one timer that
+    re-arms itself for the time left, where aiohttp cancels and re-arms a timer at every
+    read of the socket (3 us a read: at a hundred reads a turn, a fifth of what the harness
+    adds to a bare client against a server streaming token by token). ``sock_read`` still
+    covers the wait for the headers; this takes over from the response's headers on."""
+
+    __slots__ = ("limit", "last", "fired", "_task", "_handle", "_loop")
+
+    def __init__(self, resp: aiohttp.ClientResponse, limit: float) -> None:
+        protocol = resp.connection.protocol if resp.connection is not None else None
+        if protocol is not None:
+            protocol.read_timeout = None  # (each request on the connection sets its own again)
+        self.limit = limit
+        self.last = time.perf_counter()  # when the last byte came: the reader sets it
+        self.fired = False
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(limit, self._check)
+
+    def _check(self) -> None:
+        left = self.last + self.limit - time.perf_counter()
+        if left > 0:
+            self._handle = self._loop.call_later(left, self._check)
+        elif self._task is not None:
+            self.fired = True
+            self._task.cancel()
+
+    def raise_if_fired(self) -> None:
+        """In the reader's ``except CancelledError``: a cancel of the watch's own (and no one
+        else's) becomes the read timeout."""
+        if self.fired and self._task is not None and self._task.uncancel() == 0:
+            self.fired = False
+            raise aiohttp.SocketTimeoutError("Timeout on reading data from socket")
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+def _own_task(work: Coroutine[Any, Any, TurnOutput]) -> asyncio.Task[TurnOutput]:
+    """A streamed answer is read in a task of its own. Each read of the socket resumes the
+    task that waits for it through every coroutine between the two: in the caller's task
+    that is the whole session (driver, session, turn, attempt, client: ten frames, for each
+    of the hundred reads of a turn); in its own task, three. Cancelling the caller cancels
+    it too (an awaited task is cancelled with its awaiter)."""
+    return asyncio.ensure_future(work)
 
 
 class _Attempt:

@@ -1,9 +1,9 @@
 """Reading what an endpoint answers: server-sent chat events and raw-text bodies into a
 ``TurnOutput``.
 
-``LineSplitter`` cuts arbitrary byte chunks into whole lines; ``ChatEvents`` reads the
-``data:`` lines of an OpenAI chat stream (content, reasoning, tool-call deltas, the finish
-reason, ``usage``, in-band errors) with one time stamp per read; ``raw_piece`` reads one
+``LineSplitter`` cuts arbitrary byte chunks into whole lines; ``ChatEvents`` reads an OpenAI
+chat stream as its bytes arrive (content, reasoning, tool-call deltas, the finish reason,
+``usage``, in-band errors) with one time stamp per read; ``raw_piece`` reads one
 ``/v1/completions`` or SGLang ``/generate`` body or event. Each streamed chat event is decoded
 by msgspec into the few fields a turn needs (``_Event``); the ids, model names and time stamps
 every event repeats are skipped unread.
@@ -76,12 +76,16 @@ class _Event(msgspec.Struct):
 
 
 _EVENT = msgspec.json.Decoder(_Event)
+_DONE = b"data: [DONE]\n\n"
+_BETWEEN = b"\n\ndata: "
+_NEXT = b"\n\ndata: {"
 
 
 class ChatEvents:
-    """SSE lines -> the ``TurnOutput``; ``feed`` returns True at ``[DONE]`` or an error."""
+    """SSE bytes -> the ``TurnOutput``; ``read`` (and ``feed``) return True at ``[DONE]`` or
+    an error."""
 
-    __slots__ = ("out", "t0", "content", "reasoning", "calls", "last", "gaps", "done")
+    __slots__ = ("out", "t0", "content", "reasoning", "calls", "last", "gaps", "done", "split")
 
     def __init__(self, out: TurnOutput, t0: float) -> None:
         self.out = out
@@ -92,28 +96,63 @@ class ChatEvents:
         self.last: float | None = None
         self.gaps = 0.0
         self.done = False
+        self.split = LineSplitter()
+
+    def read(self, chunk: bytes, now: float) -> bool:
+        """One read from the socket, all of it stamped ``now``.
+
+        A read of whole one-line events (``data: {...}`` and the blank line, one or many, as
+        servers write them, and the ``[DONE]`` after them) is cut at its blank lines alone: a
+        raw newline is never inside a JSON value, so they can only stand between events.
+        Anything else is cut into lines (``feed``)."""
+        if not self.split.pending and chunk.startswith(b"data: {"):
+            if chunk.endswith(b"}\n\n") and chunk.count(b"\n") == 2:  # one event
+                return self._events([chunk[6:-2]], now)
+            done = chunk.endswith(_DONE)
+            body = chunk[: -len(_DONE)] if done else chunk
+            # one line per event, each a data line with an object
+            if body.endswith(b"}\n\n") and body.count(b"\n") == 2 * body.count(_NEXT) + 2:
+                if self._events(body[6:-2].split(_BETWEEN), now):
+                    return True
+                self.done = done
+                return done
+        return self.feed(self.split.lines(chunk), now)
 
     def feed(self, lines: list[bytes], now: float) -> bool:
-        """Read the lines of one read from the socket, all stamped ``now``."""
+        """Read whole lines (of one read from the socket), all stamped ``now``."""
+        data: list[bytes] = []
+        end = None
+        for line in lines:
+            if not line:
+                continue  # the blank line after each event
+            if not line.startswith(b"data:"):
+                if line.startswith(b"event:") and b"error" in line:
+                    end = "error"
+                    break
+                continue
+            if len(line) < 32 and line[5:].strip() == b"[DONE]":
+                end = "done"
+                break
+            data.append(line[5:])  # (JSON allows the space and a CR around the value)
+        if self._events(data, now):
+            return True  # an in-band error came first
+        if end == "error":
+            self.out.failure = Failure("stream_error", "error event in the stream")
+        elif end == "done":
+            self.done = True
+        return end is not None
+
+    def _events(self, data: list[bytes], now: float) -> bool:
+        """Decode and take the events of one read, in order; True at an in-band error (the
+        stream's end: the events after it are not read)."""
         out = self.out
         decode = _EVENT.decode
         content = self.content.append
         reasoning = self.reasoning.append
         got = 0  # events that carried text or a call: all of this read share ``now``
         stop = False
-        for line in lines:
-            if not line:
-                continue  # the blank line after each event
-            if not line.startswith(b"data:"):
-                if line.startswith(b"event:") and b"error" in line:
-                    out.failure = Failure("stream_error", "error event in the stream")
-                    stop = True
-                    break
-                continue
-            if len(line) < 32 and line[5:].strip() == b"[DONE]":
-                self.done = stop = True
-                break
-            event = decode(line[5:])  # (JSON allows the space and a CR around the value)
+        for raw in data:
+            event = decode(raw)
             if event.error is not msgspec.UNSET:
                 out.failure = Failure("stream_error", error_text(orjson.dumps(event.error)))
                 stop = True

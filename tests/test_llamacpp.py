@@ -281,8 +281,10 @@ def test_server_surface(llama: Launched) -> None:
 
 def test_streamed_requests_one_after_another(llama: Launched) -> None:
     """llama.cpp closes the connection after a streamed response without a 'Connection:
-    close' header, so the next request often meets a dead pooled connection: it never reached
-    the server, and is sent again on a new one."""
+    close' header. A streamed answer is read in a task of its own, so the event loop sees the
+    close before the next request takes a pooled connection; a request that still meets a
+    dead one (the close came late) is sent again on a new one (``stale_resends``, which
+    tests/test_transport_faults.py provokes every time). Either way no request fails."""
 
     async def go() -> tuple[list[Any], int]:
         client = ChatClient(llama.base_url, model=MODEL, request_timeout=120.0)
@@ -295,9 +297,8 @@ def test_streamed_requests_one_after_another(llama: Launched) -> None:
             await client.aclose()
         return fails, report.stale_resends
 
-    fails, resends = asyncio.run(go())
+    fails, _resends = asyncio.run(go())
     assert fails == [None] * 6
-    assert resends >= 1  # the server did close connections under the client
 
 
 def test_quantized_cache_answers_and_stops_cleanly_under_load(tmp_path: Path) -> None:

@@ -391,6 +391,53 @@ async def test_a_stall_shorter_than_the_timeout_is_no_failure(
     assert (outs[1].content, outs[1].tool_calls) == (outs[0].content, outs[0].tool_calls)
 
 
+async def _stalling_server(events: int, gap_s: float) -> tuple[asyncio.Server, asyncio.Event]:
+    """Streams ``events`` events ``gap_s`` apart, then nothing, the connection left open
+    until ``done`` is set (each event in a write of its own, as a decoding server writes)."""
+    done = asyncio.Event()
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
+    event = b'data: {"choices": [{"index": 0, "delta": {"content": "tick "}}]}\n\n'
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(head)
+        for _ in range(events):
+            await asyncio.sleep(gap_s)
+            writer.write(event)
+            await writer.drain()
+        await done.wait()
+        writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0), done
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["chat", "raw"])
+async def test_a_stream_that_stops_mid_way_times_out_after_its_last_byte(raw: bool) -> None:
+    """The read timeout counts from the last byte of the body, not from the headers: events
+    0.3 s apart for 1.2 s outlive a 0.6 s timeout, the silence after them does not."""
+    server, done = await _stalling_server(events=4, gap_s=0.3)
+    port = server.sockets[0].getsockname()[1]
+    client = ChatClient(f"http://127.0.0.1:{port}", model="m", request_timeout=0.6)
+    client.total_timeout = 20.0
+    try:
+        if raw:
+            out = await client.raw("/v1/completions", {"prompt": "x"}, stream=True)
+        else:
+            out = await client.chat(request(), stream=True)
+    finally:
+        done.set()
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert out.failure is not None
+    assert out.failure.kind == "timeout", out.failure
+    assert "no byte from the server for 0.6s" in out.failure.message
+    if not raw:
+        assert out.events == 4  # every event before the silence was read
+    assert out.latency_s is not None
+    assert 1.2 + 0.6 <= out.latency_s < 10  # after the last event, long before the cap
+
+
 async def test_the_overall_cap_ends_a_trickling_request(make_sim: Callable[..., str]) -> None:
     url = make_sim(fault_scale=0.0, speed=0.05, chunk_tokens=1)
     client = ChatClient(url, model="m", request_timeout=5.0, total_timeout=0.5)
