@@ -4,7 +4,8 @@ Raw asyncio HTTP/1.1 (keep-alive, Content-Length request bodies), run as its own
 it never shares the measured client's event loop. Every POST to /v1/chat/completions gets one
 of a few canned assistant turns (reasoning, a short preamble and a DSML v4 tool-call block in
 the content, as a server without a tool parser returns it), streamed as SSE chunks (one
-chunked-encoding chunk per event, written at once) or as one JSON body. ``usage`` carries
+chunked-encoding chunk per event, written at once, or with ``--token-ms`` one event at a time,
+as a server decoding writes each token) or as one JSON body. ``usage`` carries
 ``prompt_tokens = request bytes / 4`` so the harness's context schedule works unchanged.
 
     python benchmarks/null_endpoint.py --port 0   # prints "PORT <n>" on stdout once listening
@@ -83,6 +84,7 @@ class Canned:
 
     def __init__(self, chunk_chars: int, shape: str) -> None:
         self.streams: list[tuple[bytes, int, int]] = []  # (framed events, events, tokens)
+        self.pieces: list[list[bytes]] = []  # each stream's framed events, one by one
         self.plains: list[tuple[dict[str, object], int]] = []
         for n, call in enumerate(CALLS):
             markup = dsml.encode_turn(PREAMBLE, [call], version="v4", eos=False)
@@ -126,6 +128,7 @@ class Canned:
                 ]
             events.append(_chunk({}, finish=finish))
             self.streams.append((b"".join(_framed(e) for e in events), len(events), tokens))
+            self.pieces.append([_framed(e) for e in events])
             doc = {
                 "id": "chatcmpl-bench",
                 "object": "chat.completion",
@@ -167,9 +170,10 @@ class Stats:
 
 
 class Conn(asyncio.Protocol):
-    def __init__(self, canned: Canned, delay_s: float) -> None:
+    def __init__(self, canned: Canned, delay_s: float, token_s: float = 0.0) -> None:
         self.canned = canned
         self.delay_s = delay_s
+        self.token_s = token_s
         self.buf = bytearray()
         self.need: int | None = None
         self.method = b""
@@ -228,6 +232,12 @@ class Conn(asyncio.Protocol):
             framed, events, tokens = self.canned.streams[pick]
             Stats.events += events + 1  # and the usage chunk
             tail = _framed(_chunk(None, usage=_usage(prompt, tokens)))
+            if self.token_s > 0:  # one event per write, token_s apart
+                parts = [STREAM_HEAD, *self.canned.pieces[pick], tail + DONE]
+                Stats.bytes_out += sum(map(len, parts))
+                delay = max(self.delay_s, self.token_s)
+                asyncio.get_running_loop().call_later(delay, self._drip, parts, 0)
+                return
             out = b"".join((STREAM_HEAD, framed, tail, DONE))
         else:
             doc, tokens = self.canned.plains[pick]
@@ -242,15 +252,28 @@ class Conn(asyncio.Protocol):
         else:
             self.transport.write(out)
 
+    def _drip(self, parts: list[bytes], i: int) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        # the head goes with the first event, the usage chunk with the last
+        n = 2 if i == 0 else 1
+        self.transport.write(b"".join(parts[i : i + n]))
+        if i + n < len(parts):
+            asyncio.get_running_loop().call_later(self.token_s, self._drip, parts, i + n)
+
     def _write(self, out: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(out)
 
 
-async def serve(host: str, port: int, chunk_chars: int, shape: str, delay_s: float) -> None:
+async def serve(
+    host: str, port: int, chunk_chars: int, shape: str, delay_s: float, token_s: float = 0.0
+) -> None:
     canned = Canned(chunk_chars, shape)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Conn(canned, delay_s), host, port, backlog=4096)
+    server = await loop.create_server(
+        lambda: Conn(canned, delay_s, token_s), host, port, backlog=4096
+    )
     print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -282,8 +305,24 @@ def main() -> None:
         default=0.0,
         help="answer each request after this long (a paced server); 0: at once",
     )
+    ap.add_argument(
+        "--token-ms",
+        type=float,
+        default=0.0,
+        help="stream one event per write, this long apart (a server decoding token by "
+        "token); 0: each answer in one write",
+    )
     args = ap.parse_args()
-    asyncio.run(serve(args.host, args.port, args.chunk_chars, args.shape, args.delay_ms / 1000))
+    asyncio.run(
+        serve(
+            args.host,
+            args.port,
+            args.chunk_chars,
+            args.shape,
+            args.delay_ms / 1000,
+            args.token_ms / 1000,
+        )
+    )
 
 
 if __name__ == "__main__":

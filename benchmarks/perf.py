@@ -39,16 +39,21 @@ class Case:
     context: int
     stream: bool = True
     delay_ms: int = 0  # a paced endpoint: each answer after this long
+    token_ms: int = 0  # a decoding endpoint: one event per write, this long apart
 
 
+#: Runs of 3 s or more of the bare client, so start-up (building every session's first
+#: prompt, opening the connections) weighs little against the steady state; 2,000 sessions
+#: open 2,000 connections, and that is part of what the case measures.
 CASES = [
-    Case("80 x 2k", 80, 800, 5, 2000),
-    Case("500 x 2k", 500, 1000, 5, 2000),
-    Case("2000 x 2k", 2000, 2000, 4, 2000),
-    Case("80 x 80k", 80, 80, 10, 78000),
-    Case("80 x 2k plain", 80, 800, 5, 2000, stream=False),
+    Case("80 x 2k", 80, 3200, 5, 2000),
+    Case("500 x 2k", 500, 4000, 5, 2000),
+    Case("2000 x 2k", 2000, 4000, 4, 2000),
+    Case("80 x 80k", 80, 240, 30, 78000),
+    Case("80 x 2k plain", 80, 3200, 5, 2000, stream=False),
     Case("80 x 2k paced 200ms", 80, 400, 5, 2000, delay_ms=200),
     Case("2000 x 2k paced 5s", 2000, 2000, 2, 2000, delay_ms=5000),
+    Case("500 x 2k, a token per 20ms", 500, 1000, 2, 2000, token_ms=20),
 ]
 QUICK = [
     Case("80 x 2k", 80, 240, 5, 2000),
@@ -64,7 +69,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_endpoint(delay_ms: int) -> tuple[subprocess.Popen[str], str]:
+def start_endpoint(delay_ms: int, token_ms: int = 0) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -73,6 +78,8 @@ def start_endpoint(delay_ms: int) -> tuple[subprocess.Popen[str], str]:
             "0",
             "--delay-ms",
             str(delay_ms),
+            "--token-ms",
+            str(token_ms),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -191,12 +198,13 @@ def main() -> None:
     repeats = 1 if args.quick else args.repeats
     # stopped by a signal: still stop the endpoints (the finally below)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    endpoints = {d: start_endpoint(d) for d in sorted({c.delay_ms for c in cases})}
+    paces = sorted({(c.delay_ms, c.token_ms) for c in cases})
+    endpoints = {pace: start_endpoint(*pace) for pace in paces}
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     t0 = time.perf_counter()
     try:
         for case in cases:
-            proc, url = endpoints[case.delay_ms]
+            proc, url = endpoints[(case.delay_ms, case.token_ms)]
             for _ in range(repeats):
                 for mode, client, workers in runs:
                     row = run_client(url, case, mode, client, proc.pid, workers)
@@ -204,7 +212,7 @@ def main() -> None:
                     key = (case.name, "raw" if mode == "raw" else name)
                     results.setdefault(key, []).append(row)
                     print(
-                        f"{case.name:>14} {key[1]:>20}: {row['turns_per_s']:8,.0f} turns/s "
+                        f"{case.name:>26} {key[1]:>20}: {row['turns_per_s']:8,.0f} turns/s "
                         f"{row['cpu_ms_per_turn']:5.2f} ms/turn {row['peak_rss_mb']:6.0f} MB",
                         file=sys.stderr,
                         flush=True,
