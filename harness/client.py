@@ -288,18 +288,12 @@ class ChatClient:
                 if b'"error"' in raw:
                     out.failure = Failure("stream_error", error_text(raw))
                 return
-            watch = _ReadWatch(resp, self.request_timeout)
-            try:
+            with _ReadWatch(resp, self.request_timeout) as watch:
                 # everything buffered at once (not one HTTP chunk per iteration), stamped on read
                 async for chunk in resp.content.iter_any():
                     watch.last = now = time.perf_counter()
                     if events.read(chunk, now):
                         break
-            except asyncio.CancelledError:
-                watch.raise_if_fired()
-                raise
-            finally:
-                watch.stop()
         events.finish()
 
     async def _raw(self, path: str, data: bytes, out: TurnOutput, t0: float, stream: bool) -> None:
@@ -319,8 +313,7 @@ class ChatClient:
                 return
             done = False
             split = LineSplitter()  # a /generate event holds the whole text so far: no cap
-            watch = _ReadWatch(resp, self.request_timeout)
-            try:
+            with _ReadWatch(resp, self.request_timeout) as watch:
                 async for chunk in resp.content.iter_any():
                     watch.last = now = time.perf_counter()
                     for raw_line in split.lines(chunk):
@@ -345,11 +338,6 @@ class ChatClient:
                             last = now
                     if done:
                         break
-            except asyncio.CancelledError:
-                watch.raise_if_fired()
-                raise
-            finally:
-                watch.stop()
         out.latency_s = time.perf_counter() - t0
         out.content = text
         if out.events > 1:
@@ -387,15 +375,16 @@ class _ReadWatch:
             self.fired = True
             self._task.cancel()
 
-    def raise_if_fired(self) -> None:
-        """In the reader's ``except CancelledError``: a cancel of the watch's own (and no one
-        else's) becomes the read timeout."""
-        if self.fired and self._task is not None and self._task.uncancel() == 0:
-            self.fired = False
-            raise aiohttp.SocketTimeoutError("Timeout on reading data from socket")
+    def __enter__(self) -> _ReadWatch:
+        return self
 
-    def stop(self) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """The reading ended: the timer goes; a cancel of the watch's own (and no one else's)
+        becomes the read timeout."""
         self._handle.cancel()
+        cancelled = kind is not None and issubclass(kind, asyncio.CancelledError)
+        if cancelled and self.fired and self._task is not None and self._task.uncancel() == 0:
+            raise aiohttp.SocketTimeoutError("Timeout on reading data from socket")
 
 
 def _own_task(work: Coroutine[Any, Any, TurnOutput]) -> asyncio.Task[TurnOutput]:
