@@ -1,6 +1,6 @@
 """Harness vs a raw aiohttp client against a loopback endpoint that does no work.
 
-    python benchmarks/perf.py                       # the standard cases, about 3 minutes
+    python benchmarks/perf.py                       # the standard cases, about 4 minutes
     python benchmarks/perf.py --quick               # fewer turns, one repeat
     python benchmarks/perf.py --clients shipped,aiohttp --markdown out.md
     python benchmarks/perf.py --workers 1,2         # the harness in 1 and in 2 processes
