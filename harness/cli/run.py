@@ -31,6 +31,7 @@ from harness.run.execute import (
 )
 from harness.run.options import RunOptions
 from harness.run.plan import format_plan
+from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.target.launch import check_variants
 from harness.target.spec import default_sim_target, load_target
 from harness.workload.matrix import parse_ab, variants
@@ -110,6 +111,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     model = args.model or (target.served_model or target.model if target else None)
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     concurrency = args.concurrency or scenario.sessions
+    shard, start_at = _shard_options(args)
     return RunOptions(
         scenario=scenario,
         variants=vs,
@@ -133,9 +135,41 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         keep_transcripts=bool(getattr(args, "keep_transcripts", False)),
         confirm=bool(getattr(args, "confirm", False)),
         reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
+        shard=shard,
+        start_at=start_at,
         args=saved,
         **_workload_options(args, scenario),
     )
+
+
+def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None]:
+    """--shard I/K and --start-at, and what a slice of a run cannot do alone."""
+    text = getattr(args, "shard", None)
+    start = getattr(args, "start_at", None)
+    if text is None:
+        if start is not None:
+            raise UsageError("--start-at goes with --shard (it makes the shards start together)")
+        return None, None
+    shard = parse_shard(text)
+    alone = {
+        "--until-significant": getattr(args, "until_significant", False),
+        "--confirm": getattr(args, "confirm", False),
+        "--reference-sessions": getattr(args, "reference_sessions", 0),
+    }
+    for flag, given in alone.items():
+        if given:
+            raise UsageError(
+                f"{flag} needs one coordinator over the whole run, not a shard: run it on one "
+                "host (--workers N spreads it over the cores)"
+            )
+    gates = [f for f, v in (("--fail-if", args.fail_if), ("--baseline", args.baseline),
+                             ("--junit", args.junit)) if v]  # fmt: skip
+    if gates and not getattr(args, "resume", None):
+        raise UsageError(
+            f"{', '.join(gates)}: a shard is judged with the others; give the gates to "
+            "`harness merge SHARD_DIR... -o OUT`"
+        )
+    return shard, parse_start_at(start) if start is not None else None
 
 
 def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
@@ -276,6 +310,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         RunDir(opts.out_dir).prepare()
         write_run_json(opts, run_id)
+    code = _drive_and_report(args, opts, run_id, skip)
+    note_end(RunDir(opts.out_dir), code)
+    return code
+
+
+def note_end(run_dir: RunDir, code: int) -> None:
+    """Record in run.json how the run ended (``harness merge`` reads it of each shard)."""
+    with contextlib.suppress(OSError, ValueError, UsageError):
+        meta = run_dir.read_meta()
+        reason = {0: None, 1: "a gate failed", 2: "configuration", 3: "infrastructure"}
+        meta["finished"] = {
+            "exit_code": code,
+            "reason": reason.get(code, "interrupted"),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        run_dir.write_meta(meta)
+
+
+def _drive_and_report(
+    args: argparse.Namespace, opts: RunOptions, run_id: str, skip: set[tuple[str, int, int]]
+) -> int:
     t0 = time.perf_counter()
     show = not args.no_progress and sys.stderr.isatty()
     interrupted = infra = None

@@ -43,6 +43,13 @@ from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnWriter
 from harness.run.afterload import after_load, after_load_left
 from harness.run.options import RunOptions
+from harness.run.shard import (
+    plan_id,
+    server_clock_offset,
+    shard_concurrency,
+    slice_plans,
+    wait_until,
+)
 from harness.target.launch import Target, make_target
 from harness.target.metrics import MetricsScraper, flush_cache, warm_up
 from harness.target.readiness import EndpointTarget, served_model, watch
@@ -74,6 +81,8 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
         "python": sys.version.split()[0],
+        "plan_id": plan_id(opts),
+        "shard": opts.shard.to_dict() if opts.shard is not None else None,
     }
     RunDir(opts.out_dir).write_meta(meta)
 
@@ -111,6 +120,7 @@ class _VariantRun:
     announce: Callable[[str], None]
     make_session: Callable[[SessionPlan, Shared], Session] | None = None
     reference: list[SessionPlan] | None = None
+    clock: dict[str, Any] | None = None  # a shard's clock.json, the server's offset to add
     ended: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -144,6 +154,9 @@ class _VariantRun:
         starting = asyncio.create_task(pool.start()) if pool is not None else None
         try:
             base_url = await target.start()
+            if self.clock is not None and self.clock.get("server_offset_s") is None:
+                self.clock["server_offset_s"] = await server_clock_offset(base_url, opts.api_key)
+                RunDir(opts.out_dir).clock.write_text(json.dumps(self.clock, indent=2) + "\n")
             await self._prepare_server(base_url)
             self.announce(f"{self.name}: {len(self.plans)} sessions on {base_url}")
             model = opts.model or await served_model(base_url, opts.api_key)
@@ -323,6 +336,22 @@ async def execute(
     )
     outcomes: list[VariantOutcome] = []
     skip = skip or set()
+    clock = None
+    if (shard := opts.shard) is not None:
+        # this host's slice of the plan, with its share of the concurrency
+        opts = replace(opts, concurrency=shard_concurrency(opts.concurrency, plans, shard))
+        plans = slice_plans(plans, shard)
+        announce(f"shard {shard.label}: {len(plans)} sessions a variant, "
+                 f"{opts.concurrency} in flight")  # fmt: skip
+        late = await wait_until(opts.start_at, announce) if opts.start_at is not None else None
+        clock = {
+            "shard": shard.to_dict(),
+            "start_unix": time.time(),
+            "start_at": opts.start_at,
+            "late_s": None if late is None else round(late, 3),
+            "server_offset_s": None,
+        }
+        RunDir(opts.out_dir).clock.write_text(json.dumps(clock, indent=2) + "\n")
 
     def save() -> None:
         path = opts.out_dir / OUTCOMES_FILE
@@ -346,7 +375,7 @@ async def execute(
                         continue
                     step = _VariantRun(
                         opts, run_id, variant, repeat, todo, writer, progress, announce, make,
-                        reference,
+                        reference, clock,
                     )  # fmt: skip
                     outcomes.append(await step.run())
                     save()
