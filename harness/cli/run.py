@@ -76,10 +76,20 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
 
 
 def _workers(asked: int | str | None, concurrency: int) -> int:
-    """--workers N, or auto (the default): see harness.pool.parent.auto_workers."""
+    """--workers N, or auto (the default): see harness.pool.parent.auto_workers; 0 for a
+    Ray cluster (a worker per CPU it has)."""
     if asked is None or asked == "auto":
         return auto_workers(concurrency)
+    if _cluster(asked) is not None:
+        return 0
     return int(asked)
+
+
+def _cluster(asked: int | str | None) -> str | None:
+    """--workers ray[:ADDRESS]: the Ray address ("" for Ray's default), else None."""
+    if isinstance(asked, str) and (asked == "ray" or asked.startswith("ray:")):
+        return asked[4:]
+    return None
 
 
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
@@ -119,6 +129,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         sessions=scenario.sessions,
         concurrency=concurrency,
         workers=_workers(getattr(args, "workers", None), concurrency),
+        cluster=_cluster(getattr(args, "workers", None)),
         target=target,
         seed=args.seed,
         repeats=args.repeats,
@@ -297,7 +308,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             extra = opts.sim_args if opts.target.name == "sim" else ()
             print(format_plan(opts.target, opts.schedule(), opts.out_dir, extra_args=extra))
-        print(f"workers: up to {opts.workers} per variant, {opts.concurrency} requests in flight")
+        where = (
+            f"up to {opts.workers} per variant"
+            if opts.cluster is None
+            else f"one per CPU of the Ray cluster {opts.cluster or '(default address)'}"
+        )
+        print(f"workers: {where}, {opts.concurrency} requests in flight")
         return 0
     if args.resume:
         skip = RunDir(opts.out_dir).finished_sessions()

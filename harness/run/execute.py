@@ -31,6 +31,7 @@ from harness.drive.driver import DriveOptions, Progress, drive
 from harness.drive.selfreport import save_row
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.drive.trace_session import sessions_for
+from harness.pool.cluster import ClusterPool
 from harness.pool.parent import (
     SessionSource,
     WorkerError,
@@ -149,8 +150,12 @@ class _VariantRun:
         error = None
         self._sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
         # worker processes start (and import) while the server starts
-        workers = effective_workers(opts.workers, self.plans, opts.concurrency)
-        pool = WorkerPool(workers) if workers > 1 else None
+        pool: WorkerPool | None = None
+        if opts.cluster is not None:  # as many as the cluster has CPUs, up to what can run
+            most = effective_workers(len(self.plans), self.plans, opts.concurrency)
+            pool = ClusterPool(opts.cluster or None, most) if self.plans else None
+        elif (workers := effective_workers(opts.workers, self.plans, opts.concurrency)) > 1:
+            pool = WorkerPool(workers)
         starting = asyncio.create_task(pool.start()) if pool is not None else None
         try:
             base_url = await target.start()

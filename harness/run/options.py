@@ -49,6 +49,7 @@ class RunOptions:
     api: Api = "chat"  # chat | completions | generate (harness.client.raw)
     max_sessions: int | None = None  # --until-significant: the budget per variant
     workers: int = 1  # processes driving each variant's sessions (harness.pool.parent)
+    cluster: str | None = None  # --workers ray[:ADDRESS]: the Ray address ("": the default)
     alpha: float = 0.05
     shard: Shard | None = None  # --shard I/K: this host drives the I-th of K slices
     start_at: float | None = None  # --start-at: wall time (unix seconds) the load starts
