@@ -1,7 +1,8 @@
 """The ``harness`` command: parse, call, print, map errors to exit codes.
 
-Exit codes: 0 all gates passed; 1 a gate failed; 2 bad usage or configuration;
-3 infrastructure (a server would not start, an endpoint unreachable).
+Exit codes: 0 all gates passed; 1 a gate failed (``compare``: a significant regression);
+2 bad usage or configuration; 3 infrastructure (a server would not start, an endpoint
+unreachable); 128 + N when signal N stopped the run (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations
@@ -264,21 +265,34 @@ def _add_gate_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--junit", type=Path, metavar="FILE", help="write gate results as JUnit XML")
 
 
-def check_gate_args(args: argparse.Namespace) -> None:
-    """Validate gate expressions and the baseline before any work starts."""
-    from harness.gates import check_exprs
+def check_gate_args(args: argparse.Namespace, variants: list[str] | None = None) -> None:
+    """Validate gate expressions and the baseline before any work starts; given the planned
+    ``variants``, a gate naming another variant, or a baseline sharing none, fails now."""
+    from harness.gates import check_baseline, check_exprs
+    from harness.report import load_summary
 
-    check_exprs(args.fail_if)
+    check_exprs(args.fail_if, variants)
     if args.baseline is not None and not (
         (args.baseline / "summary.json").exists() or args.baseline.suffix == ".json"
     ):
         raise UsageError(
             f"--baseline {args.baseline}: no summary.json there (run `harness report` on it)"
         )
+    if args.baseline is not None and variants is not None:
+        check_baseline(variants, load_summary(args.baseline), str(args.baseline))
 
 
-def apply_gates(args: argparse.Namespace, summary: Any) -> int:
-    """Evaluate the gates on a summary, print the one-line result, return the exit code."""
+def apply_gates(
+    args: argparse.Namespace,
+    summary: Any,
+    *,
+    run_code: int = EXIT_OK,
+    run_problem: str | None = None,
+    interrupted: str | None = None,
+) -> int:
+    """Evaluate the gates on a summary, print the one-line result, return the exit code:
+    ``run_code`` when the run itself failed (interrupted, infrastructure, configuration:
+    ``run_problem`` says why), else 1 when a gate failed, else 0."""
     from harness.gates import (
         all_passed,
         baseline_gate,
@@ -294,10 +308,23 @@ def apply_gates(args: argparse.Namespace, summary: Any) -> int:
     for r in results:
         if not r.passed:
             print(f"gate failed: {r.message}", file=sys.stderr)
+    code = run_code or (EXIT_OK if all_passed(results) else EXIT_GATE)
+    failure = None
+    if run_code:
+        failure = f"exit code {run_code}: {run_problem or 'the run failed'}"
     if args.junit is not None:
-        write_junit(args.junit, results)
-    print(result_line(summary, results))
-    return EXIT_OK if all_passed(results) else EXIT_GATE
+        write_junit(args.junit, results, run_failure=failure)
+    print(result_line(summary, results, code, interrupted, run_problem if run_code else None))
+    return code
+
+
+def print_failure_line(
+    run_id: str | None, code: int, problem: str, interrupted: str | None = None
+) -> None:
+    """The one-line JSON result of a run that has no summary to give."""
+    from harness.gates import result_line
+
+    print(result_line({"run_id": run_id, "variants": []}, [], code, interrupted, problem))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_trace(args)
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
+        if args.command == "run":  # CI reads the last line of a run: it says the run failed
+            print_failure_line(None, exc.exit_code, str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
@@ -352,15 +381,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     summary = write_report(_run_dir(args.run_dir))
     print(format_table(summary))
     print(f"report: {args.run_dir / 'report.md'} and {args.run_dir / 'report.html'}")
+    interrupted = summary.get("interrupted")
+    if interrupted:
+        print(
+            f"harness: this run was interrupted ({interrupted}): the report covers the turns "
+            f"done (continue with: harness run --resume {args.run_dir})",
+            file=sys.stderr,
+        )
     return apply_gates(args, summary)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """Exit 1 when a variant regressed significantly, 2 when the runs share no variant."""
     from harness.report import compare_markdown, compare_runs
 
     result = compare_runs(_run_dir(args.run_a), _run_dir(args.run_b))
+    if not result["variants"]:
+        raise UsageError(
+            f"{args.run_a} and {args.run_b} share no variant (A has "
+            f"{', '.join(result['only_in_a']) or 'none'}; B has "
+            f"{', '.join(result['only_in_b']) or 'none'}): nothing to compare"
+        )
     print(compare_markdown(result))
-    return EXIT_OK
+    return EXIT_GATE if result["regressions"] else EXIT_OK
 
 
 def cmd_classify(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,23 +16,30 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harness import stopsignals
 from harness.config import load_scenario
 from harness.driver import Progress as Counts
 from harness.errors import InfrastructureError, UsageError
 from harness.matrix import parse_ab, variants
 from harness.records import TURNS_FILE, TurnRecord, iter_turns
 from harness.run import (
+    SESSIONS_FILE,
     RunOptions,
     VariantOutcome,
     execute,
     finished_sessions,
+    mark_run,
     new_run_id,
     prepare_run_dir,
     write_run_json,
 )
+from harness.session import EXHAUSTED
+from harness.stopsignals import StopSignals
 
 #: A variant with more than this share of transport errors cannot be judged (exit code 3).
 MAX_TRANSPORT_ERROR_RATE = 0.5
+#: ... nor one with more than this share of its sessions ended with their attempts exhausted.
+MAX_EXHAUSTED_SHARE = 0.5
 _PATH_ARGS = ("scenario", "target", "out", "baseline", "junit", "resume", "workload")
 
 
@@ -225,6 +233,22 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 async def _run_with_progress(
+    opts: RunOptions,
+    run_id: str,
+    show: bool,
+    skip: set[tuple[str, int, int]],
+    stop: StopSignals,
+) -> list[VariantOutcome]:
+    task = asyncio.current_task()
+    assert task is not None
+    stop.attach(task)  # SIGTERM and SIGHUP cancel this task, as Ctrl-C does
+    try:
+        return await _progress(opts, run_id, show, skip)
+    finally:
+        stop.detach()
+
+
+async def _progress(
     opts: RunOptions, run_id: str, show: bool, skip: set[tuple[str, int, int]]
 ) -> list[VariantOutcome]:
     counts = Counts()
@@ -323,7 +347,7 @@ def _set_aside_unfinished(run_dir: Path, done: set[tuple[str, int, int]]) -> int
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.cli import apply_gates, check_gate_args
+    from harness.cli import check_gate_args
 
     skip: set[tuple[str, int, int]] = set()
     if args.resume:
@@ -332,6 +356,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_id = new_run_id()
     check_gate_args(args)
     opts = build_options(args, run_id)
+    check_gate_args(args, [v.label for v in opts.variants])  # before anything starts
     if args.dry_run:
         from harness.plan import format_plan
 
@@ -357,48 +382,103 @@ def cmd_run(args: argparse.Namespace) -> int:
     show = not args.no_progress and sys.stderr.isatty()
     interrupted = infra = None
     outcomes: list[VariantOutcome] = []
-    try:
-        outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip))
-    except KeyboardInterrupt:
-        interrupted = "interrupted"
-    except TimeoutError:
-        infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
-    except InfrastructureError as exc:
-        infra = str(exc)
+    with StopSignals() as stop:
+        try:
+            outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip, stop))
+        except KeyboardInterrupt:
+            interrupted = "SIGINT"
+        except asyncio.CancelledError:
+            if stop.received is None:
+                raise
+        except TimeoutError:
+            infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
+        except InfrastructureError as exc:
+            infra = str(exc)
+        if stop.received is not None:
+            interrupted = stopsignals.name(stop.received)
+        return _finish(args, opts, run_id, outcomes, interrupted, infra, t0)
+
+
+def _interrupted_code(interrupted: str) -> int:
+    return stopsignals.exit_code(signal.Signals[interrupted])
+
+
+def _finish(
+    args: argparse.Namespace,
+    opts: RunOptions,
+    run_id: str,
+    outcomes: list[VariantOutcome],
+    interrupted: str | None,
+    infra: str | None,
+    t0: float,
+) -> int:
+    """After the load: the report, the table, the gates and the one-line JSON result, whose
+    ``passed`` is true exactly when the exit code is 0."""
+    from harness.cli import apply_gates, print_failure_line
+    from harness.report import format_table, write_report
+
     turns_path = opts.out_dir / TURNS_FILE
     nothing_ran = not turns_path.exists() or turns_path.stat().st_size == 0
-    if nothing_ran and (interrupted or infra):
-        print(f"harness: error: {interrupted or infra}", file=sys.stderr)
-        return 130 if interrupted else 3
+    refused = [o for o in outcomes if o.exit_code == 2]
+    died = [o for o in outcomes if o.error and o.exit_code != 2]
+    for o in refused:
+        print(f"harness: error: {o.error}", file=sys.stderr)
+    for o in died:
+        print(f"harness: variant {o.label}: {o.error}", file=sys.stderr)
+    if interrupted:
+        code = _interrupted_code(interrupted)
+    elif refused:
+        code = 2
+    else:
+        code = 3 if (infra or died or nothing_ran) else 0
+    problem = (
+        f"interrupted by {interrupted}"
+        if interrupted
+        else refused[0].error
+        if refused
+        else infra or (died[0].error if died else None)
+    )
+    if nothing_ran:
+        print(f"harness: error: {problem or 'no turn was recorded'}", file=sys.stderr)
+        print_failure_line(run_id, code or 3, problem or "no turn was recorded", interrupted)
+        return code or 3
     if interrupted or infra:
         print(
-            f"harness: {interrupted or infra}; the report covers the turns done so far "
+            f"harness: {problem}; the report covers the turns done so far "
             f"(continue with: harness run --resume {opts.out_dir})",
             file=sys.stderr,
         )
-    died = [o for o in outcomes if o.error]
-    for o in died:
-        print(f"harness: variant {o.label}: {o.error}", file=sys.stderr)
-    from harness.report import format_table, write_report
-
-    if nothing_ran:
-        return 3
+    mark_run(opts.out_dir, interrupted=interrupted)
     summary = write_report(opts.out_dir)
     print(format_table(summary))
     print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
-    code = apply_gates(args, summary)
-    if interrupted:
-        return 130
-    unjudged = [
-        v["label"]
-        for v in summary["variants"]
-        if (v.get("transport_error_rate") or 0) > MAX_TRANSPORT_ERROR_RATE
-    ]
-    if infra or died or unjudged:
-        if unjudged:
-            print(
-                f"harness: too many transport errors to judge: {', '.join(unjudged)}",
-                file=sys.stderr,
-            )
-        return 3
-    return code
+    unjudged = unjudged_variants(summary, opts.out_dir)
+    if unjudged and code in (0, 1):
+        code = 3
+        problem = f"too many transport errors to judge: {', '.join(unjudged)}"
+        print(f"harness: {problem}", file=sys.stderr)
+    return apply_gates(args, summary, run_code=code, run_problem=problem, interrupted=interrupted)
+
+
+def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
+    """Variants that cannot be judged: more than half of their requests failed in transport,
+    or more than half of their sessions ended with their attempts exhausted (a server that
+    stopped answering part-way fails a share of the turns, but ends every session)."""
+    exhausted: dict[str, int] = {}
+    ended: dict[str, int] = {}
+    path = run_dir / SESSIONS_FILE
+    if path.exists():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                row = json.loads(line)
+                ended[row["variant"]] = ended.get(row["variant"], 0) + 1
+                if row.get("ended") == EXHAUSTED:
+                    exhausted[row["variant"]] = exhausted.get(row["variant"], 0) + 1
+    out = []
+    for v in summary["variants"]:
+        label = v["label"]
+        errors = (v.get("transport_error_rate") or 0) > MAX_TRANSPORT_ERROR_RATE
+        gave_up = exhausted.get(label, 0) > MAX_EXHAUSTED_SHARE * ended.get(label, 0)
+        if errors or gave_up:
+            out.append(label)
+    return out

@@ -9,14 +9,26 @@ from typing import Any
 @dataclass(frozen=True)
 class Failure:
     """A transport-level failure: ``kind`` is one of connect, timeout, http_status,
-    stream_error, protocol, cut, cancelled."""
+    stream_error, protocol, cut, dropped, cancelled."""
 
     kind: str
     message: str
     status: int | None = None
+    retry_after_s: float | None = None  # the server's Retry-After (429, 503), in seconds
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
+
+
+#: The failure kind of a request the harness itself stopped (Ctrl-C, a signal, the run timeout,
+#: a variant stopped): the server is not to blame, so it is not a transport error.
+CANCELLED = "cancelled"
+
+
+def server_failure(transport_error: str | None) -> bool:
+    """Whether a record's ``transport_error`` text is a failure of the server's (not a
+    request the harness cancelled)."""
+    return bool(transport_error) and not str(transport_error).startswith(CANCELLED + ":")
 
 
 @dataclass
@@ -35,4 +47,7 @@ class TurnOutput:
     sim_injected: str | None = None
     events: int = 0
     failure: Failure | None = None
+    #: earlier sends of this request that the server dropped before any byte of an answer
+    #: (a reused connection closed or reset under them; kind ``dropped``): each is a row
+    dropped: list[Failure] = field(default_factory=list)
     source: str = "server"  # "raw": ``content`` is the model's raw text, calls not parsed

@@ -129,6 +129,18 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
     (opts.out_dir / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
+def mark_run(run_dir: Path, **fields: Any) -> None:
+    """Set fields of run.json (``interrupted``: the signal that cut the run short, or None
+    once a run, resumed or not, went to its end)."""
+    path = run_dir / "run.json"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    meta.update(fields)
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
 @dataclass
 class VariantOutcome:
     label: str
@@ -137,6 +149,7 @@ class VariantOutcome:
     ended: dict[str, int]
     wall_s: float
     error: str | None = None
+    exit_code: int = 0  # 3: the server died or stopped answering; 2: it refused the requests
 
 
 def finished_sessions(run_dir: Path) -> set[tuple[str, int, int]]:

@@ -34,6 +34,7 @@ import orjson
 from harness.client import ChatClient
 from harness.config import Scenario
 from harness.driver import DriveOptions, Progress, drive
+from harness.output import server_failure
 from harness.records import TurnRecord, TurnWriter
 from harness.session import ACTIVE_TRANSCRIPTS, SessionPlan
 from harness.trace_session import sessions_for
@@ -167,7 +168,7 @@ class ForwardWriter:
                 "t",
                 orjson.dumps(record) + b"\n",
                 bool(record.get("corrupted")),
-                bool(record.get("transport_error")),
+                server_failure(record.get("transport_error")),
                 record.get("repeat", 0),
                 record["session"],
             )
