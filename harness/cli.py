@@ -314,6 +314,7 @@ def apply_gates(
         failure = f"exit code {run_code}: {run_problem or 'the run failed'}"
     if args.junit is not None:
         write_junit(args.junit, results, run_failure=failure)
+    interrupted = interrupted or summary.get("interrupted")
     print(result_line(summary, results, code, interrupted, run_problem if run_code else None))
     return code
 

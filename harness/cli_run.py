@@ -95,6 +95,12 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     vs = tuple(variants(factors))
     target = None
     if args.endpoint:
+        from harness.targets import normalize_endpoint
+
+        endpoint = normalize_endpoint(args.endpoint)
+        if endpoint != args.endpoint:
+            print(f"harness: --endpoint {args.endpoint} taken as {endpoint}", file=sys.stderr)
+            args.endpoint = endpoint
         if factors:
             raise UsageError(
                 "--ab with --endpoint needs one server per level: map the levels to servers "
@@ -367,6 +373,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(format_plan(opts.target, opts.schedule(), opts.out_dir, extra_args=extra))
         print(f"workers: up to {opts.workers} per variant, {opts.concurrency} requests in flight")
         return 0
+    from harness.fdlimit import ensure_open_files
+
+    raised = ensure_open_files(opts.concurrency + 8)  # EMFILE is ours, not the server's
+    if raised:
+        print(f"harness: {raised}", file=sys.stderr)
     if args.resume:
         skip = finished_sessions(opts.out_dir)
         moved = _set_aside_unfinished(opts.out_dir, skip)

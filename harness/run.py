@@ -29,7 +29,7 @@ from harness.client import ChatClient
 from harness.config import Scenario
 from harness.confirm import after_load, after_load_left
 from harness.driver import DriveOptions, Progress, drive
-from harness.errors import UsageError
+from harness.errors import EndpointRefused, ServerUnanswering, UsageError
 from harness.launch import Target, make_target
 from harness.matrix import Variant
 from harness.metrics import MetricsScraper, flush_cache, warm_up
@@ -150,6 +150,7 @@ class VariantOutcome:
     wall_s: float
     error: str | None = None
     exit_code: int = 0  # 3: the server died or stopped answering; 2: it refused the requests
+    stop_run: bool = False  # every variant would be refused the same: the run ends
 
 
 def finished_sessions(run_dir: Path) -> set[tuple[str, int, int]]:
@@ -193,6 +194,7 @@ async def _run_variant(
     announce(f"{name}: starting the server")
     ended: dict[str, int] = {}
     error = None
+    code, stop_run = 0, False
     sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
     # worker processes start (and import) while the server starts
     workers = effective_workers(opts.workers, plans, opts.concurrency)
@@ -309,8 +311,12 @@ async def _run_variant(
                     if error is None:
                         raise
                     announce(f"{name}: stopped: {error}")
-                except WorkerError as exc:
-                    error = str(exc)
+                except (WorkerError, EndpointRefused, ServerUnanswering) as exc:
+                    # a worker died, the endpoint refuses the requests, or the server
+                    # stopped answering: this variant ends here, the run goes on (a refusal
+                    # every variant would get ends the run: ``stop_run``)
+                    error, code = str(exc), exc.exit_code
+                    stop_run = bool(getattr(exc, "whole_run", False))
                     announce(f"{name}: stopped: {error}")
                 finally:
                     watcher.cancel()
@@ -320,6 +326,8 @@ async def _run_variant(
                 if error is None and alive is not None and not alive():
                     error = "the server process died during the run"
                     announce(f"{name}: {error}")
+                if error is not None and not code:
+                    code = 3
                 if error is None:
                     chosen = plans[: opts.reference_sessions] if reference is None else reference
                     await after_load(opts, run_id, variant, repeat, chosen, client, base, announce)
@@ -335,7 +343,7 @@ async def _run_variant(
         await target.stop()
     wall = time.perf_counter() - t0
     announce(f"{name}: done in {wall:.0f}s")
-    return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error)
+    return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error, code, stop_run)
 
 
 async def execute(
@@ -393,6 +401,8 @@ async def execute(
                         )  # fmt: skip
                     )
                     save()
+                    if outcomes[-1].stop_run:
+                        return outcomes  # every variant would be refused the same way
                 if len(rounds) > 1:
                     writer.sync()
                     decided, why = sequential.decision(

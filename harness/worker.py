@@ -34,6 +34,7 @@ import orjson
 from harness.client import ChatClient
 from harness.config import Scenario
 from harness.driver import DriveOptions, Progress, drive
+from harness.errors import HarnessError
 from harness.output import server_failure
 from harness.records import TurnRecord, TurnWriter
 from harness.session import ACTIVE_TRANSCRIPTS, SessionPlan
@@ -260,6 +261,10 @@ async def serve(out: IO[bytes]) -> int:
         await task
     except asyncio.CancelledError:
         pass
+    except HarnessError as exc:  # the variant cannot go on (refused, no longer answering)
+        channel.send(("e", str(exc), type(exc).__name__, getattr(exc, "whole_run", False)))
+        channel.flush()
+        return 1
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the variant
         traceback.print_exc()
         channel.send(("e", f"{type(exc).__name__}: {exc}"))
@@ -284,7 +289,10 @@ async def listen(reader: asyncio.StreamReader, limit: asyncio.Semaphore) -> None
 
 
 def main() -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us, after Ctrl-C too
+    # the parent stops us, after Ctrl-C, SIGTERM or SIGHUP too (a closed terminal sends SIGHUP
+    # to the whole process group; the parent records what we send until it stops us)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints must not corrupt the frames
     out.write(READY)

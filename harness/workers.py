@@ -49,7 +49,7 @@ from typing import Any
 
 from harness.config import Scenario
 from harness.driver import DriveOptions, Progress
-from harness.errors import InfrastructureError
+from harness.errors import EndpointRefused, HarnessError, InfrastructureError, ServerUnanswering
 from harness.records import TurnWriter
 from harness.selfreport import SelfReport, combine
 from harness.session import SessionPlan
@@ -201,6 +201,7 @@ class _Feed:
         self.ended = ended
         self.report: dict[str, Any] | None = None
         self.error: str | None = None
+        self.stop: HarnessError | None = None
 
     async def run(self, total: int) -> None:
         assert self.proc.stdout is not None
@@ -213,6 +214,8 @@ class _Feed:
                 break
             self._take(pickle.loads(data))
         code = await self.proc.wait()
+        if self.stop is not None:
+            raise self.stop
         if self.error is not None:
             raise WorkerError(f"worker {self.number} of {total} failed: {self.error}")
         if self.report is None:
@@ -241,11 +244,22 @@ class _Feed:
                 self.report = msg[1]
             elif kind == "e":  # the worker failed (the traceback is in its own log)
                 self.error = msg[1]
+                if len(msg) > 2:  # the variant cannot go on: the same error as in one process
+                    self.stop = variant_stop(msg[1], msg[2], msg[3])
             if lines and kind != "t":
                 self.writer.write_lines(b"".join(lines), len(lines))
                 lines = []
         if lines:
             self.writer.write_lines(b"".join(lines), len(lines))
+
+
+def variant_stop(message: str, kind: str, whole_run: bool) -> HarnessError:
+    """The error a worker's ``drive()`` raised, raised again in the parent."""
+    if kind == EndpointRefused.__name__:
+        return EndpointRefused(message, whole_run=whole_run)
+    if kind == ServerUnanswering.__name__:
+        return ServerUnanswering(message)
+    return InfrastructureError(message)
 
 
 async def drive_workers(
