@@ -77,8 +77,8 @@ class ServerWatch:
             status = failure.status
             raise EndpointRefused(
                 f"variant {self.variant}: the first request (POST {self.url}) was refused with "
-                f"HTTP {status}: {failure.message or '(no message)'}; {_HINTS[status]} "
-                "(retrying cannot fix this)",
+                f"HTTP {status}: {failure.message.rstrip('. ') or '(no message)'}; "
+                f"{_HINTS[status]} (retrying cannot fix this)",
                 whole_run=status in REFUSED_EVERYWHERE,
             )
         self.recent.append(failure)

@@ -466,15 +466,16 @@ def _finish(
     unjudged = unjudged_variants(summary, opts.out_dir)
     if unjudged and code in (0, 1):
         code = 3
-        problem = f"too many transport errors to judge: {', '.join(unjudged)}"
+        problem = "cannot judge " + "; ".join(unjudged)
         print(f"harness: {problem}", file=sys.stderr)
     return apply_gates(args, summary, run_code=code, run_problem=problem, interrupted=interrupted)
 
 
 def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
-    """Variants that cannot be judged: more than half of their requests failed in transport,
-    or more than half of their sessions ended with their attempts exhausted (a server that
-    stopped answering part-way fails a share of the turns, but ends every session)."""
+    """Variants that cannot be judged, each with why: more than half of their requests failed
+    in transport, or more than half of their sessions ended with their attempts exhausted (a
+    server that stopped answering part-way fails a share of the turns, but ends every
+    session)."""
     exhausted: dict[str, int] = {}
     ended: dict[str, int] = {}
     path = run_dir / SESSIONS_FILE
@@ -488,8 +489,10 @@ def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
     out = []
     for v in summary["variants"]:
         label = v["label"]
-        errors = (v.get("transport_error_rate") or 0) > MAX_TRANSPORT_ERROR_RATE
-        gave_up = exhausted.get(label, 0) > MAX_EXHAUSTED_SHARE * ended.get(label, 0)
-        if errors or gave_up:
-            out.append(label)
+        if (v.get("transport_error_rate") or 0) > MAX_TRANSPORT_ERROR_RATE:
+            out.append(f"{label} (too many transport errors to judge: {v['transport_errors']} "
+                       f"of {v['turns'] - v.get('cancelled_turns', 0)} requests)")  # fmt: skip
+        elif exhausted.get(label, 0) > MAX_EXHAUSTED_SHARE * ended.get(label, 0):
+            out.append(f"{label} ({exhausted[label]} of {ended[label]} sessions ended with "
+                       "their attempts exhausted)")  # fmt: skip
     return out

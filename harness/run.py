@@ -317,7 +317,8 @@ async def _run_variant(
                     # every variant would get ends the run: ``stop_run``)
                     error, code = str(exc), exc.exit_code
                     stop_run = bool(getattr(exc, "whole_run", False))
-                    announce(f"{name}: stopped: {error}")
+                    refused = isinstance(exc, EndpointRefused)  # (said at the end, once)
+                    announce(f"{name}: stopped" + ("" if refused else f": {error}"))
                 finally:
                     watcher.cancel()
                     if plans:  # (a resumed variant with only its after-load work left)
