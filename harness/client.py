@@ -21,7 +21,9 @@ RFC 9112 section 9.3.1 allows for a request known not to have been applied; only
 before the response headers on a *reused* connection qualifies, so a server that breaks a
 fresh connection, or cuts a response it started, is still recorded as a transport failure.
 When the new connection is refused (the server died, perhaps of that very request), the first
-send's failure is the one recorded.
+send's failure is the one recorded. Either way the first send is not hidden: the server may
+have read it before it closed the connection, so it is noted in ``TurnOutput.dropped`` (kind
+``dropped``) and the session records it as a row of its own, the re-send as the next attempt.
 
 Deadlines: ``request_timeout`` is the longest wait for the next byte (connecting, the response
 headers, every read of the body or stream: the socket read timeout), so a slow stream that
