@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -370,7 +371,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"endpoint {opts.endpoint}: {opts.sessions} sessions, model {opts.model}")
         else:
             extra = opts.sim_args if opts.target.name == "sim" else ()
-            print(format_plan(opts.target, opts.schedule(), opts.out_dir, extra_args=extra))
+            looks = math.ceil(opts.max_sessions / opts.sessions) if opts.max_sessions else 1
+            plan = format_plan(
+                opts.target, opts.schedule(), opts.out_dir, extra_args=extra, looks=looks
+            )
+            print(plan, end="")
         print(f"workers: up to {opts.workers} per variant, {opts.concurrency} requests in flight")
         return 0
     from harness.fdlimit import ensure_open_files

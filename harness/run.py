@@ -33,7 +33,7 @@ from harness.errors import EndpointRefused, ServerUnanswering, UsageError
 from harness.launch import Target, make_target
 from harness.matrix import Variant
 from harness.metrics import MetricsScraper, flush_cache, warm_up
-from harness.plan import run_order
+from harness.plan import round_orders, run_order
 from harness.rawmode import RawClient
 from harness.records import TURNS_FILE, TurnWriter
 from harness.selfreport import save_row
@@ -185,25 +185,31 @@ async def _run_variant(
     announce: Callable[[str], None],
     make_session: Callable[[SessionPlan, Shared], Session] | None = None,
     reference: list[SessionPlan] | None = None,
+    target: Target | None = None,
+    started: bool = False,
+    keep: bool = False,
 ) -> VariantOutcome:
     """Start the variant's server, drive ``plans``, then the after-load work (--confirm, and
-    the ``reference`` sessions re-run alone), stop the server."""
-    target = _target_for(opts, variant, repeat)
+    the ``reference`` sessions re-run alone), stop the server. ``started``: ``target`` is a
+    server kept up from the block before; ``keep``: leave it up for the next block (when
+    the block ends without an error)."""
+    held = started and target is not None
+    target = target or _target_for(opts, variant, repeat)
     name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
     t0 = time.perf_counter()
-    announce(f"{name}: starting the server")
+    announce(f"{name}: " + ("the server stays up" if held else "starting the server"))
     ended: dict[str, int] = {}
     error = None
-    code, stop_run = 0, False
+    code, stop_run, completed = 0, False, False
     sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
     # worker processes start (and import) while the server starts
     workers = effective_workers(opts.workers, plans, opts.concurrency)
     pool = WorkerPool(workers) if workers > 1 else None
     starting = asyncio.create_task(pool.start()) if pool is not None else None
     try:
-        base_url = await target.start()
+        base_url = str(getattr(target, "base_url", "")) if held else await target.start()
         spec = opts.target
-        if spec is not None and not opts.endpoint:
+        if spec is not None and not opts.endpoint and not held:
             if spec.flush_cache:
                 await flush_cache(base_url)
             if spec.warm_up:
@@ -335,13 +341,15 @@ async def _run_variant(
         finally:
             transcripts.close()
             await client.aclose()
+        completed = True
     finally:
         sessions_log.close()
         if pool is not None and starting is not None:
             with contextlib.suppress(Exception):
                 await starting  # quick: the processes import on their own
             await pool.close()  # when the load never started (drive_workers closes it)
-        await target.stop()
+        if not (keep and completed and error is None):
+            await target.stop()
     wall = time.perf_counter() - t0
     announce(f"{name}: done in {wall:.0f}s")
     return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error, code, stop_run)
@@ -377,43 +385,52 @@ async def execute(
         looks = math.ceil(opts.max_sessions / opts.sessions)
         every = make_plans(opts.scenario, looks * opts.sessions, opts.seed)
         rounds = [every[i : i + opts.sessions] for i in range(0, len(every), opts.sessions)]
-    with TurnWriter(opts.out_dir / TURNS_FILE) as writer:
-        async with asyncio.timeout(opts.run_timeout):
-            for look, round_plans in enumerate(rounds, 1):
-                for variant, repeat in opts.schedule():
-                    todo = [p for p in round_plans if (variant.label, repeat, p.index) not in skip]
-                    reference, confirm_left = after_load_left(
-                        opts, variant, repeat, round_plans, bool(skip)
-                    )
-                    if not todo and not reference and not confirm_left:
-                        continue
-                    outcomes.append(
-                        await _run_variant(
-                            opts,
-                            run_id,
-                            variant,
-                            repeat,
-                            todo,
-                            writer,
-                            progress,
-                            announce,
-                            make,
-                            reference,
+    held: tuple[Variant, int, Target] | None = None  # a server kept up between two rounds
+    try:
+        with TurnWriter(opts.out_dir / TURNS_FILE) as writer:
+            async with asyncio.timeout(opts.run_timeout):
+                for look, order in enumerate(round_orders(opts.schedule(), len(rounds)), 1):
+                    round_plans = rounds[look - 1]
+                    for i, (variant, repeat) in enumerate(order):
+                        todo = [
+                            p for p in round_plans if (variant.label, repeat, p.index) not in skip
+                        ]
+                        reference, confirm_left = after_load_left(
+                            opts, variant, repeat, round_plans, bool(skip)
+                        )
+                        if not todo and not reference and not confirm_left:
+                            continue
+                        started = held is not None and held[:2] == (variant, repeat)
+                        if held is not None and not started:
+                            await held[2].stop()
+                        target = held[2] if held is not None and started else None
+                        target = target or _target_for(opts, variant, repeat)
+                        held = None
+                        # the last block of a round starts the next one: its server stays up
+                        keep = i == len(order) - 1 and look < len(rounds)
+                        outcome = await _run_variant(
+                            opts, run_id, variant, repeat, todo, writer, progress, announce,
+                            make, reference, target, started, keep,
                         )  # fmt: skip
-                    )
-                    save()
-                    if outcomes[-1].stop_run:
-                        return outcomes  # every variant would be refused the same way
-                if len(rounds) > 1:
-                    writer.sync()
-                    decided, why = sequential.decision(
-                        opts.out_dir / TURNS_FILE,
-                        [v.label for v in opts.variants],
-                        look=look,
-                        looks=len(rounds),
-                        alpha=opts.alpha,
-                    )
-                    announce(f"after {look * opts.sessions} sessions per variant: {why}")
-                    if decided:
-                        break
+                        outcomes.append(outcome)
+                        save()
+                        if outcome.stop_run:
+                            return outcomes  # every variant would be refused the same way
+                        if keep and outcome.error is None:
+                            held = (variant, repeat, target)
+                    if len(rounds) > 1:
+                        writer.sync()
+                        decided, why = sequential.decision(
+                            opts.out_dir / TURNS_FILE,
+                            [v.label for v in opts.variants],
+                            look=look,
+                            looks=len(rounds),
+                            alpha=opts.alpha,
+                        )
+                        announce(f"after {look * opts.sessions} sessions per variant: {why}")
+                        if decided:
+                            break
+    finally:
+        if held is not None:
+            await held[2].stop()
     return outcomes
