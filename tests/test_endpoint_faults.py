@@ -46,13 +46,16 @@ def last_json(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_wrong_model_ends_the_run_at_once_naming_the_status_and_message(
-    tmp_path: Path,
+    tmp_path: Path, workers: str
 ) -> None:
     message = "The model `no-such-model` does not exist."
     with OpenAIStandin(refuse=(404, message)) as server:
         out = tmp_path / "r"
-        proc = harness("run", "--endpoint", server.url, *ONE, "--out", str(out))
+        proc = harness(
+            "run", "--endpoint", server.url, *ONE, "--out", str(out), "--workers", workers
+        )
         seen = len(server.arrivals)
     assert proc.returncode == 2, proc.stderr
     lines = [x for x in proc.stderr.splitlines() if "refused with HTTP 404" in x]
