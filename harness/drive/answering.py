@@ -12,7 +12,8 @@ Three kinds of failure are not transport noise to retry blindly:
 - **Overloaded.** 429 and 503 are retried after the server's ``Retry-After`` (at most
   ``MAX_RETRY_AFTER_S``) when it is longer than the backoff.
 - **No longer answering.** When the last ``RECENT_WINDOW`` requests of a variant all failed
-  in transport (none answered in between), its server stopped answering (killed, hung, its
+  without an answer (connection refused, cut, timed out; an HTTP error status is an answer),
+  its server stopped answering (killed, hung, its
   network gone): the variant stops as infrastructure (exit code 3) instead of letting every
   session spend its attempts. A harness out of file descriptors (``EMFILE``, "Too many open
   files") is the harness's own environment, not the server: the variant stops the same way
@@ -81,7 +82,9 @@ class ServerWatch:
                 f"{_HINTS[status]} (retrying cannot fix this)",
                 whole_run=status in REFUSED_EVERYWHERE,
             )
-        self.recent.append(failure)
+        # an HTTP error status is an answer: the server is up (its share of failures is
+        # judged at the end); no answer at all (refused, cut, timed out) is what counts here
+        self.recent.append(None if failure.status is not None else failure)
         if len(self.recent) == self.recent.maxlen and all(f is not None for f in self.recent):
             raise ServerUnanswering(
                 f"the server stopped answering: the last {len(self.recent)} requests all "

@@ -59,3 +59,14 @@ def test_out_of_file_descriptors_is_the_harness_not_the_server() -> None:
     watch = ServerWatch("v", "u")
     with pytest.raises(InfrastructureError, match="the harness ran out of file descriptors"):
         watch.check(Failure("connect", "Cannot connect: [Errno 24] Too many open files"))
+
+
+def test_http_errors_are_answers_for_the_window() -> None:
+    watch = ServerWatch("v", "u", window=3)
+    watch.check(None)
+    for _ in range(10):
+        watch.check(Failure("http_status", "overloaded", 503))  # up, if unwell
+    watch.check(Failure("timeout", "no byte"))
+    watch.check(Failure("timeout", "no byte"))
+    with pytest.raises(ServerUnanswering):
+        watch.check(Failure("timeout", "no byte"))
