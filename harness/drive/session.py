@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_CONTEXT_CHARS = 8000
+_CONTEXT_CHARS = 8000  # how much of the latest tool results the verdict sees as context
 #: How a session ends when a turn's attempts ran out (every one failed, or was corrupted).
-EXHAUSTED = "attempts exhausted"  # how much of the latest tool results the verdict sees as context
+EXHAUSTED = "attempts exhausted"
 
 #: The transcript log new ``Shared`` values pick up when none is given (set by the run around
 #: the driver, which builds ``Shared`` itself).
