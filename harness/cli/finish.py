@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.cli.gates import apply_gates, print_failure_line
 from harness.drive.session import EXHAUSTED
-from harness.record.turns import TURNS_FILE
+from harness.record.rundir import SESSIONS_FILE, TURNS_FILE, RunDir
 from harness.run import stopsignals
-from harness.run.execute import SESSIONS_FILE, RunOptions, VariantOutcome, mark_run
+from harness.run.execute import VariantOutcome
+from harness.run.options import RunOptions
 
 #: A variant with more than this share of transport errors cannot be judged (exit code 3).
 MAX_TRANSPORT_ERROR_RATE = 0.5
@@ -44,7 +46,6 @@ def finish_run(
 ) -> int:
     """After the load: the report, the table, the gates and the one-line JSON result, whose
     ``passed`` is true exactly when the exit code is 0."""
-    from harness.cli.main import apply_gates, print_failure_line
     from harness.report.build import format_table, write_report
 
     turns_path = opts.out_dir / TURNS_FILE
@@ -78,7 +79,7 @@ def finish_run(
             f"(continue with: harness run --resume {opts.out_dir})",
             file=sys.stderr,
         )
-    mark_run(opts.out_dir, interrupted=interrupted)
+    RunDir(opts.out_dir).mark_meta(interrupted=interrupted)
     summary = write_report(opts.out_dir)
     print(format_table(summary))
     print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.labels import CANCELLED, server_failure
+
+__all__ = ["CANCELLED", "Failure", "TurnOutput", "server_failure"]
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -18,17 +22,6 @@ class Failure:
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
-
-
-#: The failure kind of a request the harness itself stopped (Ctrl-C, a signal, the run timeout,
-#: a variant stopped): the server is not to blame, so it is not a transport error.
-CANCELLED = "cancelled"
-
-
-def server_failure(transport_error: str | None) -> bool:
-    """Whether a record's ``transport_error`` text is a failure of the server's (not a
-    request the harness cancelled)."""
-    return bool(transport_error) and not str(transport_error).startswith(CANCELLED + ":")
 
 
 @dataclass
