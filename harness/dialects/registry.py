@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
-from harness.dialects import dsml, hermes, jsoncall, qwen3_coder
+from harness.dialects import dsml, harmony, hermes, jsoncall, qwen3_coder
 from harness.dialects.base import ParseResult, ToolCall
 from harness.dialects.markup import Tools
 from harness.dialects.stream import Event, MarkupStream, StreamParser
@@ -189,6 +189,11 @@ register(
     aliases=("qwen3_json", "qwen25", "qwen"),
 )
 register(_module(qwen3_coder.NAME, qwen3_coder), auto=True, aliases=("qwen3_coder", "qwen3_xml"))
+register(
+    _module(harmony.NAME, harmony, holds=("to=functions.",)),
+    auto=True,
+    aliases=("openai", "gpt_oss", "harmony"),
+)
 register(JsonCallDialect(), fallback=True)
 register(NoDialect())
 
