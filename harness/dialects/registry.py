@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
-from harness.dialects import dsml, harmony, hermes, jsoncall, qwen3_coder
+from harness.dialects import deepseek_v3, dsml, harmony, hermes, jsoncall, kimi_k2, qwen3_coder
 from harness.dialects.base import ParseResult, ToolCall
 from harness.dialects.markup import Tools
 from harness.dialects.stream import Event, MarkupStream, StreamParser
@@ -193,6 +193,17 @@ register(
     _module(harmony.NAME, harmony, holds=("to=functions.",)),
     auto=True,
     aliases=("openai", "gpt_oss", "harmony"),
+)
+register(_module(kimi_k2.NAME, kimi_k2), auto=True, aliases=("kimi_k2", "kimi"))
+register(
+    _module("deepseek-v3", deepseek_v3, version="v3"),
+    auto=True,
+    aliases=("deepseek_v3", "deepseekv3", "deepseek-r1"),
+)
+register(
+    _module("deepseek-v31", deepseek_v3, version="v31"),
+    auto=True,
+    aliases=("deepseek_v31", "deepseekv31"),
 )
 register(JsonCallDialect(), fallback=True)
 register(NoDialect())
