@@ -93,7 +93,7 @@ def _analyse(text: str, server_content: bool) -> tuple[ParseResult, tuple[ToolCa
     if tok is None:
         return ParseResult(content=text), ()
     if text[: tok.start()].strip():
-        return failed(text, "text before the first Harmony message", 0, NAME), ()
+        return failed(text, "text before the first Harmony message", tok.start(), NAME), ()
     nc: list[str] = []
     if tok.start():
         nc.append(NC_BETWEEN)
