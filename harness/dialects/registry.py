@@ -32,6 +32,7 @@ from harness.dialects import (
     hermes,
     jsoncall,
     kimi_k2,
+    mistral,
     qwen3_coder,
 )
 from harness.dialects.base import ParseResult, ToolCall
@@ -216,6 +217,12 @@ register(
     auto=True,
     aliases=("deepseek_v31", "deepseekv31"),
 )
+register(
+    _module("mistral", mistral, holds=mistral.HOLDS, version="v3"),
+    auto=True,
+    aliases=("mistral-v3",),
+)
+register(_module("mistral-v11", mistral, holds=mistral.HOLDS, version="v11"), auto=True)
 register(JsonCallDialect(), fallback=True)
 register(NoDialect())
 

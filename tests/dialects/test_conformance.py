@@ -28,6 +28,8 @@ ORPHANS = [
     "Done.</arg_value>",
     "Done.<|tool_call_end|>",
     "Done.<|call|>",
+    "Done.[TOOL_CALLS]",
+    "Done. [ARGS]",
     f"Done.\n</{M}parameter>\n</{M}invoke>",
 ]
 
