@@ -32,6 +32,7 @@ from harness.dialects import (
     hermes,
     jsoncall,
     kimi_k2,
+    llama,
     mistral,
     qwen3_coder,
 )
@@ -223,6 +224,16 @@ register(
     aliases=("mistral-v3",),
 )
 register(_module("mistral-v11", mistral, holds=mistral.HOLDS, version="v11"), auto=True)
+register(
+    _module("llama3-json", llama, version="json"),
+    auto=True,
+    aliases=("llama3_json", "llama4_json", "llama3"),
+)
+# (not auto: an answer starting with a markdown link "[f(x)](url)" would look like one)
+register(
+    _module("llama4-pythonic", llama, version="pythonic"),
+    aliases=("pythonic", "llama4_pythonic"),
+)
 register(JsonCallDialect(), fallback=True)
 register(NoDialect())
 
