@@ -33,6 +33,7 @@ from harness.dialects import (
     jsoncall,
     kimi_k2,
     llama,
+    minimax_m2,
     mistral,
     qwen3_coder,
 )
@@ -234,6 +235,7 @@ register(
     _module("llama4-pythonic", llama, version="pythonic"),
     aliases=("pythonic", "llama4_pythonic"),
 )
+register(_module(minimax_m2.NAME, minimax_m2), auto=True, aliases=("minimax_m2", "minimax"))
 register(JsonCallDialect(), fallback=True)
 register(NoDialect())
 
@@ -314,12 +316,44 @@ def _family(name: str) -> str:
     return "dsml" if name.startswith("dsml") else name
 
 
-_MODELS: list[tuple[re.Pattern[str], str | Callable[[str], str]]] = []
+def _mistral(base: str) -> str:
+    """v11 and later tokenizers (compact calls) from the mid-2025 releases on."""
+    dates = [int(d) for d in re.findall(r"(?<!\d)(2[3-9][01]\d)(?!\d)", base)]
+    if dates:
+        return "mistral-v11" if max(dates) >= 2506 else "mistral"
+    return "mistral-v11" if "magistral" in base else "mistral"
+
+
+#: (pattern on the lower-case model name, dialect), first match wins.
+_MODELS: list[tuple[re.Pattern[str], str | Callable[[str], str]]] = [
+    (re.compile(p), d)
+    for p, d in [
+        (r"qwen3-?coder|qwen3\.5", "qwen3-coder"),
+        (r"qwen2\.5|qwen3|qwq", "hermes"),
+        (r"glm-?4\.[56]", "glm45"),
+        (r"glm-?(?:4\.7|5)", "glm47"),
+        (r"kimi-?k2", "kimi-k2"),
+        (r"gpt-?oss", "gpt-oss"),
+        (r"llama-?4", "llama4-pythonic"),
+        (r"llama-?3", "llama3-json"),
+        (r"deepseek-?v4", "dsml-v4"),
+        (r"deepseek-?v3\.2", "dsml-v32"),
+        (r"deepseek-?v3\.1", "deepseek-v31"),
+        (r"deepseek-?(?:v3|r1)", "deepseek-v3"),
+        (r"minimax-?m2", "minimax-m2"),
+    ]
+] + [(re.compile(r"mistral|mixtral|ministral|devstral|magistral|codestral"), _mistral)]
 
 
 def dialect_for_model(model_id: str) -> str | None:
-    """The dialect a served model's name (or path) implies, or None when it names none."""
-    base = model_id.rstrip("/").rsplit("/", 1)[-1]
+    """The dialect a served model's name (or path) implies, or None when it names none.
+
+    From the family names of the servers' docs: Qwen3-Coder and Qwen3.5 speak
+    qwen3-coder, other Qwen2.5/Qwen3/QwQ hermes, GLM-4.5/4.6 glm45, GLM-4.7/5 glm47, and
+    so on; Mistral models released from mid-2025 on (a date code of 2506 or later, and
+    Magistral) mistral-v11, older ones mistral.
+    """
+    base = model_id.rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-")
     for pattern, dialect in _MODELS:
         if pattern.search(base):
             return dialect if isinstance(dialect, str) else dialect(base)
