@@ -51,10 +51,10 @@ NC_ARGUMENTS = "arguments instead of parameters"
 NC_SEVERAL = "several calls in one turn"
 
 _CALL3 = re.compile(r'(?m)^[ \t]*\{\s*"name"\s*:\s*"[^"\n]*"\s*,\s*"parameters"\s*:')
-_FRAG3 = re.compile(r"<\|[ \t]?python[_ ]?tag[ \t]?\|?>|<[ \t]?python[_ ]?tag[ \t]?\|>", re.I)
+FRAGMENT3 = re.compile(r"<\|[ \t]?python[_ ]?tag[ \t]?\|?>|<[ \t]?python[_ ]?tag[ \t]?\|>", re.I)
 _OPEN3 = re.compile(re.escape(PYTHON_TAG))
 _CALL4 = re.compile(r"\A\s*\[\s*[A-Za-z_][\w.]*\(")
-_FRAG4 = re.compile(
+FRAGMENT4 = re.compile(
     r"<\|?[ \t]?python[_ ](?:start|end)[ \t]?\|?>|<\|[ \t]?python_(?:start|end)[ \t]?\|?>", re.I
 )
 _OPEN4 = re.compile(re.escape(PY_START))
@@ -69,7 +69,9 @@ def _version(version: str) -> str:
 
 def first_marker(text: str, version: str = "json") -> int:
     masked = mask_fences(split_eos(text, EOS3 if version == "json" else EOS4)[0])
-    pats = (_OPEN3, _FRAG3, _CALL3) if _version(version) == "json" else (_OPEN4, _FRAG4, _CALL4)
+    pats = (
+        (_OPEN3, FRAGMENT3, _CALL3) if _version(version) == "json" else (_OPEN4, FRAGMENT4, _CALL4)
+    )
     offs = [m.start() for p in pats if (m := p.search(masked))]
     if version == "pythonic" and (m := _CALL4.match(masked)):
         offs.append(skip_ws(masked, m.start()))
@@ -99,7 +101,7 @@ def _analyse(
         return ParseResult(content=body, eos=eos), ()
     masked = mask_fences(body)
     exact = (PYTHON_TAG,) if version == "json" else (PY_START, PY_END)
-    frags = (_FRAG3 if version == "json" else _FRAG4).finditer(masked)
+    frags = (FRAGMENT3 if version == "json" else FRAGMENT4).finditer(masked)
     frag = next((f for f in frags if f.group(0) not in exact), None)
     if frag is not None:
         reason = f"mangled {frag.group(0)!r} token"

@@ -33,7 +33,7 @@ INVOKE_CLOSE, PARAM_CLOSE = "</invoke>", "</parameter>"
 EOS = "[e~["
 
 _OPENER = re.compile(re.escape(OPEN))
-_FRAGMENT = re.compile(
+FRAGMENT = re.compile(
     r"<[ \t]{0,2}/?[ \t]{0,2}minimax[:_ ]?[ \t]?tool[_ ]?calls?[ \t]{0,2}>"
     r"|<[ \t]{0,2}(?:invoke|parameter)[ \t]{1,3}name[ \t]?="
     r"|<[ \t]{0,2}/[ \t]{0,2}(?:invoke|parameter)[ \t]{0,2}>",
@@ -92,7 +92,7 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
         p = expect_ws(body, p, "\n", nc)
 
 
-GRAMMAR = BlockGrammar(NAME, _OPENER, _FRAGMENT, _scan, eos=(EOS,), what="MiniMax")
+GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), what="MiniMax")
 
 
 def first_marker(text: str) -> int:

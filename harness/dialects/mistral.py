@@ -43,7 +43,7 @@ NC_STRING_ARGS = "arguments as a JSON string"
 HOLDS = ("TOOL_CALLS]",)
 
 _OPENER = re.compile(re.escape(TOOL_CALLS))
-_FRAGMENT = re.compile(
+FRAGMENT = re.compile(
     r"\[[ \t]?TOOL_?CALLS?[ \t]?\]?|(?<!\[)TOOL_CALLS\]|\[[ \t]?ARGS[ \t]?\]|\[CALL_ID\]"
 )
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -154,9 +154,7 @@ def _scan_v11(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[
 
 _SCANNERS: dict[str, Scanner] = {"v3": _scan_v3, "v11": _scan_v11}
 GRAMMARS = {
-    v: BlockGrammar(
-        name, _OPENER, _FRAGMENT, _SCANNERS[v], eos=(EOS,), separator="", what="Mistral"
-    )
+    v: BlockGrammar(name, _OPENER, FRAGMENT, _SCANNERS[v], eos=(EOS,), separator="", what="Mistral")
     for v, name in VERSIONS.items()
 }
 

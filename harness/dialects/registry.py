@@ -94,6 +94,8 @@ class MarkupDialect:
     encode_fn: Callable[[str, Sequence[ToolCall]], str]
     calls_fn: Callable[[str, Tools], tuple[ToolCall, ...]]
     holds: tuple[str, ...] = ()
+    #: any piece of the markup, exact or mangled (``markup_spans`` masks them)
+    tokens: re.Pattern[str] | None = None
 
     def first_marker(self, text: str) -> int:
         return self.marker_fn(text)
@@ -177,7 +179,14 @@ def register(
         group.append(dialect.name)
 
 
-def _module(name: str, module: object, *, holds: tuple[str, ...] = (), **fixed: str) -> Dialect:
+def _module(
+    name: str,
+    module: object,
+    *,
+    holds: tuple[str, ...] = (),
+    tokens: re.Pattern[str] | None = None,
+    **fixed: str,
+) -> MarkupDialect:
     def bind(fn_name: str) -> Callable[..., object]:
         fn: Callable[..., object] = getattr(module, fn_name)
         return partial(fn, **fixed) if fixed else fn
@@ -189,6 +198,7 @@ def _module(name: str, module: object, *, holds: tuple[str, ...] = (), **fixed: 
         bind("encode"),  # type: ignore[arg-type]
         bind("complete_calls"),  # type: ignore[arg-type]
         holds,
+        tokens if tokens is not None else getattr(module, "FRAGMENT", None),
     )
 
 
@@ -226,13 +236,13 @@ register(
 )
 register(_module("mistral-v11", mistral, holds=mistral.HOLDS, version="v11"), auto=True)
 register(
-    _module("llama3-json", llama, version="json"),
+    _module("llama3-json", llama, tokens=llama.FRAGMENT3, version="json"),
     auto=True,
     aliases=("llama3_json", "llama4_json", "llama3"),
 )
 # (not auto: an answer starting with a markdown link "[f(x)](url)" would look like one)
 register(
-    _module("llama4-pythonic", llama, version="pythonic"),
+    _module("llama4-pythonic", llama, tokens=llama.FRAGMENT4, version="pythonic"),
     aliases=("pythonic", "llama4_pythonic"),
 )
 register(_module(minimax_m2.NAME, minimax_m2), auto=True, aliases=("minimax_m2", "minimax"))
@@ -310,6 +320,30 @@ def _auto(text: str, server_content: bool, tools: Tools) -> tuple[str, ParseResu
     tied = [r for r in results if r[0] == first and r[2].found] or results[:1]
     best = max(tied, key=lambda r: r[2].offset if r[2].offset is not None else -1)
     return best[1], best[2]
+
+
+def markup_spans(text: str) -> list[tuple[int, int]]:
+    """Where the text holds tool-call markup of the dialects besides DSML and Hermes.
+
+    Each dialect whose markup appears contributes everything from its first marker on:
+    the calls are judged by the parser and the argument checks, not as prose, and a near
+    miss reads as a near miss rather than as special-token debris or symbol soup. For the
+    salad detector's masking.
+    """
+    spans: list[tuple[int, int]] = []
+    for name, dialect in _DIALECTS.items():
+        if not isinstance(dialect, MarkupDialect) or dialect.tokens is None or name == "hermes":
+            continue
+        if dialect.tokens.search(text) is None and name not in _SHAPED:
+            continue
+        off = dialect.first_marker(text)
+        if off >= 0:
+            spans.append((off, len(text)))
+    return spans
+
+
+#: Dialects whose markup may hold no token at all (a bare JSON or Python call).
+_SHAPED = frozenset({"llama3-json", "llama4-pythonic"})
 
 
 def _family(name: str) -> str:
