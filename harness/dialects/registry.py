@@ -325,20 +325,31 @@ def _auto(text: str, server_content: bool, tools: Tools) -> tuple[str, ParseResu
 def markup_spans(text: str) -> list[tuple[int, int]]:
     """Where the text holds tool-call markup of the dialects besides DSML and Hermes.
 
-    Each dialect whose markup appears contributes everything from its first marker on:
-    the calls are judged by the parser and the argument checks, not as prose, and a near
-    miss reads as a near miss rather than as special-token debris or symbol soup. For the
-    salad detector's masking.
+    A dialect whose markup parses, or the one "auto" blames for the broken markup,
+    contributes everything from its first marker on: the calls are judged by the parser and
+    the argument checks, not as prose, and a near miss reads as a near miss rather than as
+    special-token debris or symbol soup. Any other dialect contributes its tokens only (a
+    broken Hermes block is also a broken Qwen3-Coder or GLM one: its text stays readable).
+    For the salad detector's masking.
     """
     spans: list[tuple[int, int]] = []
+    blamed: str | None = None
     for name, dialect in _DIALECTS.items():
         if not isinstance(dialect, MarkupDialect) or dialect.tokens is None or name == "hermes":
             continue
         if dialect.tokens.search(text) is None and name not in _SHAPED:
             continue
         off = dialect.first_marker(text)
-        if off >= 0:
-            spans.append((off, len(text)))
+        if off < 0:
+            continue
+        result = dialect.parse(text, server_content=True)
+        if not (result.ok and result.found):
+            if blamed is None:
+                blamed = _auto(text, True, None)[0]
+            if name != blamed:
+                spans.extend(m.span() for m in dialect.tokens.finditer(text))
+                continue
+        spans.append((off, len(text)))
     return spans
 
 
