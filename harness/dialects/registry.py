@@ -322,39 +322,44 @@ def _auto(text: str, server_content: bool, tools: Tools) -> tuple[str, ParseResu
     return best[1], best[2]
 
 
+#: Substrings one of which the markup of the dialects besides DSML and Hermes holds in its
+#: canonical or usual broken shapes: a text with none of them has none (``in`` runs at
+#: memory speed; DSML and Hermes texts hold none of them).
+_NEEDLES = (
+    "<|", "|>", "<\uff5ctool", "\uff5ctool", "[TOOL_CALL", "TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
+    "<function=", "</function>", "<parameter=", "</parameter>", "<arg_", "</arg_",
+    "<invoke ", "</invoke>", "minimax:", "to=functions.", '"parameters"',
+)  # fmt: skip
+
+
 def markup_spans(text: str) -> list[tuple[int, int]]:
     """Where the text holds tool-call markup of the dialects besides DSML and Hermes.
 
-    A dialect whose markup parses, or the one "auto" blames for the broken markup,
-    contributes everything from its first marker on: the calls are judged by the parser and
-    the argument checks, not as prose, and a near miss reads as a near miss rather than as
-    special-token debris or symbol soup. Any other dialect contributes its tokens only (a
-    broken Hermes block is also a broken Qwen3-Coder or GLM one: its text stays readable).
-    For the salad detector's masking.
+    The dialect "auto" settles on (the one whose markup parses, or the one blamed for the
+    broken markup) contributes everything from its first marker on: the calls are judged
+    by the parser and the argument checks, not as prose, and a near miss reads as a near
+    miss rather than as special-token debris or symbol soup. Any other dialect contributes
+    its tokens only (a broken Hermes block is also a broken Qwen3-Coder or GLM one: its
+    text stays readable). A Llama 4 call list (never guessed) counts when it parses. For
+    the salad detector's masking; a text holding none of ``_NEEDLES`` costs a few scans.
     """
     spans: list[tuple[int, int]] = []
-    blamed: str | None = None
-    for name, dialect in _DIALECTS.items():
+    if text.lstrip()[:1] == "[":
+        pythonic = _DIALECTS["llama4-pythonic"]
+        if pythonic.first_marker(text) >= 0 and pythonic.parse(text, server_content=True).ok:
+            spans.append((pythonic.first_marker(text), len(text)))
+    if not any(needle in text for needle in _NEEDLES):
+        return spans
+    chosen, result = _auto(text, True, None)
+    for name in _AUTO:
+        dialect = _DIALECTS[name]
         if not isinstance(dialect, MarkupDialect) or dialect.tokens is None or name == "hermes":
             continue
-        if dialect.tokens.search(text) is None and name not in _SHAPED:
-            continue
-        off = dialect.first_marker(text)
-        if off < 0:
-            continue
-        result = dialect.parse(text, server_content=True)
-        if not (result.ok and result.found):
-            if blamed is None:
-                blamed = _auto(text, True, None)[0]
-            if name != blamed:
-                spans.extend(m.span() for m in dialect.tokens.finditer(text))
-                continue
-        spans.append((off, len(text)))
+        if name == chosen and result.found:
+            spans.append((dialect.first_marker(text), len(text)))
+        else:
+            spans.extend(m.span() for m in dialect.tokens.finditer(text))
     return spans
-
-
-#: Dialects whose markup may hold no token at all (a bare JSON or Python call).
-_SHAPED = frozenset({"llama3-json", "llama4-pythonic"})
 
 
 def _family(name: str) -> str:
