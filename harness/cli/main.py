@@ -1,7 +1,8 @@
 """The ``harness`` command: parse, call, print, map errors to exit codes.
 
-Exit codes: 0 all gates passed; 1 a gate failed; 2 bad usage or configuration;
-3 infrastructure (a server would not start, an endpoint unreachable).
+Exit codes: 0 all gates passed; 1 a gate failed (``compare``: a significant regression);
+2 bad usage or configuration; 3 infrastructure (a server would not start, an endpoint
+unreachable); 128 + N when signal N stopped the run (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from harness import __version__
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import workers as workers_arg
-from harness.cli.gates import EXIT_USAGE, add_gate_args
+from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
 from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.errors import HarnessError
@@ -312,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_trace(args)
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
+        if args.command == "run":  # CI reads the last line of a run: it says the run failed
+            print_failure_line(None, exc.exit_code, str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)

@@ -52,7 +52,7 @@ from harness.drive.driver import DriveOptions, Progress
 from harness.drive.inflight import InflightBoard
 from harness.drive.selfreport import SelfReport, combine
 from harness.drive.session import SessionPlan
-from harness.errors import InfrastructureError
+from harness.errors import EndpointRefused, HarnessError, InfrastructureError, ServerUnanswering
 from harness.pool.dealing import (
     AUTO_MIN_CONCURRENCY,
     AUTO_PER_WORKER,
@@ -229,6 +229,7 @@ class _Feed:
         self.ended = ended
         self.report: dict[str, Any] | None = None
         self.error: str | None = None
+        self.stop: HarnessError | None = None
 
     async def run(self, total: int) -> None:
         assert self.proc.stdout is not None
@@ -240,6 +241,8 @@ class _Feed:
                 break
             self._take(messages)
         code = await self.proc.wait()
+        if self.stop is not None:
+            raise self.stop
         if self.error is not None:
             raise WorkerError(f"worker {self.number} of {total} failed: {self.error}")
         if self.report is None:
@@ -268,11 +271,22 @@ class _Feed:
                 self.report = msg.report
             elif isinstance(msg, Failed):
                 self.error = msg.error
+                if msg.kind:  # the variant cannot go on: the same error as in one process
+                    self.stop = variant_stop(msg.error, msg.kind, msg.whole_run)
             if lines:  # the turns before it, written once it is handled
                 self.writer.write_lines(b"".join(lines), len(lines))
                 lines = []
         if lines:
             self.writer.write_lines(b"".join(lines), len(lines))
+
+
+def variant_stop(message: str, kind: str, whole_run: bool) -> HarnessError:
+    """The error a worker's ``drive()`` raised, raised again in the parent."""
+    if kind == EndpointRefused.__name__:
+        return EndpointRefused(message, whole_run=whole_run)
+    if kind == ServerUnanswering.__name__:
+        return ServerUnanswering(message)
+    return InfrastructureError(message)
 
 
 async def drive_workers(

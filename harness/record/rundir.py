@@ -98,6 +98,16 @@ class RunDir:
         meta: dict[str, Any] = json.loads(self.run_file.read_text())
         return meta
 
+    def mark_meta(self, **fields: Any) -> None:
+        """Set fields of run.json (``interrupted``: the signal that cut the run short, or
+        None once a run, resumed or not, went to its end); no run.json, nothing to mark."""
+        try:
+            meta = json.loads(self.run_file.read_text())
+        except (OSError, ValueError):
+            return
+        meta.update(fields)
+        self.write_meta(meta)
+
     def finished_sessions(self) -> set[SessionKey]:
         """(variant, repeat, session) of every session that ran to its end."""
         done: set[SessionKey] = set()
