@@ -35,6 +35,7 @@ from harness.run.execute import (
 )
 from harness.run.options import RunOptions
 from harness.run.plan import format_plan
+from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.run.stopsignals import StopSignals
 from harness.target.launch import check_variants
 from harness.target.readiness import normalize_endpoint
@@ -79,10 +80,20 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
 
 
 def _workers(asked: int | str | None, concurrency: int) -> int:
-    """--workers N, or auto (the default): see harness.pool.parent.auto_workers."""
+    """--workers N, or auto (the default): see harness.pool.parent.auto_workers; 0 for a
+    Ray cluster (a worker per CPU it has)."""
     if asked is None or asked == "auto":
         return auto_workers(concurrency)
+    if _cluster(asked) is not None:
+        return 0
     return int(asked)
+
+
+def _cluster(asked: int | str | None) -> str | None:
+    """--workers ray[:ADDRESS]: the Ray address ("" for Ray's default), else None."""
+    if isinstance(asked, str) and (asked == "ray" or asked.startswith("ray:")):
+        return asked[4:]
+    return None
 
 
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
@@ -118,6 +129,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     model = args.model or (target.served_model or target.model if target else None)
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     concurrency = args.concurrency or scenario.sessions
+    shard, start_at = _shard_options(args)
     return RunOptions(
         scenario=scenario,
         variants=vs,
@@ -125,6 +137,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         sessions=scenario.sessions,
         concurrency=concurrency,
         workers=_workers(getattr(args, "workers", None), concurrency),
+        cluster=_cluster(getattr(args, "workers", None)),
         target=target,
         seed=args.seed,
         repeats=args.repeats,
@@ -141,9 +154,41 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         keep_transcripts=bool(getattr(args, "keep_transcripts", False)),
         confirm=bool(getattr(args, "confirm", False)),
         reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
+        shard=shard,
+        start_at=start_at,
         args=saved,
         **_workload_options(args, scenario),
     )
+
+
+def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None]:
+    """--shard I/K and --start-at, and what a slice of a run cannot do alone."""
+    text = getattr(args, "shard", None)
+    start = getattr(args, "start_at", None)
+    if text is None:
+        if start is not None:
+            raise UsageError("--start-at goes with --shard (it makes the shards start together)")
+        return None, None
+    shard = parse_shard(text)
+    alone = {
+        "--until-significant": getattr(args, "until_significant", False),
+        "--confirm": getattr(args, "confirm", False),
+        "--reference-sessions": getattr(args, "reference_sessions", 0),
+    }
+    for flag, given in alone.items():
+        if given:
+            raise UsageError(
+                f"{flag} needs one coordinator over the whole run, not a shard: run it on one "
+                "host (--workers N spreads it over the cores)"
+            )
+    gates = [f for f, v in (("--fail-if", args.fail_if), ("--baseline", args.baseline),
+                             ("--junit", args.junit)) if v]  # fmt: skip
+    if gates and not getattr(args, "resume", None):
+        raise UsageError(
+            f"{', '.join(gates)}: a shard is judged with the others; give the gates to "
+            "`harness merge SHARD_DIR... -o OUT`"
+        )
+    return shard, parse_start_at(start) if start is not None else None
 
 
 def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
@@ -292,7 +337,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 opts.target, opts.schedule(), opts.out_dir, extra_args=extra, looks=looks
             )
             print(plan, end="")
-        print(f"workers: up to {opts.workers} per variant, {opts.concurrency} requests in flight")
+        where = (
+            f"up to {opts.workers} per variant"
+            if opts.cluster is None
+            else f"one per CPU of the Ray cluster {opts.cluster or '(default address)'}"
+        )
+        print(f"workers: {where}, {opts.concurrency} requests in flight")
         return 0
     raised = ensure_open_files(opts.concurrency + 8)  # EMFILE is ours, not the server's
     if raised:
@@ -308,6 +358,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         RunDir(opts.out_dir).prepare()
         write_run_json(opts, run_id)
+    code = _drive_and_report(args, opts, run_id, skip)
+    note_end(RunDir(opts.out_dir), code)
+    return code
+
+
+def note_end(run_dir: RunDir, code: int) -> None:
+    """Record in run.json how the run ended (``harness merge`` reads it of each shard)."""
+    with contextlib.suppress(OSError, ValueError, UsageError):
+        meta = run_dir.read_meta()
+        reason = {0: None, 1: "a gate failed", 2: "configuration", 3: "infrastructure"}
+        meta["finished"] = {
+            "exit_code": code,
+            "reason": reason.get(code, "interrupted"),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        run_dir.write_meta(meta)
+
+
+def _drive_and_report(
+    args: argparse.Namespace, opts: RunOptions, run_id: str, skip: set[tuple[str, int, int]]
+) -> int:
     t0 = time.perf_counter()
     show = not args.no_progress and sys.stderr.isatty()
     interrupted = infra = None

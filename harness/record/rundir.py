@@ -37,6 +37,7 @@ REPORT_HTML = "report.html"
 TIDY_FILE = "turns"  # .parquet, or .csv without pyarrow
 PLOTS_DIR = "plots"
 SERVERS_DIR = "servers"  # one log per launched server
+CLOCK_FILE = "clock.json"  # a shard's start against --start-at, its clock against the server's
 
 SessionKey = tuple[str, int, int]  # (variant, repeat, session)
 
@@ -69,6 +70,10 @@ class RunDir:
     @property
     def outcomes(self) -> Path:
         return self.path / OUTCOMES_FILE
+
+    @property
+    def clock(self) -> Path:
+        return self.path / CLOCK_FILE
 
     def server_log(self, name: str) -> Path:
         return self.path / SERVERS_DIR / name

@@ -32,6 +32,7 @@ from harness.drive.selfreport import save_row
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.drive.trace_session import sessions_for
 from harness.errors import EndpointRefused, ServerUnanswering
+from harness.pool.cluster import ClusterPool
 from harness.pool.parent import (
     SessionSource,
     WorkerError,
@@ -45,6 +46,13 @@ from harness.record.turns import TurnWriter
 from harness.run.afterload import after_load, after_load_left
 from harness.run.options import RunOptions
 from harness.run.plan import round_orders
+from harness.run.shard import (
+    plan_id,
+    server_clock_offset,
+    shard_concurrency,
+    slice_plans,
+    wait_until,
+)
 from harness.target.launch import Target, make_target
 from harness.target.metrics import MetricsScraper, flush_cache, warm_up
 from harness.target.readiness import EndpointTarget, served_model, watch
@@ -76,6 +84,8 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
         "python": sys.version.split()[0],
+        "plan_id": plan_id(opts),
+        "shard": opts.shard.to_dict() if opts.shard is not None else None,
     }
     RunDir(opts.out_dir).write_meta(meta)
 
@@ -120,6 +130,7 @@ class _VariantRun:
     target: Target | None = None
     started: bool = False
     keep: bool = False
+    clock: dict[str, Any] | None = None  # a shard's clock.json, the server's offset to add
     ended: dict[str, int] = field(default_factory=dict)
     code: int = 0
     stop_run: bool = False
@@ -152,14 +163,22 @@ class _VariantRun:
         completed = False
         self._sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
         # worker processes start (and import) while the server starts
-        workers = effective_workers(opts.workers, self.plans, opts.concurrency)
-        pool = WorkerPool(workers) if workers > 1 else None
+        pool: WorkerPool | None = None
+        if opts.cluster is not None:  # as many as the cluster has CPUs, up to what can run
+            most = effective_workers(len(self.plans), self.plans, opts.concurrency)
+            pool = ClusterPool(opts.cluster or None, most) if self.plans else None
+        elif (workers := effective_workers(opts.workers, self.plans, opts.concurrency)) > 1:
+            pool = WorkerPool(workers)
         starting = asyncio.create_task(pool.start()) if pool is not None else None
         try:
             if held:
                 base_url = str(getattr(target, "base_url", ""))
             else:
                 base_url = await target.start()
+                if self.clock is not None and self.clock.get("server_offset_s") is None:
+                    offset = await server_clock_offset(base_url, opts.api_key)
+                    self.clock["server_offset_s"] = offset
+                    RunDir(opts.out_dir).clock.write_text(json.dumps(self.clock, indent=2) + "\n")
                 await self._prepare_server(base_url)
             self.announce(f"{self.name}: {len(self.plans)} sessions on {base_url}")
             model = opts.model or await served_model(base_url, opts.api_key)
@@ -349,6 +368,22 @@ async def execute(
     )
     outcomes: list[VariantOutcome] = []
     skip = skip or set()
+    clock = None
+    if (shard := opts.shard) is not None:
+        # this host's slice of the plan, with its share of the concurrency
+        opts = replace(opts, concurrency=shard_concurrency(opts.concurrency, plans, shard))
+        plans = slice_plans(plans, shard)
+        announce(f"shard {shard.label}: {len(plans)} sessions a variant, "
+                 f"{opts.concurrency} in flight")  # fmt: skip
+        late = await wait_until(opts.start_at, announce) if opts.start_at is not None else None
+        clock = {
+            "shard": shard.to_dict(),
+            "start_unix": time.time(),
+            "start_at": opts.start_at,
+            "late_s": None if late is None else round(late, 3),
+            "server_offset_s": None,
+        }
+        RunDir(opts.out_dir).clock.write_text(json.dumps(clock, indent=2) + "\n")
 
     def save() -> None:
         path = opts.out_dir / OUTCOMES_FILE
@@ -385,7 +420,7 @@ async def execute(
                         keep = i == len(order) - 1 and look < len(rounds)
                         step = _VariantRun(
                             opts, run_id, variant, repeat, todo, writer, progress, announce,
-                            make, reference, target, started, keep,
+                            make, reference, target, started, keep, clock,
                         )  # fmt: skip
                         outcome = await step.run()
                         outcomes.append(outcome)
