@@ -20,7 +20,9 @@ from typing import Any
 
 from harness.cli.gates import apply_gates, print_failure_line
 from harness.drive.session import EXHAUSTED
+from harness.labels import server_failure
 from harness.record.rundir import SESSIONS_FILE, TURNS_FILE, RunDir
+from harness.record.turns import iter_turns
 from harness.run import stopsignals
 from harness.run.execute import VariantOutcome
 from harness.run.options import RunOptions
@@ -93,9 +95,13 @@ def finish_run(
 
 def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
     """Variants that cannot be judged, each with why: more than half of their requests failed
-    in transport, or more than half of their sessions ended with their attempts exhausted (a
-    server that stopped answering part-way fails a share of the turns, but ends every
-    session)."""
+    in transport, or more than half of their sessions ran out of attempts on transport
+    failures (a server that stopped answering part-way fails a share of the turns, but ends
+    every session). A session that ran out of attempts on corrupted answers is a finding."""
+    last_failed: dict[tuple[str, int, int], bool] = {}
+    for rec in iter_turns(run_dir / TURNS_FILE):
+        key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
+        last_failed[key] = server_failure(rec.get("transport_error"))
     exhausted: dict[str, int] = {}
     ended: dict[str, int] = {}
     path = run_dir / SESSIONS_FILE
@@ -103,9 +109,11 @@ def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
         for line in path.read_text().splitlines():
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 row = json.loads(line)
-                ended[row["variant"]] = ended.get(row["variant"], 0) + 1
-                if row.get("ended") == EXHAUSTED:
-                    exhausted[row["variant"]] = exhausted.get(row["variant"], 0) + 1
+                label = row["variant"]
+                ended[label] = ended.get(label, 0) + 1
+                key = (label, row["repeat"], row["session"])
+                if row.get("ended") == EXHAUSTED and last_failed.get(key):
+                    exhausted[label] = exhausted.get(label, 0) + 1
     out = []
     for v in summary["variants"]:
         label = v["label"]
@@ -114,5 +122,5 @@ def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
                        f"of {v['turns'] - v.get('cancelled_turns', 0)} requests)")  # fmt: skip
         elif exhausted.get(label, 0) > MAX_EXHAUSTED_SHARE * ended.get(label, 0):
             out.append(f"{label} ({exhausted[label]} of {ended[label]} sessions ended with "
-                       "their attempts exhausted)")  # fmt: skip
+                       "their attempts exhausted by transport failures)")  # fmt: skip
     return out
