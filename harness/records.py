@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, TypedDict
 
-import orjson
+from harness import safejson
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,9 @@ class TurnWriter:
         self.count = 0
 
     def write(self, record: TurnRecord) -> None:
-        self._fh.write(orjson.dumps(record) + b"\n")
+        """Append one record; ``safejson.Unencodable`` (nothing written) when it cannot be
+        encoded."""
+        self._fh.write(safejson.dumps(record) + b"\n")
         self._fh.flush()
         self.count += 1
 

@@ -33,6 +33,7 @@ from typing import IO, Any
 
 import orjson
 
+from harness import safejson
 from harness.client import chat_payload
 from harness.errors import UsageError
 
@@ -179,7 +180,7 @@ class TranscriptLog:
         return sum(1 for st in self._sessions.values() if not st.live)
 
     def _write(self, row: dict[str, Any]) -> None:
-        line = orjson.dumps(row) + b"\n"
+        line = safejson.dumps(row) + b"\n"
         if self._sink is not None:
             self._sink(line)
         else:

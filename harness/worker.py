@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-import orjson
-
+from harness import safejson
 from harness.client import ChatClient
 from harness.config import Scenario
 from harness.driver import DriveOptions, Progress, drive
@@ -165,7 +164,7 @@ class ForwardWriter:
         self.channel.send(
             (
                 "t",
-                orjson.dumps(record) + b"\n",
+                safejson.dumps(record) + b"\n",
                 bool(record.get("corrupted")),
                 bool(record.get("transport_error")),
                 record.get("repeat", 0),

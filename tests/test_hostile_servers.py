@@ -1,0 +1,244 @@
+"""Hostile servers: one bad turn costs only that turn, every read is bounded, a huge answer
+never stalls the other streams, compression is not asked for and is bounded when it comes.
+
+Each test runs the hostile stand-in (tests/standins/hostile.py) as a real loopback server
+process and drives real sessions, or the whole CLI, against it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness import labels as L
+from harness.client import ChatClient, Limits
+from harness.config import load_scenario
+from harness.driver import DriveOptions, drive
+from harness.records import TurnWriter, read_turns
+from harness.safejson import Unencodable
+from harness.session import make_plans
+from tests.standins import running_hostile
+
+BASE = {"run_id": "t", "variant": "v", "factors": {}, "repeat": 0}
+ROOT = Path(__file__).resolve().parent.parent
+ASK = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+
+async def drive_against(
+    url: str,
+    tmp_path: Path,
+    *,
+    sessions: int = 2,
+    stream: bool = True,
+    request_timeout: float = 20.0,
+    limits: Limits | None = None,
+) -> list[dict[str, Any]]:
+    scenario = load_scenario().with_overrides(sessions=sessions, max_turns=3)
+    client = ChatClient(url, model="m", request_timeout=request_timeout, limits=limits)
+    try:
+        with TurnWriter(tmp_path / "turns.jsonl") as writer:
+            await drive(
+                client,
+                scenario,
+                make_plans(scenario, sessions, seed=3),
+                writer,
+                BASE,
+                DriveOptions(concurrency=sessions, stream=stream),
+            )
+    finally:
+        await client.aclose()
+    return [dict(r) for r in read_turns(tmp_path / "turns.jsonl")]
+
+
+async def stats(url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        return dict((await http.get(url + "/stats")).json())
+
+
+def harness(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+        env={**os.environ, "OPENAI_API_KEY": ""},
+    )
+
+
+# ---- one bad turn costs that turn ------------------------------------------------------------
+
+
+def test_arguments_nested_10000_deep_are_a_harness_error_row_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run"
+    with running_hostile("deep") as url:
+        done = harness("run", "--endpoint", url, "--model", "m", "--sessions", "3",
+                       "--turns", "2", "--out", str(out), "--workers", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = read_turns(out / "turns.jsonl")
+    assert len(rows) == 3  # one turn per session, each recorded
+    assert {r["label"] for r in rows} == {L.HARNESS_ERROR}
+    assert all(not r["corrupted"] and r["transport_error"] is None for r in rows)
+    assert all("RecursionError" in r["evidence"]["reason"] for r in rows)
+    # stored as it arrived: the raw arguments string
+    assert all(r["tool_calls"][0]["arguments"].startswith('{"path": [[[') for r in rows)
+    assert "RecursionError" in done.stderr  # the traceback is logged
+    summary = json.loads((out / "summary.json").read_text())
+    (variant,) = summary["variants"]
+    assert variant["harness_errors"] == 3
+    assert variant["classified_turns"] == 0
+    assert variant["transport_errors"] == 0
+    assert "Harness errors" in (out / "report.md").read_text()
+
+
+async def test_a_lone_surrogate_in_arguments_is_stored_and_the_session_goes_on(
+    tmp_path: Path,
+) -> None:
+    with running_hostile("surrogate") as url:
+        rows = await drive_against(url, tmp_path)
+        seen = await stats(url)
+    rows.sort(key=lambda r: (r["session"], r["turn"]))
+    assert [r["label"] for r in rows] == [L.OK_TOOL_CALL, L.OK_TEXT] * 2
+    first = rows[0]
+    assert first["tool_calls"][0]["arguments"] == {"path": "\ud800src"}  # escaped on disk
+    assert seen["chat"] == 4  # the tool result went back: the second turn was sent
+
+
+async def test_an_exception_of_the_harness_in_the_client_is_not_the_servers_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug of the harness's own while reading (here: the event reader raising a
+    ZeroDivisionError) is a harness_error row, never a transport failure."""
+    from harness import sse
+
+    def broken(self: Any, chunk: bytes, now: float) -> bool:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(sse.ChatEvents, "read", broken)
+    with running_hostile("healthy") as url:
+        rows = await drive_against(url, tmp_path)
+    assert [r["label"] for r in rows] == [L.HARNESS_ERROR] * 2
+    assert all(r["transport_error"] is None for r in rows)
+    assert "ZeroDivisionError" in rows[0]["evidence"]["reason"]
+
+
+def test_the_writer_never_writes_half_a_line(tmp_path: Path) -> None:
+    """A record no encoder can write raises before a byte is written; a lone surrogate is
+    written escaped and read back as it was."""
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    with TurnWriter(tmp_path / "turns.jsonl") as writer:
+        writer.write({"session": 0, "content": "\ud800"})
+        with pytest.raises(Unencodable):
+            writer.write({"session": 1, "tool_calls": [{"arguments": deep}]})
+        writer.write({"session": 2, "content": "ok"})
+    rows = read_turns(tmp_path / "turns.jsonl")
+    assert [r["session"] for r in rows] == [0, 2]
+    assert rows[0]["content"] == "\ud800"
+
+
+# ---- limits: too_large, the total timeout, partial text kept ---------------------------------
+
+
+async def test_an_endless_stream_is_cut_at_the_answer_limit_keeping_what_arrived(
+    tmp_path: Path,
+) -> None:
+    with running_hostile("endless") as url:
+        client = ChatClient(url, model="m", limits=Limits(max_answer_bytes=200_000))
+        try:
+            out = await client.chat(ASK, stream=True)
+        finally:
+            await client.aclose()
+    assert out.failure is not None
+    assert out.failure.kind == "too_large", out.failure
+    assert "--max-answer-bytes" in out.failure.message
+    assert 150_000 < len(out.content) <= 200_000
+    assert set(out.content) == {"x"}
+
+
+async def test_a_line_without_end_is_cut_at_the_line_limit(tmp_path: Path) -> None:
+    with running_hostile("endless-line") as url:
+        client = ChatClient(url, model="m", limits=Limits(max_line_bytes=100_000))
+        try:
+            out = await client.chat(ASK, stream=True)
+        finally:
+            await client.aclose()
+    assert out.failure is not None
+    assert out.failure.kind == "too_large", out.failure
+    assert "--max-line-bytes" in out.failure.message
+
+
+async def test_the_total_timeout_can_be_short_and_keeps_the_partial_text() -> None:
+    with running_hostile("trickle") as url:
+        client = ChatClient(url, model="m", limits=Limits(total_timeout_s=1.5))
+        try:
+            out = await client.chat(ASK, stream=True)
+        finally:
+            await client.aclose()
+    assert out.failure is not None
+    assert out.failure.kind == "timeout", out.failure
+    assert "1.5s" in out.failure.message
+    assert out.content
+    assert set(out.content) == {"x"}
+
+
+async def test_too_large_rows_keep_their_text_in_a_run(tmp_path: Path) -> None:
+    with running_hostile("endless") as url:
+        rows = await drive_against(
+            url, tmp_path, sessions=1, limits=Limits(max_answer_bytes=50_000)
+        )
+    assert rows
+    assert all(r["label"] == L.TRANSPORT_ERROR for r in rows)
+    assert all(str(r["transport_error"]).startswith("too_large:") for r in rows)
+    assert all(len(r["content"]) > 10_000 for r in rows)
+
+
+# ---- compression -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_compression_is_not_asked_for(stream: bool) -> None:
+    with running_hostile("gzip") as url:
+        client = ChatClient(url, model="m")
+        try:
+            out = await client.chat(ASK, stream=stream)
+        finally:
+            await client.aclose()
+        seen = await stats(url)
+    assert seen["accept_encoding"] == "identity"
+    assert out.failure is None
+    assert out.content == "All done."
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_body_compressed_anyway_is_decompressed(stream: bool) -> None:
+    with running_hostile("gzip-always") as url:
+        client = ChatClient(url, model="m")
+        try:
+            out = await client.chat(ASK, stream=stream)
+        finally:
+            await client.aclose()
+    assert out.failure is None, out.failure
+    assert out.content == "All done."
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_compression_bomb_stops_at_the_answer_limit(stream: bool) -> None:
+    with running_hostile("gzip-bomb") as url:
+        client = ChatClient(url, model="m", limits=Limits(max_answer_bytes=1 << 20))
+        try:
+            out = await client.chat(ASK, stream=stream)
+        finally:
+            await client.aclose()
+    assert out.failure is not None
+    assert out.failure.kind == "too_large", out.failure
