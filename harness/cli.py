@@ -146,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a request with no byte for this long fails as a timeout",
     )
+    _add_limit_args(run)
     run.add_argument(
         "--speed",
         type=_positive_float,
@@ -242,6 +243,47 @@ def _add_replay_parser(sub: Any) -> None:
     rp.add_argument("--model", help="model name (default: the one recorded)")
     rp.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME")
     rp.add_argument("--request-timeout", type=_positive_float, default=120.0, metavar="SECONDS")
+    _add_limit_args(rp)
+
+
+def _add_limit_args(p: argparse.ArgumentParser) -> None:
+    """The bounds of one response (docs/faults.md); past one, the turn is ``too_large`` or
+    ``timeout``, with what arrived kept."""
+    from harness.limits import Limits
+
+    p.add_argument(
+        "--total-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="a request that takes longer than this in all fails as a timeout "
+        "(default: the larger of 4 x --request-timeout and 600)",
+    )
+    p.add_argument(
+        "--max-answer-bytes",
+        type=_positive_int,
+        default=Limits.max_answer_bytes,
+        metavar="N",
+        help=f"read at most this much of one answer (default {Limits.max_answer_bytes})",
+    )
+    p.add_argument(
+        "--max-line-bytes",
+        type=_positive_int,
+        default=Limits.max_line_bytes,
+        metavar="N",
+        help=f"the longest line of a stream read (default {Limits.max_line_bytes})",
+    )
+
+
+def limits_from(args: argparse.Namespace) -> Any:
+    """The ``client.Limits`` of a command line with ``_add_limit_args``."""
+    from harness.limits import Limits
+
+    return Limits(
+        max_answer_bytes=args.max_answer_bytes,
+        max_line_bytes=args.max_line_bytes,
+        total_timeout_s=args.total_timeout,
+    )
 
 
 def _add_gate_args(p: argparse.ArgumentParser) -> None:
@@ -394,6 +436,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 model=args.model,
                 api_key=api_key_from_env(args.api_key_env),
                 request_timeout=args.request_timeout,
+                limits=limits_from(args),
             )
         )
     )

@@ -106,7 +106,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         sim_args += ["--speed", str(args.speed)]
     # with --endpoint and no --model, the name is asked from the server's /v1/models
     model = args.model or (target.served_model or target.model if target else None)
-    from harness.cli import api_key_from_env
+    from harness.cli import api_key_from_env, limits_from
 
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     concurrency = args.concurrency or scenario.sessions
@@ -127,6 +127,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         model=model,
         api_key=api_key_from_env(args.api_key_env),
         request_timeout=args.request_timeout,
+        limits=limits_from(args),
         run_timeout=args.run_timeout,
         max_sessions=_budget(args, scenario.sessions),
         sim_args=tuple(sim_args),

@@ -36,7 +36,6 @@ import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -47,6 +46,7 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from harness import safejson
+from harness.limits import Limits
 from harness.output import BadResponse, Failure, TooLarge, TurnOutput
 from harness.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
 
@@ -403,16 +403,6 @@ class ChatClient:
             out.itl_s = gaps / (out.events - 1)
         if not done:
             out.failure = Failure("cut", "stream ended before [DONE]")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one response may take: its body's bytes (decompressed), one line's bytes, the
-    whole request's seconds (None: the larger of 4 x the read timeout and 600 s)."""
-
-    max_answer_bytes: int = 16 << 20
-    max_line_bytes: int = 4 << 20
-    total_timeout_s: float | None = None
 
 
 class _Body:

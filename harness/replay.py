@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from harness import stats
 from harness.client import ChatClient
 from harness.errors import UsageError
 from harness.launch import Target, make_target, safe_label
+from harness.limits import Limits
 from harness.matrix import Variant
 from harness.output import TurnOutput
 from harness.transcripts import TRANSCRIPTS_FILE, Transcript, load_transcripts
@@ -194,6 +195,7 @@ class ReplayOptions:
     model: str | None = None
     api_key: str | None = None
     request_timeout: float = 120.0
+    limits: Limits = field(default_factory=Limits)
 
 
 def condition_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -288,6 +290,7 @@ async def replay(opts: ReplayOptions) -> dict[str, Any]:
             api_key=opts.api_key,
             max_connections=opts.load + 8,
             request_timeout=opts.request_timeout,
+            limits=opts.limits,
         )
         try:
             for _ in range(opts.count):

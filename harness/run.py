@@ -31,6 +31,7 @@ from harness.confirm import after_load, after_load_left
 from harness.driver import DriveOptions, Progress, drive
 from harness.errors import UsageError
 from harness.launch import Target, make_target
+from harness.limits import Limits
 from harness.matrix import Variant
 from harness.metrics import MetricsScraper, flush_cache, warm_up
 from harness.plan import run_order
@@ -74,6 +75,7 @@ class RunOptions:
     model: str | None = None  # None: the first model the server lists in /v1/models
     api_key: str | None = None
     request_timeout: float = 120.0
+    limits: Limits = field(default_factory=Limits)
     run_timeout: float | None = None
     sim_args: tuple[str, ...] = ()
     metrics_interval: float = 5.0
@@ -201,6 +203,7 @@ async def _run_variant(
             api_key=opts.api_key,
             max_connections=max(opts.concurrency, 1) + 8,
             request_timeout=opts.request_timeout,
+            limits=opts.limits,
         )
         sessions_client: Any = client  # raw mode: the prompt rendered here, the output parsed here
         if opts.api != "chat":
@@ -274,6 +277,7 @@ async def _run_variant(
                                 opts.concurrency + 8,
                                 opts.request_timeout,
                                 opts.api,
+                                opts.limits,
                             ),  # fmt: skip
                             opts.scenario,
                             plans,

@@ -25,7 +25,7 @@ import struct
 import sys
 import tempfile
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -33,6 +33,7 @@ from harness import safejson
 from harness.client import ChatClient
 from harness.config import Scenario
 from harness.driver import DriveOptions, Progress, drive
+from harness.limits import Limits
 from harness.records import TurnRecord, TurnWriter
 from harness.session import ACTIVE_TRANSCRIPTS, SessionPlan
 from harness.trace_session import sessions_for
@@ -55,6 +56,7 @@ class ClientSpec:
     max_connections: int = 256
     request_timeout: float = 120.0
     api: str = "chat"
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ async def work(job: Job, channel: Channel, limit: asyncio.Semaphore) -> None:
         api_key=spec.api_key,
         max_connections=spec.max_connections,
         request_timeout=spec.request_timeout,
+        limits=spec.limits,
     )
     sessions_client: Any = client
     if spec.api != "chat":

@@ -18,9 +18,10 @@ import httpx
 import pytest
 
 from harness import labels as L
-from harness.client import ChatClient, Limits
+from harness.client import ChatClient
 from harness.config import load_scenario
 from harness.driver import DriveOptions, drive
+from harness.limits import Limits
 from harness.records import TurnWriter, read_turns
 from harness.safejson import Unencodable
 from harness.session import make_plans
@@ -147,6 +148,41 @@ def test_the_writer_never_writes_half_a_line(tmp_path: Path) -> None:
     assert rows[0]["content"] == "\ud800"
 
 
+# ---- a huge answer never stalls the other streams -------------------------------------------
+
+
+async def test_a_1mb_answer_never_makes_the_other_streams_time_out(tmp_path: Path) -> None:
+    """The first request gets 1,000,000 x's; three others stream slowly meanwhile (an event
+    every 50 ms for a second). Classified on the event loop at full length, the x's took
+    seconds: the others' reads stalled past the read timeout and were recorded as the
+    server's timeouts."""
+    with running_hostile("huge-first") as url:
+        rows = await drive_against(url, tmp_path, sessions=4, request_timeout=2.0)
+    assert len(rows) == 5  # the corrupted turn is sent again (--on-corruption retry)
+    assert [r["transport_error"] for r in rows] == [None] * 5
+    huge = next(r for r in rows if len(r["content"]) == 1_000_000)
+    assert huge["label"] == L.REPETITION
+    assert huge["evidence"]["scored_windows"] is True
+    assert sorted(r["label"] for r in rows if r is not huge) == [L.OK_TEXT] * 4
+
+
+def test_long_texts_are_scored_in_windows_with_offsets_in_the_whole_text() -> None:
+    from harness.verdict import SCORE_MAX_CHARS, classify_turn
+
+    table = "\n".join(f"line {i}: value {i * 7919 % 10007}" for i in range(6000))
+    assert len(table) > 2 * SCORE_MAX_CHARS
+    clean = classify_turn(table)
+    assert clean.label == L.OK_TEXT
+    assert clean.evidence["scored_windows"] is True
+    loop = "\n" + "the loop again and " * 300
+    tail = classify_turn(table + loop)  # in the tail window
+    assert tail.label == L.REPETITION
+    assert tail.evidence["offset"] == len(table) + 1
+    head = classify_turn(table[:5000] + loop + table[5000:])  # in the head window
+    assert head.label == L.REPETITION
+    assert head.evidence["offset"] == 5001
+
+
 # ---- limits: too_large, the total timeout, partial text kept ---------------------------------
 
 
@@ -201,6 +237,20 @@ async def test_too_large_rows_keep_their_text_in_a_run(tmp_path: Path) -> None:
     assert all(r["label"] == L.TRANSPORT_ERROR for r in rows)
     assert all(str(r["transport_error"]).startswith("too_large:") for r in rows)
     assert all(len(r["content"]) > 10_000 for r in rows)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_limit_flags_reach_every_client(tmp_path: Path, workers: str) -> None:
+    out = tmp_path / "run"
+    with running_hostile("trickle") as url:
+        done = harness("run", "--endpoint", url, "--model", "m", "--sessions", "2",
+                       "--turns", "1", "--out", str(out), "--workers", workers,
+                       "--total-timeout", "1", "--request-timeout", "5")  # fmt: skip
+    assert done.returncode == 3, done.stderr[-2000:]  # every turn failed: cannot be judged
+    rows = read_turns(out / "turns.jsonl")
+    assert len(rows) == 2 * 3  # 3 attempts per session
+    assert all("took longer than 1s (--total-timeout)" in r["transport_error"] for r in rows)
+    assert all(r["content"].startswith("x") for r in rows)
 
 
 # ---- compression -----------------------------------------------------------------------------
