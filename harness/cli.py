@@ -17,7 +17,7 @@ from harness import __version__
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import workers as workers_arg
-from harness.errors import HarnessError, UsageError
+from harness.errors import EnvironmentFailure, HarnessError, UsageError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 
@@ -238,7 +238,20 @@ def _add_replay_parser(sub: Any) -> None:
     rp.add_argument(
         "--endpoint",
         help="server to replay against (default: relaunch the variant's server from the "
-        "run's target file)",
+        "copy of the target file kept in the run folder)",
+    )
+    rp.add_argument(
+        "--target",
+        type=Path,
+        metavar="FILE",
+        help="relaunch the variant's server from this target file instead of the run's copy",
+    )
+    rp.add_argument(
+        "--target-var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a [vars] entry for the relaunch (needed again for those run.json masks)",
     )
     rp.add_argument("--model", help="model name (default: the one recorded)")
     rp.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME")
@@ -374,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # the harness's own environment (a full disk, a read-only folder)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"harness: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EnvironmentFailure.exit_code
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
@@ -437,6 +454,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 api_key=api_key_from_env(args.api_key_env),
                 request_timeout=args.request_timeout,
                 limits=limits_from(args),
+                target=args.target,
+                target_vars=tuple(args.target_var),
             )
         )
     )

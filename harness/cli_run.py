@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from harness.config import load_scenario
 from harness.driver import Progress as Counts
-from harness.errors import InfrastructureError, UsageError
+from harness.errors import EnvironmentFailure, InfrastructureError, UsageError
 from harness.matrix import parse_ab, variants
 from harness.records import TURNS_FILE, TurnRecord, iter_turns
 from harness.run import (
@@ -27,6 +27,8 @@ from harness.run import (
     finished_sessions,
     new_run_id,
     prepare_run_dir,
+    recorded_target,
+    unmasked_target_vars,
     write_run_json,
 )
 
@@ -42,6 +44,17 @@ def _target_vars(items: list[str]) -> dict[str, str]:
         if not sep or not name:
             raise UsageError(f"--target-var {item!r}: expected NAME=VALUE")
         out[name] = value
+    return out
+
+
+def _shown_target_vars(items: list[str]) -> list[str]:
+    """--target-var items as run.json keeps them: secret-looking values masked."""
+    from harness.targetfile import MASK, is_secret_name
+
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        out.append(f"{name}={MASK}" if sep and value and is_secret_name(name) else item)
     return out
 
 
@@ -109,6 +122,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     from harness.cli import api_key_from_env, limits_from
 
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    saved["target_var"] = _shown_target_vars(getattr(args, "target_var", None) or [])
     concurrency = args.concurrency or scenario.sessions
     return RunOptions(
         scenario=scenario,
@@ -289,6 +303,10 @@ def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
     for key in _PATH_ARGS:
         if saved.get(key) is not None:
             saved[key] = Path(saved[key])
+    saved["target"] = recorded_target(run_dir, meta, args.target)
+    saved["target_var"] = unmasked_target_vars(
+        saved.get("target_var") or [], args.target_var, f"--resume {run_dir}"
+    )
     saved.update(
         out=run_dir,
         resume=run_dir,
@@ -364,6 +382,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         interrupted = "interrupted"
     except TimeoutError:
         infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
+    except EnvironmentFailure as exc:  # the run folder cannot be written: no report either
+        print(
+            f"harness: error: {exc}; the rows written are whole (continue with: "
+            f"harness run --resume {opts.out_dir} once it can be written)",
+            file=sys.stderr,
+        )
+        return 3
     except InfrastructureError as exc:
         infra = str(exc)
     turns_path = opts.out_dir / TURNS_FILE

@@ -7,7 +7,9 @@ judged by the same classifier as in the run, with the same context. The result i
 as a table and written to ``replays/<...>.json`` in the run folder.
 
 The server is the one given with ``--endpoint``, else the variant's server relaunched from
-the run's target file (``run.json``), else the endpoint the run used.
+the target file the user names (``--target``) or the copy of the run's target file kept in
+the run folder (``target.toml``; never a path read from ``run.json``), else the endpoint the
+run used.
 """
 
 from __future__ import annotations
@@ -149,18 +151,27 @@ def pick_row(t: Transcript, turn: int | None, attempt: int | None) -> int:
 
 
 def target_for_replay(
-    run_dir: Path, meta: dict[str, Any], variant_label: str, endpoint: str | None
+    run_dir: Path,
+    meta: dict[str, Any],
+    variant_label: str,
+    endpoint: str | None,
+    named: Path | None = None,
+    target_vars: tuple[str, ...] = (),
 ) -> Target:
-    """The server to replay against (see the module docstring)."""
+    """The server to replay against (see the module docstring): never a target file that
+    run.json names, only the copy kept in the folder or the file the user names."""
+    from harness.run import recorded_target, unmasked_target_vars
     from harness.targetfile import load_target
     from harness.targets import EndpointTarget
 
     if endpoint:
         return EndpointTarget(endpoint)
-    if meta.get("target"):
+    path = recorded_target(run_dir, meta, named)
+    if path is not None:
         args = meta.get("args") or {}
-        overrides = dict(v.partition("=")[::2] for v in args.get("target_var") or [])
-        spec = load_target(Path(meta["target"]), var_overrides=overrides)
+        items = unmasked_target_vars(args.get("target_var") or [], list(target_vars), "replay")
+        overrides = dict(v.partition("=")[::2] for v in items)
+        spec = load_target(path, var_overrides=overrides)
         factors = next(
             (v["factors"] for v in meta.get("variants", []) if v["label"] == variant_label), None
         )
@@ -196,6 +207,8 @@ class ReplayOptions:
     api_key: str | None = None
     request_timeout: float = 120.0
     limits: Limits = field(default_factory=Limits)
+    target: Path | None = None  # the target file to relaunch from (default: the run's copy)
+    target_vars: tuple[str, ...] = ()
 
 
 def condition_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -279,7 +292,9 @@ async def replay(opts: ReplayOptions) -> dict[str, Any]:
     row = t.rows[seq]
     recorded = row.get("response") or {}
     scenario = _scenario_of(meta) if opts.load else None
-    target = target_for_replay(opts.run_dir, meta, t.key[0], opts.endpoint)
+    target = target_for_replay(
+        opts.run_dir, meta, t.key[0], opts.endpoint, opts.target, opts.target_vars
+    )
     alone: list[dict[str, Any]] = []
     loaded: list[dict[str, Any]] = []
     try:

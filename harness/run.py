@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -29,14 +30,14 @@ from harness.client import ChatClient
 from harness.config import Scenario
 from harness.confirm import after_load, after_load_left
 from harness.driver import DriveOptions, Progress, drive
-from harness.errors import UsageError
+from harness.errors import EnvironmentFailure, UsageError
 from harness.launch import Target, make_target
 from harness.limits import Limits
 from harness.matrix import Variant
 from harness.metrics import MetricsScraper, flush_cache, warm_up
 from harness.plan import run_order
 from harness.rawmode import RawClient
-from harness.records import TURNS_FILE, TurnWriter
+from harness.records import TURNS_FILE, JsonlAppender, TurnWriter
 from harness.selfreport import save_row
 from harness.session import ACTIVE_TRANSCRIPTS, Session, SessionPlan, Shared, make_plans
 from harness.targetfile import TargetSpec
@@ -100,21 +101,71 @@ def new_run_id() -> str:
 
 
 def prepare_run_dir(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {path} is a file, not a folder; choose another --out")
     if path.exists() and any(path.iterdir()):
         raise UsageError(
             f"output folder {path} exists and is not empty; choose another --out "
             f"(or continue it with --resume {path})"
         )
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".harness-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise EnvironmentFailure.writing(path, exc) from None
+
+
+#: the target file as the run used it, kept in the run folder: resume and replay launch
+#: this copy (or a file the user names), never a path that run.json names
+TARGET_COPY = "target.toml"
+
+
+def recorded_target(run_dir: Path, meta: dict[str, Any], named: Path | None) -> Path | None:
+    """The target file to launch again for a run folder: the one the user names, else the
+    copy kept in the folder; never a path read from run.json (a folder is data: a crafted
+    one must not name what the harness runs). None: the run used no target file."""
+    if named is not None:
+        return named
+    copy = run_dir / TARGET_COPY
+    if copy.is_file():
+        return copy
+    if meta.get("target"):
+        raise UsageError(
+            f"{run_dir} keeps no copy of its target file ({TARGET_COPY}): name the file to "
+            f"launch with --target FILE (run.json says {meta['target']})"
+        )
+    return None
+
+
+def unmasked_target_vars(saved: list[str], given: list[str], what: str) -> list[str]:
+    """The --target-var items of a run again: run.json masks secret ones (``NAME=***``),
+    which must be given again on the command line."""
+    from harness.targetfile import MASK
+
+    mine = {item.partition("=")[0] for item in given}
+    out = [item for item in saved if item.partition("=")[0] not in mine]
+    missing = [i.partition("=")[0] for i in out if i.partition("=")[2] == MASK]
+    if missing:
+        raise UsageError(
+            f"{what}: --target-var {missing[0]} was masked in run.json; give it again "
+            f"(--target-var {missing[0]}=VALUE), or have the target file read it with "
+            f"{{env:NAME}}"
+        )
+    return out + list(given)
 
 
 def write_run_json(opts: RunOptions, run_id: str) -> None:
+    if opts.target is not None:
+        shutil.copyfile(opts.target.path, opts.out_dir / TARGET_COPY)
     meta = {
         "run_id": run_id,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "scenario": opts.scenario.name,
         "scenario_source": opts.scenario.source,
         "target": str(opts.target.path) if opts.target else None,
+        "target_copy": TARGET_COPY if opts.target else None,
         "sessions": opts.sessions,
         "concurrency": opts.concurrency,
         "workers": opts.workers,
@@ -182,7 +233,7 @@ async def _run_variant(
     announce(f"{name}: starting the server")
     ended: dict[str, int] = {}
     error = None
-    sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
+    sessions_log = JsonlAppender(opts.out_dir / SESSIONS_FILE)  # closed below
     # worker processes start (and import) while the server starts
     workers = effective_workers(opts.workers, plans, opts.concurrency)
     pool = WorkerPool(workers) if workers > 1 else None
@@ -218,8 +269,7 @@ async def _run_variant(
         def session_done(index: int, why: str | None) -> None:
             ended[why or "?"] = ended.get(why or "?", 0) + 1
             row = {"variant": variant.label, "repeat": repeat, "session": index, "ended": why}
-            sessions_log.write(json.dumps(row) + "\n")
-            sessions_log.flush()
+            sessions_log.append(json.dumps(row).encode() + b"\n")
 
         transcripts = TranscriptLog(
             opts.out_dir / TRANSCRIPTS_FILE,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from harness import labels as L
 from harness.client import ChatClient
 from harness.config import Scenario
+from harness.errors import EnvironmentFailure
 from harness.output import Failure, TurnOutput
 from harness.records import TurnRecord, TurnWriter
 from harness.safejson import Unencodable
@@ -255,7 +257,8 @@ class Session:
                     latency_s=time.perf_counter() - t0,
                 )
                 verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": "cancelled"})
-                self._record(turn, attempt, inflight, sent_at, out, verdict)
+                with contextlib.suppress(EnvironmentFailure):  # a run stopping on a full disk
+                    self._record(turn, attempt, inflight, sent_at, out, verdict)
                 if sh.transcripts is not None and entry is not None:
                     sh.transcripts.answered(entry, response_of(out, verdict), False)
                 raise
@@ -274,7 +277,8 @@ class Session:
             except asyncio.CancelledError:  # the run stops while a long answer is classified
                 reason = "the run was stopped while the answer was classified"
                 verdict = Verdict(L.HARNESS_ERROR, False, evidence={"reason": reason})
-                self._record(turn, attempt, inflight, sent_at, out, verdict)
+                with contextlib.suppress(EnvironmentFailure):
+                    self._record(turn, attempt, inflight, sent_at, out, verdict)
                 raise
         record = self._record(turn, attempt, inflight, sent_at, out, verdict)
         if sh.transcripts is not None and entry is not None:

@@ -29,13 +29,14 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
 from harness import safejson
 from harness.client import chat_payload
 from harness.errors import UsageError
+from harness.records import JsonlAppender
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class TranscriptLog:
         self.dialect = dialect
         self.keep_all = keep_all
         self._sessions: dict[int, _SessionState] = {}
-        self._fh: IO[bytes] | None = None
+        self._fh: JsonlAppender | None = None
         self.written_sessions: set[int] = set()
 
     # ---- recording ---------------------------------------------------------------------
@@ -189,13 +190,11 @@ class TranscriptLog:
     def write_line(self, line: bytes) -> None:
         """Append one encoded row (a worker's, or this log's own) and flush it."""
         if self._fh is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        self._fh.write(line)
-        self._fh.flush()
+            self._fh = JsonlAppender(self.path)
+        self._fh.append(line)
 
     def close(self) -> None:
-        if self._fh is not None and not self._fh.closed:
+        if self._fh is not None:
             self._fh.close()
 
 

@@ -20,6 +20,7 @@ Modes:
   retry-after the first request: 503 with ``Retry-After: 1``; then healthy
   healthy     always "All done."
 
+``--api-key KEY``: chat requests without ``Authorization: Bearer KEY`` get 401.
 ``GET /health`` answers 200; ``GET /stats`` the number of chat requests and the
 Accept-Encoding of the last one. The process exits by itself after ``--max-life`` seconds.
 """
@@ -88,6 +89,7 @@ def main() -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--mode", required=True)
     p.add_argument("--max-life", type=float, default=60.0)
+    p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
     args = p.parse_args()
     killer = threading.Timer(args.max_life, lambda: os._exit(3))
     killer.daemon = True
@@ -124,6 +126,9 @@ def main() -> int:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if self.path != "/v1/chat/completions":
                 self._send(404, b"not found", "text/plain")
+                return
+            if args.api_key and self.headers.get("Authorization") != f"Bearer {args.api_key}":
+                self._send(401, b'{"error": {"message": "bad key"}}', "application/json")
                 return
             req = json.loads(body)
             with lock:
