@@ -32,6 +32,7 @@ request however it trickles.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
 import time
 import zlib
@@ -280,6 +281,7 @@ class ChatClient:
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status >= 400:
                 out.failure = await _status_failure(resp)
+                out.retry_after_s = retry_after(resp.headers.get("retry-after"))
                 return
             raw = await self._read_all(resp)
         out.latency_s = out.ttft_s = time.perf_counter() - t0
@@ -323,6 +325,7 @@ class ChatClient:
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status >= 400:
                 out.failure = await _status_failure(resp)
+                out.retry_after_s = retry_after(resp.headers.get("retry-after"))
                 return
             if resp.headers.get("content-type", "").startswith("application/json"):
                 out.failure = Failure("protocol", "a JSON body where an event stream was asked")
@@ -355,6 +358,7 @@ class ChatClient:
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status >= 400:
                 out.failure = await _status_failure(resp)
+                out.retry_after_s = retry_after(resp.headers.get("retry-after"))
                 return
             if not stream:
                 doc = orjson.loads(await self._read_all(resp))
@@ -512,6 +516,21 @@ class _Attempt:
 
     def __init__(self) -> None:
         self.reused = False
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (delay-seconds or an HTTP date); None when
+    there is none or it cannot be read."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 async def _status_failure(resp: aiohttp.ClientResponse) -> Failure:

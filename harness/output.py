@@ -45,4 +45,5 @@ class TurnOutput:
     sim_injected: str | None = None
     events: int = 0
     failure: Failure | None = None
+    retry_after_s: float | None = None  # what an error status's Retry-After header asked
     source: str = "server"  # "raw": ``content`` is the model's raw text, calls not parsed

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _CONTEXT_CHARS = 8000  # how much of the latest tool results the verdict sees as context
+#: the longest wait a server's Retry-After gets before a turn is sent again
+MAX_RETRY_AFTER_S = 30.0
 #: answers up to this many characters are classified on the event loop, longer ones in a
 #: thread (a 32k-character answer takes the classifier about 50 ms)
 INLINE_CLASSIFY_CHARS = 32_000
@@ -456,7 +458,10 @@ class Session:
             out, verdict, _ = await self.send(turn, attempt)
             if out.failure is not None:
                 if attempt + 1 < sh.scenario.max_attempts:
-                    await asyncio.sleep(sh.retry_delay_s * (2**attempt))
+                    delay = sh.retry_delay_s * (2**attempt)
+                    if out.retry_after_s is not None:  # the server said when: bounded
+                        delay = min(out.retry_after_s, MAX_RETRY_AFTER_S)
+                    await asyncio.sleep(delay)
                 continue
             if verdict.corrupted and sh.on_corruption == "retry":
                 continue

@@ -289,3 +289,17 @@ def test_a_bad_workload_file_is_exit_2_in_one_line(
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert message in done.stderr
+
+
+def test_report_md_shows_control_characters_of_model_output_escaped(tmp_path: Path) -> None:
+    from harness import report
+    from tests.test_report import make_run, turn
+
+    evil = "fine so far \x1b]0;owned\x07\x1b[2J\x1b[31mred\x9b then salad"
+    run = make_run(tmp_path / "run", [
+        turn("k=a", 0), turn("k=b", 0, "token_salad", evil, evidence={"offset": 5}),
+    ])  # fmt: skip
+    report.write_report(run)
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert not any(c in md for c in "\x1b\x07\x9b")
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\x1b[31mred\\x9b" in md

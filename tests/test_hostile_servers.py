@@ -24,7 +24,7 @@ from harness.driver import DriveOptions, drive
 from harness.limits import Limits
 from harness.records import TurnWriter, read_turns
 from harness.safejson import Unencodable
-from harness.session import make_plans
+from harness.session import Session, SessionPlan, Shared, make_plans
 from tests.standins import running_hostile
 
 BASE = {"run_id": "t", "variant": "v", "factors": {}, "repeat": 0}
@@ -292,3 +292,93 @@ async def test_a_compression_bomb_stops_at_the_answer_limit(stream: bool) -> Non
             await client.aclose()
     assert out.failure is not None
     assert out.failure.kind == "too_large", out.failure
+
+
+# ---- sessions above the concurrency start as capacity allows ---------------------------------
+
+
+class _Watched(Session):
+    """A session that notes when it starts and ends (in ``events``)."""
+
+    events: list[tuple[str, int]] = []
+
+    async def run(self) -> None:
+        self.events.append(("start", self.plan.index))
+        try:
+            await super().run()
+        finally:
+            self.events.append(("end", self.plan.index))
+
+
+async def _drive_watched(
+    url: str, tmp_path: Path, sessions: int, concurrency: int
+) -> tuple[list[tuple[str, int]], list[int]]:
+    scenario = load_scenario().with_overrides(sessions=sessions, max_turns=4)
+    client = ChatClient(url, model="m")
+    events: list[tuple[str, int]] = []
+    finished: list[int] = []
+
+    def make(plan: SessionPlan, shared: Shared) -> Session:
+        session = _Watched(plan, shared)
+        session.events = events
+        return session
+
+    try:
+        with TurnWriter(tmp_path / "turns.jsonl") as writer:
+            await drive(
+                client,
+                scenario,
+                make_plans(scenario, sessions, seed=3),
+                writer,
+                BASE,
+                DriveOptions(concurrency=concurrency),
+                make_session=make,
+                on_session_end=lambda index, _why: finished.append(index),
+            )
+    finally:
+        await client.aclose()
+    return events, finished
+
+
+def _most_active(events: list[tuple[str, int]]) -> int:
+    active = most = 0
+    for kind, _ in events:
+        active += 1 if kind == "start" else -1
+        most = max(most, active)
+    return most
+
+
+async def test_sessions_above_the_concurrency_start_as_others_end(
+    tmp_path: Path, sim_url: str
+) -> None:
+    events, finished = await _drive_watched(sim_url, tmp_path, sessions=16, concurrency=4)
+    assert _most_active(events) == 4
+    starts = [i for kind, i in events if kind == "start"]
+    assert starts == list(range(16))  # in plan order
+    first_end = events.index(next(e for e in events if e[0] == "end"))
+    assert first_end < events.index(("start", 15))  # sessions finish all along the run
+    assert sorted(finished) == list(range(16))
+
+
+async def test_sessions_within_the_concurrency_all_start_at_once(
+    tmp_path: Path, sim_url: str
+) -> None:
+    events, _ = await _drive_watched(sim_url, tmp_path, sessions=6, concurrency=6)
+    assert [kind for kind, _ in events[:6]] == ["start"] * 6
+
+
+async def test_retry_after_is_honoured(tmp_path: Path) -> None:
+    """The first answer is a 503 with Retry-After: 1; the default backoff would wait 0.5 s."""
+    with running_hostile("retry-after") as url:
+        rows = await drive_against(url, tmp_path, sessions=1)
+    assert [r["label"] for r in rows] == [L.TRANSPORT_ERROR, L.OK_TEXT]
+    assert rows[1]["sent_at"] - rows[0]["sent_at"] >= 0.99
+
+
+def test_retry_after_values() -> None:
+    from harness.client import retry_after
+
+    assert retry_after("3") == 3.0
+    assert retry_after(None) is None
+    assert retry_after("soon") is None
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
