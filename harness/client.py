@@ -5,7 +5,10 @@ requests per second at high concurrency; httpx over the aiohttp transport costs 
 CPU per streamed turn than aiohttp alone, and leaves every request in reference cycles that
 only the garbage collector frees, request body included: see docs/performance.md). ``get``
 keeps httpx's API over the same aiohttp session. Every failure of the endpoint becomes a
-``Failure`` value on the output; nothing raises out of ``chat``. Times come from
+``Failure`` value on the output, what arrived before it kept; only an exception that is no
+failure of the server's (a bug of the harness) raises out of ``chat``, for the session to
+record as ``harness_error``. Every read is bounded (``harness.limits``); the client asks for
+no compression and decompresses, within the same bound, a body compressed anyway. Times come from
 ``time.perf_counter()`` taken once per read from the socket, before parsing (``harness.sse``):
 events that arrived in one read share its time.
 

@@ -87,6 +87,9 @@ class DriveOptions:
     stream: bool = True
     on_corruption: str = "retry"
     ramp_up_s: float = 0.0  # spread session starts over this many seconds
+    #: more sessions than requests in flight: each holds its permit from start to end (see
+    #: ``_drive``); off for sessions that idle between turns (think time, a trace's pace)
+    hold_slots: bool = True
 
 
 class _MeasuredClient:
@@ -185,8 +188,12 @@ async def _drive(
     # More sessions than requests in flight: each session holds a permit of ``limit`` from
     # its start to its end, so sessions start as others end (in plan order), memory follows
     # the sessions active, and sessions finish (and are recorded as finished) all along the
-    # run. Otherwise every session starts at once and each send holds a permit.
-    gate = limit if len(plans) > options.concurrency else None
+    # run. Otherwise every session starts at once and each send holds a permit: so it is too
+    # for sessions that idle between turns (think time, a trace's recorded pace), whose
+    # idle contexts are the load they are there to make.
+    idle = any(plan.think_time_s[1] > 0 for plan in plans)
+    hold = options.hold_slots and not idle and len(plans) > options.concurrency
+    gate = limit if hold else None
     shared = Shared(
         client=cast(ChatClient, _MeasuredClient(client, report)),
         scenario=scenario,

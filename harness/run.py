@@ -296,6 +296,8 @@ async def _run_variant(
                     concurrency=opts.concurrency,
                     stream=opts.stream,
                     on_corruption=opts.on_corruption,
+                    # a trace sent at its recorded pace idles between turns
+                    hold_slots=opts.workload is None or opts.pace != "recorded",
                 )
                 if pool is None:
                     # the driver builds the sessions' Shared: it picks the log up from the context

@@ -228,7 +228,11 @@ class _Feed:
             if kind == "t":  # ("t", line, corrupted, transport error, repeat, session)
                 lines.append(msg[1])
                 count(msg[2], msg[3], (msg[4], msg[5]))
-            elif kind == "x":  # a transcript row
+                continue
+            if lines:  # the turns before a session's end are on disk before the end is
+                self.writer.write_lines(b"".join(lines), len(lines))
+                lines = []
+            if kind == "x":  # a transcript row
                 if self.transcripts is not None:
                     self.transcripts.write_line(msg[1])
             elif kind == "s":  # ("s", session, ended): a session ran to its end
@@ -241,9 +245,6 @@ class _Feed:
                 self.report = msg[1]
             elif kind == "e":  # the worker failed (the traceback is in its own log)
                 self.error = msg[1]
-            if lines and kind != "t":
-                self.writer.write_lines(b"".join(lines), len(lines))
-                lines = []
         if lines:
             self.writer.write_lines(b"".join(lines), len(lines))
 

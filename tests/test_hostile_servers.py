@@ -93,6 +93,7 @@ def test_arguments_nested_10000_deep_are_a_harness_error_row_and_the_run_goes_on
     # stored as it arrived: the raw arguments string
     assert all(r["tool_calls"][0]["arguments"].startswith('{"path": [[[') for r in rows)
     assert "RecursionError" in done.stderr  # the traceback is logged
+    assert "harness: 3 turns failed in the harness itself" in done.stderr
     summary = json.loads((out / "summary.json").read_text())
     (variant,) = summary["variants"]
     assert variant["harness_errors"] == 3
@@ -146,6 +147,30 @@ def test_the_writer_never_writes_half_a_line(tmp_path: Path) -> None:
     rows = read_turns(tmp_path / "turns.jsonl")
     assert [r["session"] for r in rows] == [0, 2]
     assert rows[0]["content"] == "\ud800"
+
+
+async def test_a_tool_that_raises_ends_its_session_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness import session as session_module
+
+    def broken(*_a: Any, **_k: Any) -> str:
+        raise KeyError("a bug in a tool")
+
+    monkeypatch.setattr(session_module, "run_tool", broken)
+    ended: list[str | None] = []
+    scenario = load_scenario().with_overrides(sessions=2, max_turns=3)
+    with running_hostile("surrogate") as url:
+        client = ChatClient(url, model="m")
+        try:
+            with TurnWriter(tmp_path / "turns.jsonl") as writer:
+                await drive(client, scenario, make_plans(scenario, 2, seed=3), writer, BASE,
+                            DriveOptions(concurrency=2),
+                            on_session_end=lambda _i, why: ended.append(why))  # fmt: skip
+        finally:
+            await client.aclose()
+    assert ended == [L.HARNESS_ERROR] * 2
+    assert [r["label"] for r in read_turns(tmp_path / "turns.jsonl")] == [L.OK_TOOL_CALL] * 2
 
 
 # ---- a huge answer never stalls the other streams -------------------------------------------
