@@ -50,10 +50,11 @@ import msgspec
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
+from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.limits import Limits
 from harness.client.output import BadResponse, Failure, TooLarge, TurnOutput
 from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
-from harness.record import safejson
+from harness.record.transcripts import chat_payload
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +106,6 @@ def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure | 
     return None
 
 
-def chat_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:
-    """The exact bytes sent for one chat request (transcripts rebuild them with this too)."""
-    payload = dict(body, model=body.get("model", model), stream=stream)
-    if stream:
-        payload["stream_options"] = {"include_usage": True}
-    return safejson.dumps(payload)
-
-
 class ChatClient:
     """One pooled client for one endpoint, sized for the run's concurrency."""
 
@@ -123,7 +116,7 @@ class ChatClient:
         model: str,
         api_key: str | None = None,
         max_connections: int = 256,
-        request_timeout: float = 120.0,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         total_timeout: float | None = None,
         limits: Limits | None = None,
     ) -> None:

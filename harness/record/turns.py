@@ -21,8 +21,6 @@ from harness.record import safejson
 
 log = logging.getLogger(__name__)
 
-TURNS_FILE = "turns.jsonl"
-
 
 class TurnRecord(TypedDict, total=False):
     run_id: str

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from harness.errors import ConfigError, UsageError
+from harness.record.rundir import MASK
 from harness.workload.matrix import Variant
 
 MODES = ("launch", "endpoint", "hook")
@@ -142,7 +143,6 @@ def _key_label(key: frozenset[tuple[str, str]]) -> str:
 #: names of values that are kept off disk and off the terminal (``***`` wherever the harness
 #: writes or prints them): a key, a token, a secret, a password, a credential
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
-MASK = "***"
 _ENV_REF = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)")
 
 

@@ -249,8 +249,8 @@ def test_an_out_that_cannot_be_made_is_exit_3_in_one_line(tmp_path: Path) -> Non
 
 
 def test_a_torn_line_in_sessions_jsonl_never_merges_with_the_next(tmp_path: Path) -> None:
+    from harness.record.rundir import SESSIONS_FILE, RunDir
     from harness.record.turns import JsonlAppender
-    from harness.run.execute import SESSIONS_FILE, finished_sessions
 
     path = tmp_path / SESSIONS_FILE
     path.write_text('{"variant": "default", "repeat": 0, "session": 0, "ended": "answered"}\n'
@@ -258,7 +258,7 @@ def test_a_torn_line_in_sessions_jsonl_never_merges_with_the_next(tmp_path: Path
     log = JsonlAppender(path)
     log.append(b'{"variant": "default", "repeat": 0, "session": 2, "ended": "answered"}\n')
     log.close()
-    assert finished_sessions(tmp_path) == {("default", 0, 0), ("default", 0, 2)}
+    assert RunDir(tmp_path).finished_sessions() == {("default", 0, 0), ("default", 0, 2)}
 
 
 @pytest.mark.parametrize(
