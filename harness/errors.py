@@ -5,7 +5,9 @@
     │   └── ConfigError     a scenario/target file that does not validate  -> exit 2
     │       └── EndpointRefused   the endpoint refused the first request (401, 404...)
     └── InfrastructureError a server would not start, endpoint unreachable -> exit 3
-            └── ServerUnanswering a variant's server stopped answering mid-run
+        ├── ServerUnanswering a variant's server stopped answering mid-run
+        └── EnvironmentFailure  the harness's own environment: disk full, a read-only
+                                run folder                                        -> exit 3
 
 Endpoint failures during a run never raise: they become ``Failure`` values on the
 turn record (see client.py).
@@ -42,3 +44,11 @@ class EndpointRefused(ConfigError):
 
 class ServerUnanswering(InfrastructureError):
     """A variant's server stopped answering: its recent requests all failed in transport."""
+class EnvironmentFailure(InfrastructureError):
+    """Writing the run folder failed (disk full, read-only, too large a file)."""
+
+    exit_code = 3
+
+    @classmethod
+    def writing(cls, path: object, exc: OSError) -> EnvironmentFailure:
+        return cls(f"cannot write {path}: {exc.strerror or exc}")

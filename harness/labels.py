@@ -12,6 +12,9 @@ REPETITION = "repetition"
 EMPTY = "empty"
 TRUNCATED = "truncated"
 TRANSPORT_ERROR = "transport_error"
+#: the harness itself failed on this turn (classifying, running a tool, recording): neither
+#: the server's fault nor corruption; counted apart
+HARNESS_ERROR = "harness_error"
 
 ALL_LABELS = (
     OK_TOOL_CALL,
@@ -24,6 +27,7 @@ ALL_LABELS = (
     EMPTY,
     TRUNCATED,
     TRANSPORT_ERROR,
+    HARNESS_ERROR,
 )
 
 #: Labels that count as corruption of the model's output.

@@ -26,7 +26,7 @@ import pandas as pd
 
 from harness.analysis import livecontext, stats
 from harness.errors import UsageError
-from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, TRANSPORT_ERROR
+from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record.rundir import METRICS_FILE, RUN_FILE, TURNS_FILE
 from harness.record.turns import read_turns
 
@@ -107,7 +107,8 @@ def load_run(run_dir: Path | str) -> RunData:
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
-    """Fill optional columns and add the derived booleans ``is_transport`` and ``is_corrupted``."""
+    """Fill optional columns and add the derived booleans ``is_transport``, ``is_harness``
+    (the harness failed on the turn: ``harness_error``) and ``is_corrupted``."""
     df = df.copy()
     defaults: dict[str, Any] = {
         "variant": "default", "repeat": 0, "session": 0, "turn": 0, "attempt": 0,
@@ -134,7 +135,8 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
         flagged = df["corrupted"].fillna(False).astype(bool)
     else:
         flagged = df["label"].isin(CORRUPTED_LABELS)
-    df["is_corrupted"] = flagged & ~df["is_transport"]
+    df["is_harness"] = (df["label"] == HARNESS_ERROR) & ~df["is_transport"]
+    df["is_corrupted"] = flagged & ~df["is_transport"] & ~df["is_harness"]
     return df
 
 
@@ -149,7 +151,7 @@ def _quantile(s: pd.Series, q: float) -> float | None:
 
 
 def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) -> dict[str, Any]:
-    ok = g[~g["is_transport"]]
+    ok = g[~g["is_transport"] & ~g["is_harness"]]
     per_session = ok.groupby(SESSION_KEY)["is_corrupted"].any()
     n_sess, k_sess = int(per_session.size), int(per_session.sum())
     n_turns, k_turns = int(len(ok)), int(ok["is_corrupted"].sum())
@@ -184,6 +186,7 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "transport_errors": n_transport,
         "transport_error_rate": n_transport / n_sent if n_sent else None,
         "cancelled_turns": n_cancelled,
+        "harness_errors": int(g["is_harness"].sum()),
         "retries": int((g["attempt"] > 0).sum()),
         "noncanonical_turns": int(g["noncanonical"].fillna(False).astype(bool).sum()),
         "first_corrupted_turn_median": float(first.median()) if len(first) else None,

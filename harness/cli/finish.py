@@ -84,6 +84,13 @@ def finish_run(
     RunDir(opts.out_dir).mark_meta(interrupted=interrupted)
     summary = write_report(opts.out_dir)
     print(format_table(summary))
+    own = sum(v.get("harness_errors") or 0 for v in summary["variants"])
+    if own:
+        print(
+            f"harness: {own} turns failed in the harness itself (harness_error, counted for "
+            "no variant; the tracebacks are in the log above)",
+            file=sys.stderr,
+        )
     print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
     unjudged = unjudged_variants(summary, opts.out_dir)
     if unjudged and code in (0, 1):

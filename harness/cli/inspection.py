@@ -18,6 +18,7 @@ from harness.cli.gates import (
     apply_gates,
     check_gate_args,
 )
+from harness.cli.limits import limits_from
 from harness.errors import UsageError
 from harness.record.rundir import TURNS_FILE
 from harness.run.merge import merge_shards
@@ -89,6 +90,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 model=args.model,
                 api_key=api_key_from_env(args.api_key_env),
                 request_timeout=args.request_timeout,
+                limits=limits_from(args),
+                target=args.target,
+                target_vars=tuple(args.target_var),
             )
         )
     )

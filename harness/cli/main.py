@@ -19,8 +19,9 @@ from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import workers as workers_arg
 from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
 from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
+from harness.cli.limits import add_limit_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
-from harness.errors import HarnessError
+from harness.errors import EnvironmentFailure, HarnessError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a request with no byte for this long fails as a timeout",
     )
+    add_limit_args(run)
     run.add_argument(
         "--speed",
         type=_positive_float,
@@ -268,7 +270,20 @@ def _add_replay_parser(sub: Any) -> None:
     rp.add_argument(
         "--endpoint",
         help="server to replay against (default: relaunch the variant's server from the "
-        "run's target file)",
+        "copy of the target file kept in the run folder)",
+    )
+    rp.add_argument(
+        "--target",
+        type=Path,
+        metavar="FILE",
+        help="relaunch the variant's server from this target file instead of the run's copy",
+    )
+    rp.add_argument(
+        "--target-var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a [vars] entry for the relaunch (needed again for those run.json masks)",
     )
     rp.add_argument("--model", help="model name (default: the one recorded)")
     rp.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME")
@@ -278,6 +293,7 @@ def _add_replay_parser(sub: Any) -> None:
         default=DEFAULT_REQUEST_TIMEOUT,
         metavar="SECONDS",
     )
+    add_limit_args(rp)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":  # CI reads the last line of a run: it says the run failed
             print_failure_line(None, exc.exit_code, str(exc))
         return exc.exit_code
+    except OSError as exc:  # the harness's own environment (a full disk, a read-only folder)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"harness: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EnvironmentFailure.exit_code
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130

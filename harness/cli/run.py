@@ -19,13 +19,14 @@ from harness.analysis.rawcompare import compare_runs
 from harness.argtypes import api_key_from_env
 from harness.cli.finish import finish_run
 from harness.cli.gates import check_gate_args
+from harness.cli.limits import limits_from
 from harness.client.fdlimit import ensure_open_files
 from harness.client.raw import check_api
 from harness.drive.driver import Progress as Counts
 from harness.drive.trace_session import check_options
-from harness.errors import ConfigError, InfrastructureError, UsageError
+from harness.errors import ConfigError, EnvironmentFailure, InfrastructureError, UsageError
 from harness.pool.parent import auto_workers
-from harness.record.rundir import RunDir
+from harness.record.rundir import MASK, RunDir, unmasked_target_vars
 from harness.run import stopsignals
 from harness.run.execute import (
     VariantOutcome,
@@ -39,7 +40,7 @@ from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.run.stopsignals import StopSignals
 from harness.target.launch import check_variants
 from harness.target.readiness import normalize_endpoint
-from harness.target.spec import default_sim_target, load_target
+from harness.target.spec import default_sim_target, is_secret_name, load_target
 from harness.workload.matrix import parse_ab, variants
 from harness.workload.scenario import load_scenario
 from harness.workload.trace import convert_log, load_trace
@@ -54,6 +55,15 @@ def _target_vars(items: list[str]) -> dict[str, str]:
         if not sep or not name:
             raise UsageError(f"--target-var {item!r}: expected NAME=VALUE")
         out[name] = value
+    return out
+
+
+def _shown_target_vars(items: list[str]) -> list[str]:
+    """--target-var items as run.json keeps them: secret-looking values masked."""
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        out.append(f"{name}={MASK}" if sep and value and is_secret_name(name) else item)
     return out
 
 
@@ -128,6 +138,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     # with --endpoint and no --model, the name is asked from the server's /v1/models
     model = args.model or (target.served_model or target.model if target else None)
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    saved["target_var"] = _shown_target_vars(getattr(args, "target_var", None) or [])
     concurrency = args.concurrency or scenario.sessions
     shard, start_at = _shard_options(args)
     return RunOptions(
@@ -148,6 +159,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         model=model,
         api_key=api_key_from_env(args.api_key_env),
         request_timeout=args.request_timeout,
+        limits=limits_from(args),
         run_timeout=args.run_timeout,
         max_sessions=_budget(args, scenario.sessions),
         sim_args=tuple(sim_args),
@@ -299,11 +311,16 @@ async def _progress(
 
 def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
     run_dir: Path = args.resume
-    meta = RunDir(run_dir).read_meta("--resume")
+    folder = RunDir(run_dir)
+    meta = folder.read_meta("--resume")
     saved: dict[str, Any] = dict(meta.get("args") or {})
     for key in _PATH_ARGS:
         if saved.get(key) is not None:
             saved[key] = Path(saved[key])
+    saved["target"] = folder.target_file(meta, args.target)
+    saved["target_var"] = unmasked_target_vars(
+        saved.get("target_var") or [], args.target_var, f"--resume {run_dir}"
+    )
     saved.update(
         out=run_dir,
         resume=run_dir,
@@ -393,6 +410,13 @@ def _drive_and_report(
                 raise
         except TimeoutError:
             infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
+        except EnvironmentFailure as exc:  # the run folder cannot be written: no report either
+            print(
+                f"harness: error: {exc}; the rows written are whole (continue with: "
+                f"harness run --resume {opts.out_dir} once it can be written)",
+                file=sys.stderr,
+            )
+            return 3
         except InfrastructureError as exc:
             infra = str(exc)
         if stop.received is not None:

@@ -5,8 +5,12 @@ requests per second at high concurrency; httpx over the aiohttp transport costs 
 CPU per streamed turn than aiohttp alone, and leaves every request in reference cycles that
 only the garbage collector frees, request body included: see docs/performance.md). ``get``
 keeps httpx's API over the same aiohttp session. Every failure of the endpoint becomes a
-``Failure`` value on the output; nothing raises out of ``chat``. Times come from
-``time.perf_counter()`` taken once per read from the socket, before parsing (``client.sse``):
+``Failure`` value on the output, what arrived before it kept; only an exception that is no
+failure of the server's (a bug of the harness) raises out of ``chat``, for the session to
+record as ``harness_error``. Every read is bounded (``client.limits``); the client asks for
+no compression and decompresses, within the same bound, a body compressed anyway. Times come
+from ``time.perf_counter()`` taken once per read from the socket, before parsing
+(``client.sse``):
 events that arrived in one read share its time.
 
 ``observers``: objects with ``request_sent(now)``, ``pool_waited(seconds)`` and
@@ -37,17 +41,20 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any
 
 import aiohttp
 import httpx
+import msgspec
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
-from harness.client.output import Failure, TurnOutput
+from harness.client.limits import Limits
+from harness.client.output import BadResponse, Failure, TooLarge, TurnOutput
 from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
 from harness.record.transcripts import chat_payload
 
@@ -56,13 +63,21 @@ log = logging.getLogger(__name__)
 SIM_HEADER = "x-sim-injected"
 
 
-def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure:
-    """Map library exceptions to failure kinds (the one place that knows them).
+def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure | None:
+    """Map library exceptions to failure kinds (the one place that knows them); None for
+    an exception that says nothing about the server (a bug of the harness's own: the caller
+    lets it go on, to be recorded as ``harness_error``).
 
     The aiohttp transport maps some aiohttp errors to the wrong httpx class (a refused
     connection, and a connection reset by the server, arrive as ``ConnectTimeout``), so the
     aiohttp cause is looked at first. Chat requests raise aiohttp's errors themselves.
     """
+    if isinstance(exc, TooLarge):
+        return Failure("too_large", str(exc))
+    if isinstance(exc, BadResponse | orjson.JSONDecodeError | msgspec.DecodeError):
+        return Failure("protocol", f"invalid response: {exc}")
+    if isinstance(exc, UnicodeDecodeError):
+        return Failure("protocol", f"invalid response: not UTF-8: {exc}")
     cause = exc if isinstance(exc, aiohttp.ClientError) else exc.__cause__ or exc.__context__
     if isinstance(cause, aiohttp.ClientConnectorError | ConnectionRefusedError):
         return Failure("connect", str(cause) or type(cause).__name__)
@@ -84,11 +99,13 @@ def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure:
         return Failure("cut", str(exc) or type(exc).__name__)
     if isinstance(exc, ConnectionResetError | BrokenPipeError):
         return Failure("cut", f"{type(exc).__name__}: {exc}")
-    if isinstance(exc, httpx.HTTPError | OSError):
-        return Failure("connect", f"{type(exc).__name__}: {exc}")
-    if isinstance(exc, orjson.JSONDecodeError | ValueError | KeyError | TypeError):
+    if isinstance(exc, aiohttp.ClientResponseError):  # not HTTP, a bad status line, ...
+        return Failure("protocol", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, httpx.DecodingError):
         return Failure("protocol", f"invalid response: {type(exc).__name__}: {exc}")
-    return Failure("protocol", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, httpx.HTTPError | aiohttp.ClientError | OSError):
+        return Failure("connect", f"{type(exc).__name__}: {exc}")
+    return None
 
 
 class ChatClient:
@@ -103,15 +120,19 @@ class ChatClient:
         max_connections: int = 256,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         total_timeout: float | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.limits = limits or Limits()
         self.request_timeout = request_timeout  # the longest wait for the next byte
-        self.total_timeout = total_timeout or max(4 * request_timeout, 600.0)
+        cap = total_timeout or self.limits.total_timeout_s
+        self.total_timeout = cap or max(4 * request_timeout, 600.0)
         self.max_connections = max_connections
         self.observers: list[Any] = []
         self._url = self.base_url + "/v1/chat/completions"
-        self._headers = {"content-type": "application/json"}
+        # no compression: a compressed answer is one more thing to bound (``_Body``)
+        self._headers = {"content-type": "application/json", "accept-encoding": "identity"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
         self._timeout = aiohttp.ClientTimeout(
@@ -209,8 +230,11 @@ class ChatClient:
     async def get(self, path: str, wait_s: float = 10.0) -> httpx.Response | Failure:
         try:
             return await self._http.get(path, timeout=wait_s)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes data
-            return _failure_from(exc)
+        except Exception as exc:
+            failure = _failure_from(exc)
+            if failure is None:
+                raise
+            return failure
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
         data = chat_payload(body, self.model, stream)
@@ -240,8 +264,10 @@ class ChatClient:
     async def _guarded(
         self, work: Callable[[], Awaitable[None]], out: TurnOutput, t0: float
     ) -> TurnOutput:
-        """Run one request's work; every failure becomes ``out.failure``. (The work is made
-        here: a task cancelled before it started leaves no coroutine never awaited.)"""
+        """Run one request's work; every failure of the server's becomes ``out.failure``,
+        with what arrived before it kept on ``out``; any other exception is the harness's
+        and goes on. (The work is made here: a task cancelled before it started leaves no
+        coroutine never awaited.)"""
         cap = asyncio.timeout(self.total_timeout)
         try:
             async with cap:
@@ -250,12 +276,17 @@ class ChatClient:
             out.failure = Failure("cancelled", "the run was stopped")
             out.latency_s = time.perf_counter() - t0
             raise
-        except Exception as exc:  # noqa: BLE001 - every failure becomes data
+        except Exception as exc:
             if cap.expired():
                 cap_s = self.total_timeout
-                out.failure = Failure("timeout", f"the request took longer than {cap_s:g}s")
+                out.failure = Failure(
+                    "timeout", f"the request took longer than {cap_s:g}s (--total-timeout)"
+                )
             else:
-                out.failure = _failure_from(exc, self.request_timeout)
+                failure = _failure_from(exc, self.request_timeout)
+                if failure is None:
+                    raise  # not the server's doing: the turn records it as a harness error
+                out.failure = failure
         if out.latency_s is None:
             out.latency_s = time.perf_counter() - t0
         return out
@@ -267,26 +298,40 @@ class ChatClient:
             if resp.status >= 400:
                 out.failure = await _status_failure(resp)
                 return
-            raw = await resp.read()
+            raw = await self._read_all(resp)
         out.latency_s = out.ttft_s = time.perf_counter() - t0
         doc = orjson.loads(raw)
-        if "error" in doc:
+        if isinstance(doc, dict) and "error" in doc:
             out.failure = Failure("protocol", "an error body with status 200: " + error_text(raw))
             return
-        choice = doc["choices"][0]
-        msg = choice.get("message") or {}
-        out.content = msg.get("content") or ""
-        out.reasoning = msg.get("reasoning_content") or ""
-        out.tool_calls = [
-            {
-                "id": c.get("id"),
-                "name": c["function"]["name"],
-                "arguments": c["function"].get("arguments", ""),
-            }
-            for c in (msg.get("tool_calls") or [])
-        ]
-        out.finish_reason = choice.get("finish_reason")
+        try:
+            choice = doc["choices"][0]
+            msg = choice.get("message") or {}
+            out.content = _text(msg.get("content"))
+            out.reasoning = _text(msg.get("reasoning_content"))
+            out.tool_calls = [
+                {
+                    "id": c.get("id"),
+                    "name": _text(c["function"]["name"]),
+                    "arguments": c["function"].get("arguments", ""),
+                }
+                for c in (msg.get("tool_calls") or [])
+            ]
+            out.finish_reason = choice.get("finish_reason")
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise BadResponse(f"not a chat completion ({type(exc).__name__}: {exc})") from None
         note_usage(out, doc.get("usage"))
+
+    async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
+        """A whole body, at most ``max_answer_bytes`` (decompressed)."""
+        body = _Body(resp, self.limits.max_answer_bytes)
+        parts = []
+        async for chunk in resp.content.iter_any():
+            parts.append(body.take(chunk))
+            body.check()
+        parts.append(body.flush())
+        body.check()
+        return b"".join(parts)
 
     async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
         events = ChatEvents(out, t0)
@@ -302,13 +347,21 @@ class ChatClient:
                 if b'"error"' in raw:
                     out.failure = Failure("stream_error", error_text(raw))
                 return
-            with _ReadWatch(resp, self.request_timeout) as watch:
-                # everything buffered at once (not one HTTP chunk per iteration), stamped on read
-                async for chunk in resp.content.iter_any():
-                    watch.last = now = time.perf_counter()
-                    if events.read(chunk, now):
-                        break
-        events.finish()
+            body = _Body(resp, self.limits.max_answer_bytes)
+            longest = self.limits.max_line_bytes
+            try:
+                with _ReadWatch(resp, self.request_timeout) as watch:
+                    # everything buffered at once (not one HTTP chunk per iteration), stamped
+                    # on read
+                    async for chunk in resp.content.iter_any():
+                        watch.last = now = time.perf_counter()
+                        if events.read(body.take(chunk), now):
+                            break
+                        body.check()
+                        if events.split.size > longest:
+                            raise TooLarge(f"a line longer than {longest} bytes (--max-line-bytes)")
+            finally:
+                events.finish()  # what arrived is kept, whatever ended the reading
 
     async def _raw(self, path: str, data: bytes, out: TurnOutput, t0: float, stream: bool) -> None:
         text = ""
@@ -321,43 +374,102 @@ class ChatClient:
                 out.failure = await _status_failure(resp)
                 return
             if not stream:
-                doc = orjson.loads(await resp.read())
+                doc = orjson.loads(await self._read_all(resp))
                 out.latency_s = out.ttft_s = time.perf_counter() - t0
                 out.content = raw_piece(doc, out)
                 return
             done = False
-            split = LineSplitter()  # a /generate event holds the whole text so far: no cap
-            with _ReadWatch(resp, self.request_timeout) as watch:
-                async for chunk in resp.content.iter_any():
-                    watch.last = now = time.perf_counter()
-                    for raw_line in split.lines(chunk):
-                        if not raw_line.startswith(b"data:"):
-                            continue
-                        payload = raw_line[5:].strip()
-                        if payload == b"[DONE]":
-                            done = True
+            split = LineSplitter()  # a /generate event holds the whole text so far
+            body = _Body(resp, self.limits.max_answer_bytes)
+            longest = self.limits.max_line_bytes
+            try:
+                with _ReadWatch(resp, self.request_timeout) as watch:
+                    async for chunk in resp.content.iter_any():
+                        watch.last = now = time.perf_counter()
+                        lines = split.lines(body.take(chunk))
+                        if split.size > longest:
+                            raise TooLarge(f"a line longer than {longest} bytes (--max-line-bytes)")
+                        for raw_line in lines:
+                            if not raw_line.startswith(b"data:"):
+                                continue
+                            payload = raw_line[5:].strip()
+                            if payload == b"[DONE]":
+                                done = True
+                                break
+                            piece = raw_piece(orjson.loads(payload), out)
+                            if out.failure is not None:
+                                return
+                            if piece.startswith(text) and b"meta_info" in payload:
+                                piece = piece[len(text) :]  # /generate: the text so far
+                            if piece:
+                                text += piece
+                                out.events += 1
+                                if last is None:
+                                    out.ttft_s = now - t0
+                                else:
+                                    gaps += now - last
+                                last = now
+                        if done:
                             break
-                        piece = raw_piece(orjson.loads(payload), out)
-                        if out.failure is not None:
-                            return
-                        if piece.startswith(text) and b"meta_info" in payload:
-                            piece = piece[len(text) :]  # /generate: the text so far
-                        if piece:
-                            text += piece
-                            out.events += 1
-                            if last is None:
-                                out.ttft_s = now - t0
-                            else:
-                                gaps += now - last
-                            last = now
-                    if done:
-                        break
+                        body.check()  # (after the lines that fit)
+            finally:
+                out.content = text  # what arrived is kept, whatever ended the reading
         out.latency_s = time.perf_counter() - t0
         out.content = text
         if out.events > 1:
             out.itl_s = gaps / (out.events - 1)
         if not done:
             out.failure = Failure("cut", "stream ended before [DONE]")
+
+
+class _Body:
+    """A response body as read, at most ``limit`` bytes: ``take`` hands on the part of a
+    chunk that fits, ``check`` raises ``TooLarge`` once a chunk did not fit. The harness asks
+    for no compression; a body compressed anyway (gzip, deflate: a proxy) is decompressed
+    here, to at most the same limit."""
+
+    __slots__ = ("left", "limit", "full", "_z")
+
+    def __init__(self, resp: aiohttp.ClientResponse, limit: int) -> None:
+        self.limit = self.left = limit
+        self.full = False
+        encoding = resp.headers.get("content-encoding", "").strip().lower()
+        self._z: Any = None
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            self._z = zlib.decompressobj(47)  # a gzip or zlib header, told apart by zlib
+        elif encoding not in ("", "identity"):
+            raise BadResponse(f"a body in content-encoding {encoding!r}, not asked for")
+
+    def take(self, chunk: bytes) -> bytes:
+        if self._z is not None:
+            try:
+                chunk = self._z.decompress(chunk, self.left + 1)
+            except zlib.error as exc:
+                raise BadResponse(f"a compressed body that does not decompress: {exc}") from None
+        if len(chunk) > self.left:
+            self.full = True
+            chunk = chunk[: self.left]
+        self.left -= len(chunk)
+        return chunk
+
+    def check(self) -> None:
+        if self.full:
+            raise TooLarge(f"an answer larger than {self.limit} bytes (--max-answer-bytes)")
+
+    def flush(self) -> bytes:
+        if self._z is None or self._z.eof or self.full:
+            return b""
+        try:
+            return self.take(self._z.flush())
+        except zlib.error as exc:
+            raise BadResponse(f"a compressed body that does not decompress: {exc}") from None
+
+
+def _text(value: Any) -> str:
+    """A text field of a response: a string, or nothing; any other value is no chat API's."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    raise BadResponse(f"a {type(value).__name__} where the API has a string")
 
 
 class _ReadWatch:
@@ -422,7 +534,7 @@ class _Attempt:
 async def _status_failure(resp: aiohttp.ClientResponse) -> Failure:
     """An HTTP error status, with the server's message when its body can be read."""
     try:
-        text = error_text(await resp.read())
+        text = error_text(await resp.content.read(65536))
     except Exception as exc:  # noqa: BLE001 - the status is the failure; the body is a bonus
         text = f"(body unreadable: {type(exc).__name__})"
     return Failure("http_status", text, resp.status, retry_after(resp.headers.get("retry-after")))

@@ -13,7 +13,7 @@ __all__ = ["CANCELLED", "Failure", "TurnOutput", "server_failure"]
 @dataclass(frozen=True)
 class Failure:
     """A transport-level failure: ``kind`` is one of connect, timeout, http_status,
-    stream_error, protocol, cut, dropped, cancelled."""
+    stream_error, protocol, cut, too_large, dropped, cancelled."""
 
     kind: str
     message: str
@@ -22,6 +22,16 @@ class Failure:
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
+
+
+class BadResponse(ValueError):
+    """A response whose shape the API does not allow (a missing field, a number where a
+    string goes): the server's fault, a ``protocol`` failure."""
+
+
+class TooLarge(Exception):
+    """A response past one of the client's limits (its size, one line's length): the read
+    stops there, a ``too_large`` failure; what arrived is kept."""
 
 
 @dataclass

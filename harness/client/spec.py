@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.chat import ChatClient
+from harness.client.limits import Limits
 from harness.client.raw import RawClient
 
 
@@ -20,6 +21,7 @@ class ClientSpec:
     max_connections: int = 256
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     api: str = "chat"
+    limits: Limits = field(default_factory=Limits)
 
     def chat_client(self) -> ChatClient:
         return ChatClient(
@@ -28,6 +30,7 @@ class ClientSpec:
             api_key=self.api_key,
             max_connections=self.max_connections,
             request_timeout=self.request_timeout,
+            limits=self.limits,
         )
 
     def sessions_client(self, client: ChatClient, dialect: str) -> Any:

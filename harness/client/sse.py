@@ -17,61 +17,65 @@ from typing import Any
 import msgspec
 import orjson
 
-from harness.client.output import Failure, TurnOutput
+from harness.client.output import BadResponse, Failure, TurnOutput
 
 
 class LineSplitter:
-    """Whole lines out of arbitrary byte chunks; a partial last line waits for the rest."""
+    """Whole lines out of arbitrary byte chunks; a partial last line waits for the rest
+    (``size``: its bytes so far, for the caller to bound)."""
 
-    __slots__ = ("pending",)
+    __slots__ = ("pending", "size")
 
     def __init__(self) -> None:
         self.pending: list[bytes] = []
+        self.size = 0
 
     def lines(self, chunk: bytes) -> list[bytes]:
         cut = chunk.rfind(b"\n")
         if cut < 0:
             self.pending.append(chunk)
+            self.size += len(chunk)
             return []
         head = chunk[:cut]
         if self.pending:
             head = b"".join(self.pending) + head
             self.pending.clear()
-        if cut + 1 < len(chunk):
+        self.size = len(chunk) - cut - 1
+        if self.size:
             self.pending.append(chunk[cut + 1 :])
         return head.split(b"\n")
 
 
 class _Function(msgspec.Struct):
-    name: Any = None
-    arguments: Any = None
+    name: str | None = None
+    arguments: str | None = None
 
 
 class _ToolCallDelta(msgspec.Struct):
-    index: Any = 0
+    index: int | None = 0
     id: Any = None
     function: _Function | None = None
 
 
 class _Delta(msgspec.Struct):
-    content: Any = None
-    reasoning_content: Any = None
+    content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[_ToolCallDelta] | None = None
 
 
 class _Choice(msgspec.Struct):
     delta: _Delta | None = None
-    finish_reason: Any = None
+    finish_reason: str | None = None
 
 
 class _Event(msgspec.Struct):
     """The fields of one streamed chat event that a turn needs; the rest is skipped unread
     (an event decoded this way costs half of one decoded into dictionaries). A value of a
-    shape no server sends (``choices`` that is not a list of objects, ...) fails the decode:
-    a ``protocol`` failure."""
+    shape no server sends (``choices`` that is not a list of objects, a number where the
+    text goes, ...) fails the decode: a ``protocol`` failure."""
 
     choices: list[_Choice] | None = None
-    usage: Any = None
+    usage: dict[str, Any] | None = None
     error: Any = msgspec.UNSET
 
 
@@ -187,7 +191,7 @@ class ChatEvents:
     def _calls(self, deltas: list[_ToolCallDelta]) -> None:
         """Tool-call deltas into their call's slot (by index): id, name and arguments."""
         for tc in deltas:
-            slot = self.calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            slot = self.calls.setdefault(tc.index or 0, {"id": None, "name": "", "arguments": ""})
             if tc.id:
                 slot["id"] = tc.id
             fn = tc.function
@@ -211,17 +215,29 @@ class ChatEvents:
 
 def note_usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
     """The server's token counts (OpenAI ``usage``) onto ``out``."""
-    if not usage:
+    if not usage or not isinstance(usage, dict):
         return
-    out.prompt_tokens = usage.get("prompt_tokens")
-    out.completion_tokens = usage.get("completion_tokens")
-    details = usage.get("prompt_tokens_details") or {}
-    out.cached_tokens = details.get("cached_tokens")
+    out.prompt_tokens = _count(usage.get("prompt_tokens"))
+    out.completion_tokens = _count(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    out.cached_tokens = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+
+
+def _count(value: Any) -> int | None:
+    """A token count as the server gave it; None for anything that is not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def raw_piece(doc: Any, out: TurnOutput) -> str:
     """The text of one raw response or event (completions or /generate); usage and finish
-    reason noted on ``out``."""
+    reason noted on ``out``. A document of a shape neither API has: ``BadResponse``."""
+    try:
+        return _raw_piece(doc, out)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BadResponse(f"not a completion ({type(exc).__name__}: {exc})") from None
+
+
+def _raw_piece(doc: Any, out: TurnOutput) -> str:
     if isinstance(doc, list):  # /generate answers a batch with a list
         doc = doc[0] if doc else {}
     if not isinstance(doc, dict) or "error" in doc:

@@ -87,6 +87,9 @@ class DriveOptions:
     stream: bool = True
     on_corruption: str = "retry"
     ramp_up_s: float = 0.0  # spread session starts over this many seconds
+    #: more sessions than requests in flight: each holds its permit from start to end (see
+    #: ``_drive``); off for sessions that idle between turns (think time, a trace's pace)
+    hold_slots: bool = True
 
 
 class _MeasuredClient:
@@ -186,6 +189,15 @@ async def _drive(
         if on_turn is not None:
             on_turn(rec)
 
+    # More sessions than requests in flight: each session holds a permit of ``limit`` from
+    # its start to its end, so sessions start as others end (in plan order), memory follows
+    # the sessions active, and sessions finish (and are recorded as finished) all along the
+    # run. Otherwise every session starts at once and each send holds a permit: so it is too
+    # for sessions that idle between turns (think time, a trace's recorded pace), whose
+    # idle contexts are the load they are there to make.
+    idle = any(plan.think_time_s[1] > 0 for plan in plans)
+    hold = options.hold_slots and not idle and len(plans) > options.concurrency
+    gate = limit if hold else None
     shared = Shared(
         client=cast(ChatClient, _MeasuredClient(client, report)),
         scenario=scenario,
@@ -193,12 +205,13 @@ async def _drive(
         base=base,
         stream=options.stream,
         on_corruption=options.on_corruption,
-        limit=limit,
         on_turn=turn_done,
         board=board,
         watch=ServerWatch(str(base.get("variant", "")), str(getattr(client, "request_url", "?"))),
         transcripts=transcripts,
     )
+    if gate is None:
+        shared.limit = limit
     # each session is built in its own task, when it starts: the first requests leave
     # while later sessions still build their first prompt (an 80k-token prompt takes ~10 ms)
     sessions: list[Session | None] = [None] * len(plans)
@@ -206,11 +219,14 @@ async def _drive(
     async def one(i: int, plan: SessionPlan) -> None:
         if options.ramp_up_s > 0 and len(plans) > 1:
             await asyncio.sleep(options.ramp_up_s * i / len(plans))
-        session = sessions[i] = (make_session or Session)(plan, shared)
-        try:
-            await session.run()
-        finally:
-            progress.sessions_done += 1
+        async with gate if gate is not None else contextlib.nullcontext():
+            session = sessions[i] = (make_session or Session)(plan, shared)
+            try:
+                await session.run()
+            finally:
+                progress.sessions_done += 1
+                if gate is not None:
+                    session.messages = []  # its history goes with its slot
         if on_session_end is not None:  # only sessions that ran to their end
             on_session_end(session.plan.index, session.ended)
 

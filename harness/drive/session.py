@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, cast
 
 from harness import labels as L
@@ -16,6 +18,8 @@ from harness.client.chat import ChatClient
 from harness.client.output import Failure, TurnOutput
 from harness.drive.answering import ServerWatch, retry_delay
 from harness.drive.inflight import InflightBoard
+from harness.errors import EnvironmentFailure
+from harness.record.safejson import Unencodable
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
 from harness.verdict import Verdict, classify_turn
@@ -28,6 +32,9 @@ log = logging.getLogger(__name__)
 _CONTEXT_CHARS = 8000  # how much of the latest tool results the verdict sees as context
 #: How a session ends when a turn's attempts ran out (every one failed, or was corrupted).
 EXHAUSTED = "attempts exhausted"
+#: answers up to this many characters are classified on the event loop, longer ones in a
+#: thread (a 32k-character answer takes the classifier about 50 ms)
+INLINE_CLASSIFY_CHARS = 32_000
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,14 @@ class Shared:
     watch: ServerWatch | None = None  # refused, overloaded, no longer answering
 
 
+def harness_error(exc: BaseException, doing: str, session: int, turn: int) -> Verdict:
+    """The verdict of a turn the harness itself failed on: logged with its traceback, the
+    reason on the row, neither corruption nor the server's failure."""
+    log.error("session %d turn %d: the harness failed %s", session, turn, doing, exc_info=exc)
+    reason = f"{doing}: {type(exc).__name__}: {exc}"[:500]
+    return Verdict(L.HARNESS_ERROR, False, evidence={"reason": reason})
+
+
 def first_messages(scenario: Scenario, plan: SessionPlan) -> list[dict[str, Any]]:
     tools_tokens = estimate_tokens(json.dumps(scenario.openai_tools()))
     base = estimate_tokens(scenario.system_prompt + plan.task) + tools_tokens
@@ -173,6 +188,17 @@ def response_of(out: TurnOutput, verdict: Verdict) -> dict[str, Any]:
         "label": verdict.label,
         "corrupted": verdict.corrupted,
     }
+
+
+def _arguments(args: dict[str, Any]) -> str:
+    """Parsed arguments as the history sends them back (escaped when a lone surrogate in
+    them has no UTF-8)."""
+    text = json.dumps(args, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(args, ensure_ascii=True)
+    return text
 
 
 class Session:
@@ -212,8 +238,12 @@ class Session:
             if sh.transcripts is not None:
                 entry = sh.transcripts.sent(self.plan.index, turn, attempt, body, self.context_text)
             t0 = time.perf_counter()
+            failed: Verdict | None = None
             try:
                 out = await sh.client.chat(body, stream=sh.stream)
+            except Exception as exc:  # noqa: BLE001 - not the server's failure: a harness bug
+                out = TurnOutput(latency_s=time.perf_counter() - t0)
+                failed = harness_error(exc, "sending the request", self.plan.index, turn)
             except asyncio.CancelledError:
                 # the run is stopping: the turn in flight is recorded as cancelled, not lost
                 out = TurnOutput(
@@ -221,7 +251,8 @@ class Session:
                     latency_s=time.perf_counter() - t0,
                 )
                 verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": "cancelled"})
-                self._record(turn, attempt, inflight, sent_at, out, verdict)
+                with contextlib.suppress(EnvironmentFailure):  # a run stopping on a full disk
+                    self._record(turn, attempt, inflight, sent_at, out, verdict)
                 if sh.transcripts is not None and entry is not None:
                     sh.transcripts.answered(entry, response_of(out, verdict), False)
                 raise
@@ -238,23 +269,51 @@ class Session:
         if entry is not None:
             entry.row["attempt"] = attempt
         self.turns_sent += 1
-        if out.failure is not None:
+        if failed is not None:
+            verdict = failed
+        elif out.failure is not None:
             verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": str(out.failure)})
         else:
-            verdict = classify_turn(
-                out.content,
-                reasoning=out.reasoning,
-                tool_calls=out.tool_calls,
-                tools=self.tools or None,
-                finish_reason=out.finish_reason,
-                dialect=sh.scenario.dialect,
-                source=out.source,  # "raw": the harness parses the calls
-                context=self.context_text or None,
-            )
+            try:
+                verdict = await self._classify(out, turn)
+            except asyncio.CancelledError:  # the run stops while a long answer is classified
+                reason = "the run was stopped while the answer was classified"
+                verdict = Verdict(L.HARNESS_ERROR, False, evidence={"reason": reason})
+                with contextlib.suppress(EnvironmentFailure):
+                    self._record(turn, attempt, inflight, sent_at, out, verdict)
+                raise
         record = self._record(turn, attempt, inflight, sent_at, out, verdict)
         if sh.transcripts is not None and entry is not None:
-            sh.transcripts.answered(entry, response_of(out, verdict), verdict.corrupted)
+            try:
+                sh.transcripts.answered(entry, response_of(out, verdict), verdict.corrupted)
+            except Exception:  # the turn is recorded; its transcript is a bonus
+                log.exception("session %d turn %d: transcript not written", self.plan.index, turn)
         return out, verdict, record
+
+    async def _classify(self, out: TurnOutput, turn: int) -> Verdict:
+        """The verdict of one answer; an exception of the classifier's is this turn's alone
+        (a ``harness_error`` verdict). A long answer is classified in a thread, so the event
+        loop goes on reading the other streams meanwhile (a short one costs less inline
+        than the hand-over to a thread)."""
+        work = partial(
+            classify_turn,
+            out.content,
+            reasoning=out.reasoning,
+            tool_calls=out.tool_calls,
+            tools=self.tools or None,
+            finish_reason=out.finish_reason,
+            dialect=self.shared.scenario.dialect,
+            source=out.source,  # "raw": the harness parses the calls
+            context=self.context_text or None,
+        )
+        try:
+            size = len(out.content) + len(out.reasoning)
+            size += sum(len(str(c.get("arguments") or "")) for c in out.tool_calls)
+            if size <= INLINE_CLASSIFY_CHARS:
+                return work()
+            return await asyncio.to_thread(work)
+        except Exception as exc:  # noqa: BLE001 - this turn's failure, not the run's
+            return harness_error(exc, "classifying the answer", self.plan.index, turn)
 
     def _record(
         self,
@@ -292,7 +351,22 @@ class Session:
             "evidence": verdict.evidence,
         }
         self._workload_fields(cast(dict[str, Any], record))
-        sh.writer.write(record)
+        try:
+            sh.writer.write(record)
+        except Unencodable as exc:
+            # parsed arguments that cannot be written again (a lone surrogate, nesting past
+            # the encoder's depth): the calls are stored as they arrived
+            record["tool_calls"] = out.tool_calls
+            record["evidence"] = {**verdict.evidence, "stored_as_received": str(exc)}
+            try:
+                sh.writer.write(record)
+            except Unencodable as again:
+                failed = harness_error(again, "recording the turn", self.plan.index, turn)
+                record.update(
+                    {"label": failed.label, "corrupted": False, "content": "", "reasoning": "",
+                     "tool_calls": [], "evidence": failed.evidence}
+                )  # fmt: skip
+                sh.writer.write(record)
         if sh.on_turn is not None:
             sh.on_turn(record)
         return record
@@ -424,7 +498,12 @@ class Session:
             if not calls:
                 self.ended = "answered" if verdict.label == L.OK_TEXT else verdict.label
                 return
-            self._extend(turn, out, calls)
+            try:
+                self._extend(turn, out, calls)
+            except Exception as exc:  # noqa: BLE001 - the harness's failure, not the server's
+                harness_error(exc, "running the tool calls", self.plan.index, turn)
+                self.ended = L.HARNESS_ERROR
+                return
             if (out.prompt_tokens or 0) >= self.plan.max_context:
                 self.ended = "max context"
                 return
@@ -460,7 +539,7 @@ class Session:
                 {
                     "id": call_id,
                     "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+                    "function": {"name": name, "arguments": _arguments(args)},
                 }
             )
             kind = self.kinds.get(name, "echo")

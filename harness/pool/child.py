@@ -24,8 +24,6 @@ import traceback
 from pathlib import Path
 from typing import IO, cast
 
-import orjson
-
 from harness.client.output import server_failure
 from harness.drive.driver import Progress, drive
 from harness.drive.inflight import InflightBoard
@@ -43,6 +41,7 @@ from harness.pool.protocol import (
     encode,
     read_frame,
 )
+from harness.record import safejson
 from harness.record.rundir import TRANSCRIPTS_FILE
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
@@ -92,7 +91,7 @@ class ForwardWriter:
     def write(self, record: TurnRecord) -> None:
         self.channel.send(
             Turn(
-                orjson.dumps(record) + b"\n",
+                safejson.dumps(record) + b"\n",
                 bool(record.get("corrupted")),
                 server_failure(record.get("transport_error")),
                 record.get("repeat", 0),

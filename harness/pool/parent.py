@@ -258,6 +258,9 @@ class _Feed:
                 lines.append(msg.line)
                 count(msg.corrupted, msg.transport_error, (msg.repeat, msg.session))
                 continue
+            if lines:  # the turns before a session's end are on disk before the end is
+                self.writer.write_lines(b"".join(lines), len(lines))
+                lines = []
             if isinstance(msg, TranscriptRow):
                 if self.transcripts is not None:
                     self.transcripts.write_line(msg.line)
@@ -273,9 +276,6 @@ class _Feed:
                 self.error = msg.error
                 if msg.kind:  # the variant cannot go on: the same error as in one process
                     self.stop = variant_stop(msg.error, msg.kind, msg.whole_run)
-            if lines:  # the turns before it, written once it is handled
-                self.writer.write_lines(b"".join(lines), len(lines))
-                lines = []
         if lines:
             self.writer.write_lines(b"".join(lines), len(lines))
 

@@ -12,11 +12,12 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.errors import EnvironmentFailure, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,11 @@ REPORT_HTML = "report.html"
 TIDY_FILE = "turns"  # .parquet, or .csv without pyarrow
 PLOTS_DIR = "plots"
 SERVERS_DIR = "servers"  # one log per launched server
+#: the target file as the run used it: resume and replay launch this copy (or a file the user
+#: names), never a path that run.json names (a run folder is data)
+TARGET_COPY = "target.toml"
+#: what run.json and every printed command hold in place of a secret's value
+MASK = "***"
 CLOCK_FILE = "clock.json"  # a shard's start against --start-at, its clock against the server's
 
 SessionKey = tuple[str, int, int]  # (variant, repeat, session)
@@ -79,16 +85,47 @@ class RunDir:
         return self.path / SERVERS_DIR / name
 
     def prepare(self) -> None:
-        """Create the folder for a new run; one that holds anything is refused."""
+        """Create the folder for a new run; one that holds anything is refused, one that
+        cannot be written is an ``EnvironmentFailure``."""
+        if self.path.exists() and not self.path.is_dir():
+            raise UsageError(f"--out {self.path} is a file, not a folder; choose another --out")
         if self.path.exists() and any(self.path.iterdir()):
             raise UsageError(
                 f"output folder {self.path} exists and is not empty; choose another --out "
                 f"(or continue it with --resume {self.path})"
             )
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / ".harness-write-check"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise EnvironmentFailure.writing(self.path, exc) from None
 
-    def write_meta(self, meta: dict[str, Any]) -> None:
-        self.run_file.write_text(json.dumps(meta, indent=2) + "\n")
+    def write_meta(self, meta: dict[str, Any], target: Path | None = None) -> None:
+        """run.json, and a copy of the run's target file (``TARGET_COPY``)."""
+        try:
+            if target is not None:
+                shutil.copyfile(target, self.path / TARGET_COPY)
+            self.run_file.write_text(json.dumps(meta, indent=2) + "\n")
+        except OSError as exc:
+            raise EnvironmentFailure.writing(self.run_file, exc) from None
+
+    def target_file(self, meta: dict[str, Any], named: Path | None) -> Path | None:
+        """The target file to launch again for this folder: the one the user names, else
+        the copy kept in it; never a path read from run.json (a crafted folder must not name
+        what the harness runs). None: the run used no target file."""
+        if named is not None:
+            return named
+        copy = self.path / TARGET_COPY
+        if copy.is_file():
+            return copy
+        if meta.get("target"):
+            raise UsageError(
+                f"{self.path} keeps no copy of its target file ({TARGET_COPY}): name the file "
+                f"to launch with --target FILE (run.json says {meta['target']})"
+            )
+        return None
 
     def read_meta(self, flag: str | None = None) -> dict[str, Any]:
         """run.json; a folder without one is not a run folder (``flag``: the option named it)."""
@@ -146,3 +183,18 @@ class RunDir:
                 fh.writelines(json.dumps(r) + "\n" for r in keep)
             os.replace(tmp, path)
         return len(moved)
+
+
+def unmasked_target_vars(saved: list[str], given: list[str], what: str) -> list[str]:
+    """The --target-var items of a run again: run.json masks secret ones (``NAME=***``),
+    which must be given again on the command line."""
+    mine = {item.partition("=")[0] for item in given}
+    out = [item for item in saved if item.partition("=")[0] not in mine]
+    missing = [i.partition("=")[0] for i in out if i.partition("=")[2] == MASK]
+    if missing:
+        raise UsageError(
+            f"{what}: --target-var {missing[0]} was masked in run.json; give it again "
+            f"(--target-var {missing[0]}=VALUE), or have the target file read it with "
+            f"{{env:NAME}}"
+        )
+    return out + list(given)

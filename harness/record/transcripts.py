@@ -29,11 +29,13 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
 from harness.errors import UsageError
+from harness.record import safejson
+from harness.record.turns import JsonlAppender
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ def chat_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:
     payload = dict(body, model=body.get("model", model), stream=stream)
     if stream:
         payload["stream_options"] = {"include_usage": True}
-    return orjson.dumps(payload)
+    return safejson.dumps(payload)  # (a lone surrogate in the history is sent escaped)
 
 
 def wire_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:
@@ -96,7 +98,7 @@ class TranscriptLog:
         self.dialect = dialect
         self.keep_all = keep_all
         self._sessions: dict[int, _SessionState] = {}
-        self._fh: IO[bytes] | None = None
+        self._fh: JsonlAppender | None = None
         self.written_sessions: set[int] = set()
 
     # ---- recording ---------------------------------------------------------------------
@@ -184,7 +186,7 @@ class TranscriptLog:
         return sum(1 for st in self._sessions.values() if not st.live)
 
     def _write(self, row: dict[str, Any]) -> None:
-        line = orjson.dumps(row) + b"\n"
+        line = safejson.dumps(row) + b"\n"
         if self._sink is not None:
             self._sink(line)
         else:
@@ -193,13 +195,11 @@ class TranscriptLog:
     def write_line(self, line: bytes) -> None:
         """Append one encoded row (a worker's, or this log's own) and flush it."""
         if self._fh is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        self._fh.write(line)
-        self._fh.flush()
+            self._fh = JsonlAppender(self.path)
+        self._fh.append(line)
 
     def close(self) -> None:
-        if self._fh is not None and not self._fh.closed:
+        if self._fh is not None:
             self._fh.close()
 
 

@@ -1,11 +1,14 @@
 """One row per turn: the TurnRecord, its append-only JSONL writer, and readers.
 
-``turns.jsonl`` is written one line per finished turn and flushed at once, so a run that
-dies keeps every turn it finished. Readers skip a torn last line (a crash mid-write).
+``turns.jsonl`` is written one line per finished turn, each in one system call, so a run
+that dies keeps every turn it finished. A write that fails half-way (a full disk) is cut back
+to the last whole line; a torn line left by a crash is ended before the next append; readers
+skip it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, TypedDict
 
-import orjson
+from harness.errors import EnvironmentFailure
+from harness.record import safejson
 
 log = logging.getLogger(__name__)
 
@@ -47,34 +51,90 @@ class TurnRecord(TypedDict, total=False):
     evidence: dict[str, Any]
 
 
-class TurnWriter:
-    """Append-only JSONL writer; each record is written and flushed in one call."""
+def open_append(path: Path) -> IO[bytes]:
+    """An append-only JSONL file, unbuffered (each write is one system call); a torn last
+    line (a crash, a full disk mid-write) is ended first, so the next line never merges
+    with it and a reader skips only the torn one."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh: IO[bytes] = open(path, "ab", buffering=0)  # noqa: SIM115 - the caller closes it
+        if os.fstat(fh.fileno()).st_size:
+            with open(path, "rb") as tail:
+                tail.seek(-1, os.SEEK_END)
+                if tail.read(1) != b"\n":
+                    fh.write(b"\n")
+    except OSError as exc:
+        raise EnvironmentFailure.writing(path, exc) from None
+    return fh
+
+
+class JsonlAppender:
+    """Whole lines appended to a file, or none: a write that fails half-way (a full disk)
+    is cut back to the last whole line and raises ``EnvironmentFailure``; so does every
+    write after it (dropped, counted in ``dropped``: nothing that follows a lost row can
+    count as written), so a stopping run never tears the file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[bytes] = open(path, "ab")  # noqa: SIM115 - closed in close()
-        self.count = 0
+        self._fh = open_append(path)
+        self._size = os.fstat(self._fh.fileno()).st_size
+        self.broken = False
+        self.dropped = 0
 
-    def write(self, record: TurnRecord) -> None:
-        self._fh.write(orjson.dumps(record) + b"\n")
-        self._fh.flush()
-        self.count += 1
-
-    def write_lines(self, lines: bytes, count: int) -> None:
-        """``count`` records already encoded, one per line (from a worker process)."""
-        self._fh.write(lines)
-        self._fh.flush()
-        self.count += count
+    def append(self, data: bytes, count: int = 1) -> bool:
+        """Write ``data`` (``count`` whole lines); False when the file is broken."""
+        if self.broken:
+            self.dropped += count
+            raise EnvironmentFailure(f"cannot write {self.path}: an earlier write failed")
+        view = memoryview(data)
+        try:
+            while view:
+                wrote = self._fh.write(view)
+                view = view[wrote or 0 :]
+        except OSError as exc:
+            self.broken = True
+            self.dropped += count
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fh.fileno(), self._size)
+            raise EnvironmentFailure.writing(self.path, exc) from None
+        self._size += len(data)
+        return True
 
     def sync(self) -> None:
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        if not self._fh.closed and not self.broken:
+            with contextlib.suppress(OSError):
+                os.fsync(self._fh.fileno())
 
     def close(self) -> None:
         if not self._fh.closed:
             self.sync()
             self._fh.close()
+
+
+class TurnWriter:
+    """Append-only JSONL writer; each record is written whole in one call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._out = JsonlAppender(path)
+        self.count = 0
+
+    def write(self, record: TurnRecord) -> None:
+        """Append one record; ``safejson.Unencodable`` (nothing written) when it cannot be
+        encoded, ``EnvironmentFailure`` when the file cannot be written."""
+        if self._out.append(safejson.dumps(record) + b"\n"):
+            self.count += 1
+
+    def write_lines(self, lines: bytes, count: int) -> None:
+        """``count`` records already encoded, one per line (from a worker process)."""
+        if self._out.append(lines, count):
+            self.count += count
+
+    def sync(self) -> None:
+        self._out.sync()
+
+    def close(self) -> None:
+        self._out.close()
 
     def __enter__(self) -> TurnWriter:
         return self

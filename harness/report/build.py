@@ -39,6 +39,16 @@ EXAMPLES_PER_VARIANT = 3
 BEFORE, AFTER = 160, 240
 
 
+#: C0 controls but tab and newline, DEL, C1 controls: in model output they would let the
+#: text retitle, clear or recolour the terminal of whoever runs ``cat report.md``
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but tab and newline shown as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def rate_ci(rate: float | None, ci: list[float]) -> str:
     return f"{fmt_pct(rate)} [{fmt_pct(ci[0])}, {fmt_pct(ci[1])}]"
 
@@ -155,6 +165,11 @@ def render_markdown(
             "", "## Variants", ""]  # fmt: skip
     out += ["| " + " | ".join(TABLE_COLS) + " |", "|" + "---|" * len(TABLE_COLS)]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table_rows(summary)]
+    failed = [(v["label"], v.get("harness_errors") or 0) for v in summary["variants"]]
+    if any(n for _, n in failed):
+        out += ["", "Harness errors (the harness failed on these turns: counted neither for nor "
+                "against the server; see the log for the traceback): "
+                + ", ".join(f"`{label}` {n}" for label, n in failed if n)]  # fmt: skip
     if summary["comparisons"]:
         out += ["", "## Comparisons with the baseline", "",
                 "| variant | unit | rate | baseline | difference [95% CI] | p | p (Holm) |",
@@ -195,7 +210,7 @@ def render_markdown(
                 body += f"\n[evidence] {json.dumps(ex['evidence'], ensure_ascii=False)[:400]}"
             fence = _fence(body)
             out += ["", fence + "text", body, fence, ""]
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out) + "\n")
 
 
 def cache_markdown(summary: Summary) -> list[str]:

@@ -40,9 +40,16 @@ from harness.pool.parent import (
     drive_workers,
     effective_workers,
 )
-from harness.record.rundir import OUTCOMES_FILE, SESSIONS_FILE, TRANSCRIPTS_FILE, TURNS_FILE, RunDir
+from harness.record.rundir import (
+    OUTCOMES_FILE,
+    SESSIONS_FILE,
+    TARGET_COPY,
+    TRANSCRIPTS_FILE,
+    TURNS_FILE,
+    RunDir,
+)
 from harness.record.transcripts import TranscriptLog
-from harness.record.turns import TurnWriter
+from harness.record.turns import JsonlAppender, TurnWriter
 from harness.run.afterload import after_load, after_load_left
 from harness.run.options import RunOptions
 from harness.run.plan import round_orders
@@ -72,6 +79,7 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "scenario": opts.scenario.name,
         "scenario_source": opts.scenario.source,
         "target": str(opts.target.path) if opts.target else None,
+        "target_copy": TARGET_COPY if opts.target else None,
         "sessions": opts.sessions,
         "concurrency": opts.concurrency,
         "workers": opts.workers,
@@ -87,7 +95,7 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "plan_id": plan_id(opts),
         "shard": opts.shard.to_dict() if opts.shard is not None else None,
     }
-    RunDir(opts.out_dir).write_meta(meta)
+    RunDir(opts.out_dir).write_meta(meta, opts.target.path if opts.target else None)
 
 
 @dataclass
@@ -161,7 +169,7 @@ class _VariantRun:
         self.announce(f"{self.name}: " + ("the server stays up" if held else "starting the server"))
         error = None
         completed = False
-        self._sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
+        self._sessions_log = JsonlAppender(opts.out_dir / SESSIONS_FILE)  # closed below
         # worker processes start (and import) while the server starts
         pool: WorkerPool | None = None
         if opts.cluster is not None:  # as many as the cluster has CPUs, up to what can run
@@ -189,6 +197,7 @@ class _VariantRun:
                 connections_for(max(opts.concurrency, 1)),
                 opts.request_timeout,
                 opts.api,
+                opts.limits,
             )
             client = client_spec.chat_client()
             # raw mode: the prompt rendered here, the output parsed here
@@ -259,8 +268,7 @@ class _VariantRun:
     def _session_done(self, index: int, why: str | None) -> None:
         self.ended[why or "?"] = self.ended.get(why or "?", 0) + 1
         row = {"variant": self.variant.label, "repeat": self.repeat, "session": index, "ended": why}
-        self._sessions_log.write(json.dumps(row) + "\n")
-        self._sessions_log.flush()
+        self._sessions_log.append(json.dumps(row).encode() + b"\n")
 
     async def _start_load(
         self,
@@ -277,6 +285,8 @@ class _VariantRun:
             concurrency=opts.concurrency,
             stream=opts.stream,
             on_corruption=opts.on_corruption,
+            # a trace sent at its recorded pace idles between turns
+            hold_slots=opts.workload is None or opts.pace != "recorded",
         )
         if pool is None:
             return asyncio.create_task(

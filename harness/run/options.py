@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
+from harness.client.limits import Limits
 from harness.run.plan import run_order
 from harness.run.shard import Shard
 from harness.target.spec import TargetSpec
@@ -37,6 +38,7 @@ class RunOptions:
     model: str | None = None  # None: the first model the server lists in /v1/models
     api_key: str | None = None
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    limits: Limits = field(default_factory=Limits)
     run_timeout: float | None = None
     sim_args: tuple[str, ...] = ()
     metrics_interval: float = 5.0

@@ -7,7 +7,9 @@ judged by the same classifier as in the run, with the same context. The result i
 as a table and written to ``replays/<...>.json`` in the run folder.
 
 The server is the one given with ``--endpoint``, else the variant's server relaunched from
-the run's target file (``run.json``), else the endpoint the run used.
+the target file the user names (``--target``) or the copy of the run's target file kept in
+the run folder (``target.toml``; never a path read from ``run.json``), else the endpoint the
+run used.
 """
 
 from __future__ import annotations
@@ -19,17 +21,18 @@ import logging
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.analysis import stats
 from harness.client import DEFAULT_REQUEST_TIMEOUT, connections_for
 from harness.client.chat import ChatClient
+from harness.client.limits import Limits
 from harness.client.output import TurnOutput
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.errors import UsageError
-from harness.record.rundir import TRANSCRIPTS_FILE, RunDir
+from harness.record.rundir import TRANSCRIPTS_FILE, RunDir, unmasked_target_vars
 from harness.record.transcripts import Transcript, load_transcripts
 from harness.record.turns import TurnWriter
 from harness.target.launch import Target, make_target, safe_label
@@ -147,16 +150,23 @@ def pick_row(t: Transcript, turn: int | None, attempt: int | None) -> int:
 
 
 def target_for_replay(
-    run_dir: Path, meta: dict[str, Any], variant_label: str, endpoint: str | None
+    run_dir: Path,
+    meta: dict[str, Any],
+    variant_label: str,
+    endpoint: str | None,
+    named: Path | None = None,
+    target_vars: tuple[str, ...] = (),
 ) -> Target:
-    """The server to replay against (see the module docstring)."""
-
+    """The server to replay against (see the module docstring): never a target file that
+    run.json names, only the copy kept in the folder or the file the user names."""
     if endpoint:
         return EndpointTarget(endpoint)
-    if meta.get("target"):
+    path = RunDir(run_dir).target_file(meta, named)
+    if path is not None:
         args = meta.get("args") or {}
-        overrides = dict(v.partition("=")[::2] for v in args.get("target_var") or [])
-        spec = load_target(Path(meta["target"]), var_overrides=overrides)
+        items = unmasked_target_vars(args.get("target_var") or [], list(target_vars), "replay")
+        overrides = dict(v.partition("=")[::2] for v in items)
+        spec = load_target(path, var_overrides=overrides)
         factors = next(
             (v["factors"] for v in meta.get("variants", []) if v["label"] == variant_label), None
         )
@@ -191,6 +201,9 @@ class ReplayOptions:
     model: str | None = None
     api_key: str | None = None
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    limits: Limits = field(default_factory=Limits)
+    target: Path | None = None  # the target file to relaunch from (default: the run's copy)
+    target_vars: tuple[str, ...] = ()
 
 
 def condition_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -270,7 +283,9 @@ async def replay(opts: ReplayOptions) -> dict[str, Any]:
     row = t.rows[seq]
     recorded = row.get("response") or {}
     scenario = _scenario_of(meta) if opts.load else None
-    target = target_for_replay(opts.run_dir, meta, t.key[0], opts.endpoint)
+    target = target_for_replay(
+        opts.run_dir, meta, t.key[0], opts.endpoint, opts.target, opts.target_vars
+    )
     alone: list[dict[str, Any]] = []
     loaded: list[dict[str, Any]] = []
     try:
@@ -281,6 +296,7 @@ async def replay(opts: ReplayOptions) -> dict[str, Any]:
             api_key=opts.api_key,
             max_connections=connections_for(opts.load),
             request_timeout=opts.request_timeout,
+            limits=opts.limits,
         )
         try:
             for _ in range(opts.count):

@@ -31,7 +31,7 @@ from typing import IO, Any, Protocol
 from harness.errors import InfrastructureError
 from harness.record.rundir import RunDir
 from harness.target.readiness import _LIVE, stop_group, wait_ready
-from harness.target.spec import TargetSpec, substitute
+from harness.target.spec import TargetSpec, shown_values, substitute
 from harness.workload.matrix import Variant
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,15 @@ class Target(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:+-]")
+
+
 def safe_label(variant: Variant) -> str:
-    """A file name for a variant (levels are already restricted to [A-Za-z0-9_.:+-])."""
-    return variant.label.replace("=", "-").replace(",", "_")
+    """A file name for a variant, never a path: the harness's own labels hold only
+    [A-Za-z0-9_.:+-] and ``=`` ``,``; anything else (a label read from a crafted run folder:
+    ``../``, ``/``) becomes ``_``, and a leading dot is kept from naming ``..``."""
+    name = _UNSAFE.sub("_", variant.label.replace("=", "-").replace(",", "_"))
+    return "_" + name if name.startswith(".") else name
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -80,12 +86,9 @@ def connect_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL", re.I)
-
-
 def masked(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` for display: values of secret-looking names replaced by ``***``."""
-    return {k: ("***" if _SECRET.search(k) and v else v) for k, v in env.items()}
+    return shown_values(env)
 
 
 def variant_env(variant: Variant) -> dict[str, str]:
@@ -134,20 +137,22 @@ class LaunchTarget:
         self._log: IO[bytes] | None = None
         self._stopped = False
 
-    def argv(self, port: int | str) -> list[str]:
-        values = self._values(port)
+    def argv(self, port: int | str, *, reveal: bool = True) -> list[str]:
+        """The command; ``reveal=False``: as written or printed (secret-looking variables
+        masked, ``{env:NAME}`` left unread)."""
+        values = self._values(port, reveal)
         return [
-            substitute(a, values) for a in (*self.launch.command, *self.level_args)
+            substitute(a, values, reveal=reveal) for a in (*self.launch.command, *self.level_args)
         ] + self.extra_args
 
-    def added_env(self, port: int | str = "<port>") -> dict[str, str]:
-        values = self._values(port)
+    def added_env(self, port: int | str = "<port>", *, reveal: bool = True) -> dict[str, str]:
+        values = self._values(port, reveal)
         merged = {**self.launch.env, **self.level_env}
-        return {k: substitute(v, values) for k, v in merged.items()}
+        return {k: substitute(v, values, reveal=reveal) for k, v in merged.items()}
 
-    def _values(self, port: int | str) -> dict[str, str]:
+    def _values(self, port: int | str, reveal: bool = True) -> dict[str, str]:
         return {
-            **self.spec.vars,
+            **(self.spec.vars if reveal else shown_values(self.spec.vars)),
             "model": self.spec.model,
             "port": str(port),
             "host": self.launch.host,
@@ -159,8 +164,8 @@ class LaunchTarget:
         return {
             "mode": "launch",
             "variant": self.variant.label,
-            "command": self.argv("<port>"),
-            "env": masked(self.added_env()),
+            "command": self.argv("<port>", reveal=False),
+            "env": masked(self.added_env(reveal=False)),
             "cwd": str(self.launch.cwd) if self.launch.cwd else None,
             "url": f"http://{host}:<port>",
             "ready": {"paths": list(self.spec.ready.paths), "timeout_s": self.spec.ready.timeout_s},
@@ -178,9 +183,10 @@ class LaunchTarget:
         env = {**os.environ, **self.added_env(port)}
         self.base_url = f"http://{connect_host(self.launch.host)}:{port}"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = self._open_log(argv)
+        shown = shlex.join(self.argv(port, reveal=False))
+        self._log = self._open_log(shown)
         self._stopped = False
-        log.info("variant %s: starting %s", self.variant.label, shlex.join(argv))
+        log.info("variant %s: starting %s", self.variant.label, shown)
         try:
             self.proc = subprocess.Popen(  # noqa: ASYNC220 - fork only, no wait
                 argv,
@@ -228,10 +234,10 @@ class LaunchTarget:
         log.info("variant %s: ready at %s", self.variant.label, self.base_url)
         return self.base_url
 
-    def _open_log(self, argv: list[str]) -> IO[bytes]:
+    def _open_log(self, shown: str) -> IO[bytes]:
         fh = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        header = f"=== {stamp} repeat {self.repeat}: {shlex.join(argv)}\n"
+        header = f"=== {stamp} repeat {self.repeat}: {shown}\n"
         fh.write(header.encode())
         fh.flush()
         return fh
@@ -311,12 +317,14 @@ class HookTarget:
         self._before_done = False
         self._stopped = False
 
-    def hook_env(self, phase: str) -> dict[str, str]:
-        """What the hooks see added to the environment (levels only here, never in argv)."""
-        values = {**self.spec.vars, "model": self.spec.model, "python": sys.executable}
+    def hook_env(self, phase: str, *, reveal: bool = True) -> dict[str, str]:
+        """What the hooks see added to the environment (levels only here, never in argv);
+        ``reveal=False``: as printed (secrets masked, ``{env:NAME}`` unread)."""
+        own = self.spec.vars if reveal else shown_values(self.spec.vars)
+        values = {**own, "model": self.spec.model, "python": sys.executable}
         configured = {**self.hook.env, **self.level_env}
         return {
-            **{k: substitute(v, values) for k, v in configured.items()},
+            **{k: substitute(v, values, reveal=reveal) for k, v in configured.items()},
             **variant_env(self.variant),
             "HARNESS_PHASE": phase,
             "HARNESS_REPEAT": str(self.repeat),
@@ -330,7 +338,7 @@ class HookTarget:
             "variant": self.variant.label,
             "before": self.hook.before,
             "after": self.hook.after,
-            "env": masked(self.hook_env("before|after")),
+            "env": masked(self.hook_env("before|after", reveal=False)),
             "url": self.base_url,
             "ready": {"paths": list(self.spec.ready.paths), "timeout_s": self.spec.ready.timeout_s},
             "log": str(self.log_path),

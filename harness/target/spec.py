@@ -15,6 +15,7 @@ levels the file defines.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -24,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from harness.errors import ConfigError, UsageError
+from harness.record.rundir import MASK
 from harness.workload.matrix import Variant
 
 MODES = ("launch", "endpoint", "hook")
@@ -138,8 +140,26 @@ def _key_label(key: frozenset[tuple[str, str]]) -> str:
     return ",".join(f"{f}={lvl}" for f, lvl in sorted(key)) or "default"
 
 
-def substitute(text: str, values: Mapping[str, str]) -> str:
-    """Fill ``{name}`` placeholders; ``{{``/``}}`` are literal braces. Unknown -> KeyError."""
+#: names of values that are kept off disk and off the terminal (``***`` wherever the harness
+#: writes or prints them): a key, a token, a secret, a password, a credential
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+_ENV_REF = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET.search(name))
+
+
+def shown_values(values: Mapping[str, str]) -> dict[str, str]:
+    """``values`` for display: those of secret-looking names masked."""
+    return {k: (MASK if v and is_secret_name(k) else v) for k, v in values.items()}
+
+
+def substitute(text: str, values: Mapping[str, str], *, reveal: bool = True) -> str:
+    """Fill ``{name}`` placeholders; ``{{``/``}}`` are literal braces. Unknown -> KeyError.
+
+    ``{env:NAME}`` is the environment variable NAME, read now (ConfigError when it is not
+    set); with ``reveal=False`` (what is written or printed) it stays ``{env:NAME}``."""
 
     def repl(m: re.Match[str]) -> str:
         whole = m.group(0)
@@ -147,7 +167,17 @@ def substitute(text: str, values: Mapping[str, str]) -> str:
             return "{"
         if whole == "}}":
             return "}"
-        return values[m.group(1)]
+        ref = _ENV_REF.fullmatch(m.group(1))
+        if ref is None:
+            return values[m.group(1)]
+        if not reveal:
+            return whole
+        if ref.group(1) not in os.environ:
+            raise ConfigError(
+                f"{whole} in the target file: the environment variable {ref.group(1)} is "
+                "not set; export it before the run"
+            )
+        return os.environ[ref.group(1)]
 
     return _PLACEHOLDER.sub(repl, text)
 
@@ -175,6 +205,10 @@ def load_target(path: Path, *, var_overrides: Mapping[str, str] | None = None) -
         raise ConfigError(f"{path}: target file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}); a target is UTF-8 TOML") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: TOML nested too deep to read") from None
     return _Builder(path, raw, dict(var_overrides or {})).build()
 
 
@@ -415,10 +449,16 @@ class _Builder:
     ) -> None:
         known = set(values) | ({"port", "host", "python"} if allow_port else {"python"})
         for name in placeholders(text):
-            if name not in known:
+            ref = _ENV_REF.fullmatch(name)
+            if ref is not None and ref.group(1) not in os.environ:
+                raise self.fail(
+                    f"{where}: {{{name}}}: the environment variable {ref.group(1)} is not "
+                    "set; export it before the run"
+                )
+            if name not in known and ref is None:
                 raise self.fail(
                     f"{where}: unknown placeholder {{{name}}} in {text!r}; known: "
-                    f"{', '.join('{' + k + '}' for k in sorted(known))} "
+                    f"{', '.join('{' + k + '}' for k in sorted(known))} and {{env:NAME}} "
                     "(define more in [vars]; write {{ and }} for literal braces)"
                 )
 

@@ -12,8 +12,17 @@ from typing import Any
 from harness import labels as L
 from harness.dialects import dsml, registry
 from harness.dialects.base import ParseResult, ToolCall
-from harness.verdict.text import score_text
+from harness.verdict.text import TextFinding, score_text
 from harness.verdict.toolcheck import check_calls, check_server_calls, server_calls_as_dicts
+
+#: Past this many characters a text is scored on bounded windows (``score_bounded``): the
+#: head, the tail and evenly spaced samples between, so one answer's verdict takes bounded
+#: time however long it is (1 MB of one character took the full detector 6 s).
+SCORE_MAX_CHARS = 64_000
+_EDGE_CHARS = 16_000  # the head and the tail
+_SAMPLES = 4
+_SAMPLE_CHARS = 8_000
+_ALIGN_CHARS = 200  # a window starts after a line break or space this close, when there is one
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,46 @@ class Verdict:
 
 def _parse_markup(text: str, dialect: str, server_content: bool) -> ParseResult:
     return registry.parse(text, dialect, server_content=server_content)
+
+
+def _windows(n: int) -> list[tuple[int, int]]:
+    """The (start, end) of the windows scored in a text of ``n`` > SCORE_MAX_CHARS chars."""
+    spots = [0]
+    room = n - 2 * _EDGE_CHARS - _SAMPLE_CHARS
+    spots += [_EDGE_CHARS + room * (i + 1) // (_SAMPLES + 1) for i in range(_SAMPLES)]
+    out = [(0, _EDGE_CHARS)]
+    out += [(s, s + _SAMPLE_CHARS) for s in spots[1:]]
+    out.append((n - _EDGE_CHARS, n))
+    return out
+
+
+def _aligned(text: str, start: int) -> int:
+    """``start`` moved past the next line break (or else space) close after it."""
+    if start == 0:
+        return 0
+    for sep in ("\n", " "):
+        cut = text.find(sep, start, start + _ALIGN_CHARS)
+        if cut >= 0:
+            return cut + 1
+    return start
+
+
+def score_bounded(text: str, context: str | None = None) -> tuple[TextFinding, bool]:
+    """``score_text`` in bounded time: a text past SCORE_MAX_CHARS is scored window by
+    window (head, samples, tail); the first window in text order that is corrupted gives
+    the finding, its offset in the whole text. Returns the finding and whether it was
+    windowed."""
+    if len(text) <= SCORE_MAX_CHARS:
+        return score_text(text, context), False
+    best = 0.0
+    for start, end in _windows(len(text)):
+        start = _aligned(text, start)
+        found = score_text(text[start:end], context)
+        if found.label is not None:
+            offset = None if found.offset is None else found.offset + start
+            return TextFinding(found.label, found.score, offset, found.signals), True
+        best = max(best, found.score)
+    return TextFinding(None, best, None, {}), True
 
 
 def _verdict(
@@ -69,8 +118,10 @@ def classify_turn(
     # Salad and loops first: they are the root symptom, and often break the envelope too.
     visible = content  # score_text masks well-formed markup itself; debris in arguments counts
     text = f"{reasoning}\n{visible}" if reasoning else visible
-    finding = score_text(text, context)
+    finding, windowed = score_bounded(text, context)
     evidence["text_score"] = round(finding.score, 4)
+    if windowed:
+        evidence["scored_windows"] = True  # a long text: head, samples and tail scored
     if finding.label is not None:
         evidence["signals"] = finding.signals
         if finding.offset is not None:
@@ -123,4 +174,4 @@ def classify_text(
     return classify_turn(text, tools=tools, source="raw", dialect="auto", context=context)
 
 
-__all__ = ["Verdict", "classify_turn", "classify_text", "ToolCall", "dsml"]
+__all__ = ["Verdict", "classify_turn", "classify_text", "score_bounded", "ToolCall", "dsml"]

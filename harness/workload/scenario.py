@@ -116,6 +116,10 @@ def load_scenario(path: Path | None = None) -> Scenario:
         raise ConfigError(f"{path}: scenario file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}): a scenario is UTF-8") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: TOML nested too deep to read") from None
     return parse_scenario(raw, str(path))
 
 

@@ -68,6 +68,10 @@ def _check_messages(messages: Any, where: str) -> tuple[dict[str, Any], ...]:
     return tuple(messages)
 
 
+#: the latest a recorded turn may be sent, in seconds from its conversation's start (a day)
+MAX_OFFSET_S = 86_400.0
+
+
 def parse_conversation(doc: Any, where: str, default_id: str) -> Conversation:
     if not isinstance(doc, dict):
         raise ConfigError(f"{where}: each line must be a JSON object with 'messages'")
@@ -78,8 +82,16 @@ def parse_conversation(doc: Any, where: str, default_id: str) -> Conversation:
     if not isinstance(tools, list):
         raise ConfigError(f"{where}: 'tools' must be a list of OpenAI tool definitions")
     offsets = doc.get("offsets_s") or []
-    if not isinstance(offsets, list) or not all(isinstance(x, int | float) for x in offsets):
+    if not isinstance(offsets, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in offsets
+    ):
         raise ConfigError(f"{where}: 'offsets_s' must be a list of numbers")
+    for x in offsets:
+        if not 0 <= x <= MAX_OFFSET_S:  # (NaN fails this too)
+            raise ConfigError(
+                f"{where}: 'offsets_s' holds {x!r}: each offset is seconds from the start of "
+                f"the conversation, 0 to {MAX_OFFSET_S:g}"
+            )
     return Conversation(
         str(doc.get("id", default_id)), messages, tuple(tools), tuple(float(x) for x in offsets)
     )
@@ -88,9 +100,19 @@ def parse_conversation(doc: Any, where: str, default_id: str) -> Conversation:
 def load_trace(path: Path) -> list[Conversation]:
     """Read a trace file; a bad line is a ConfigError naming the file and line."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: workload file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the workload file ({exc.strerror})") from None
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        lineno = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}:{lineno}: not UTF-8 (byte {exc.start} of the file); a workload file is "
+            "UTF-8 JSON lines"
+        ) from None
     out = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -100,6 +122,8 @@ def load_trace(path: Path) -> list[Conversation]:
             doc = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{where}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: JSON nested too deep to read") from None
         out.append(parse_conversation(doc, where, f"line-{n}"))
     if not out:
         raise ConfigError(f"{path}: no conversation in the file")
@@ -134,6 +158,8 @@ def convert_log(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
             doc = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"log line {n}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ConfigError(f"log line {n}: JSON nested too deep to read") from None
         messages, tools, answer, t = _request_of(doc)
         _check_messages(messages, f"log line {n}")
         conv = next(

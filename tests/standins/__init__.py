@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 SERVER = Path(__file__).resolve().parent / "server.py"
+HOSTILE = Path(__file__).resolve().parent / "hostile.py"
 
 
 def free_port() -> int:
@@ -45,12 +46,13 @@ def pid_gone(pid: int, polls: int = 100) -> bool:
 
 
 @contextlib.contextmanager
-def running_standin(*flags: str, log: Path | None = None) -> Iterator[str]:
-    """Start server.py on a free loopback port, wait for /health, yield its URL, kill it."""
+def running_standin(*flags: str, log: Path | None = None, script: Path = SERVER) -> Iterator[str]:
+    """Start server.py (or ``script``) on a free loopback port, wait for /health, yield its
+    URL, kill it."""
     port = free_port()
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "--port", str(port), "--max-life", "60", *flags],
+        [sys.executable, str(script), "--port", str(port), "--max-life", "60", *flags],
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -72,3 +74,8 @@ def running_standin(*flags: str, log: Path | None = None) -> Iterator[str]:
         proc.wait(timeout=10)
         if log and not isinstance(out, int):
             out.close()
+
+
+def running_hostile(mode: str) -> contextlib.AbstractContextManager[str]:
+    """The hostile server (hostile.py) in ``mode``, on a free loopback port."""
+    return running_standin("--mode", mode, script=HOSTILE)

@@ -1,0 +1,43 @@
+"""The flags of the bounds of one response (docs/faults.md): past one, the turn is
+``too_large`` or ``timeout``, with what arrived kept."""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.argtypes import positive_float, positive_int
+from harness.client.limits import Limits
+
+
+def add_limit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--total-timeout",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="a request that takes longer than this in all fails as a timeout "
+        "(default: the larger of 4 x --request-timeout and 600)",
+    )
+    p.add_argument(
+        "--max-answer-bytes",
+        type=positive_int,
+        default=Limits.max_answer_bytes,
+        metavar="N",
+        help=f"read at most this much of one answer (default {Limits.max_answer_bytes})",
+    )
+    p.add_argument(
+        "--max-line-bytes",
+        type=positive_int,
+        default=Limits.max_line_bytes,
+        metavar="N",
+        help=f"the longest line of a stream read (default {Limits.max_line_bytes})",
+    )
+
+
+def limits_from(args: argparse.Namespace) -> Limits:
+    """The ``Limits`` of a command line parsed with ``add_limit_args``."""
+    return Limits(
+        max_answer_bytes=args.max_answer_bytes,
+        max_line_bytes=args.max_line_bytes,
+        total_timeout_s=args.total_timeout,
+    )
