@@ -106,11 +106,29 @@ def _pass(classify: Callable[[str, str | None], str], texts: list[tuple[str, str
     return time.process_time() - t0
 
 
+def turns(rows: list[dict[str, Any]], n: int = 400, seed: int = 0) -> list[tuple[str, None]]:
+    """Turn-sized texts: ``n`` pieces of 100-500 characters of the examples (a whole example
+    when it is that long, else a piece of a longer one cut at a space). Deterministic."""
+    rng = random.Random(seed)
+    texts = [r["text"] for r in rows if len(r["text"]) >= 100]
+    out: list[tuple[str, None]] = []
+    while texts and len(out) < n:
+        t = rng.choice(texts)
+        size = rng.randint(100, 500)
+        if len(t) > size:
+            s = rng.randint(0, len(t) - size)
+            s = t.rfind(" ", 0, s) + 1
+            t = t[s : s + size]
+        out.append((t, None))
+    return out
+
+
 def speed(base: ModuleType, rows: list[dict[str, Any]], seconds: float) -> None:
     """Per workload: passes over the texts, base and new in turn, until each side has
     ``seconds`` of CPU time; MB/s per side and the median ratio of neighbouring passes."""
     long_text = "\n\n".join(r["text"] for r in rows if r["label"] == "clean" and ev._plain(r))
     loads = {
+        "turns of 100-500 chars": turns(rows),
         "run-like mix": [(r["text"], r.get("context")) for r in ev.run_mix(rows)],
         "examples one by one": [(r["text"], r.get("context")) for r in rows],
         f"one {len(long_text) // 1000} k text": [(long_text, None)],
@@ -132,10 +150,11 @@ def speed(base: ModuleType, rows: list[dict[str, Any]], seconds: float) -> None:
             tn.append(_pass(new_f, batch))
         mb = size * reps / 1e6
         ratio = statistics.median(b / n for b, n in zip(tb, tn, strict=True))
+        per = 1e6 / (len(batch))
         print(
-            f"{name:22s} base {mb * len(tb) / sum(tb):5.1f} MB/s   "
-            f"new {mb * len(tn) / sum(tn):5.1f} MB/s   new/base {ratio:.2f} "
-            f"(median of {len(tb)} pass pairs)"
+            f"{name:22s} base {mb * len(tb) / sum(tb):5.2f} MB/s {per * sum(tb) / len(tb):8.0f} us"
+            f"   new {mb * len(tn) / sum(tn):5.2f} MB/s {per * sum(tn) / len(tn):8.0f} us"
+            f"   new/base speed {ratio:.2f} (median of {len(tb)} pass pairs)"
         )
 
 
