@@ -11,10 +11,12 @@ the last commit) next to the working tree's, in the same process. Then:
   be identical. Exits 1 on any difference, listing the first ones.
 * **parts** (``--parts``): the same, step by step (mask, tokens, each family of
   signals, windows) on the outputs of the run-like mix.
-* **speed**: the three workloads of ``eval_detector.py`` (``fallback_classify``, so the
-  DSML parse is timed too, the same code on both sides), one pass of base then one of new,
-  again and again until each side has ``--seconds`` of CPU time: MB/s per side and the
-  median ratio of neighbouring passes (a shared machine's load drifts slower than that).
+* **speed**: turns of 100-500 characters and the three workloads of ``eval_detector.py``
+  (``fallback_classify``, so the DSML parse is timed too, the same code on both sides),
+  one pass of base then one of new, again and again until each side has ``--seconds`` of
+  CPU time: MB/s and CPU microseconds per text per side, and the median ratio of
+  neighbouring passes (a shared machine's load drifts slower than that).
+  ``--fitted`` times this checkout's ``score_fitted`` (the fitted decision) as the new side.
 """
 
 from __future__ import annotations
@@ -123,7 +125,9 @@ def turns(rows: list[dict[str, Any]], n: int = 400, seed: int = 0) -> list[tuple
     return out
 
 
-def speed(base: ModuleType, rows: list[dict[str, Any]], seconds: float) -> None:
+def speed(
+    base: ModuleType, rows: list[dict[str, Any]], seconds: float, fitted: bool = False
+) -> None:
     """Per workload: passes over the texts, base and new in turn, until each side has
     ``seconds`` of CPU time; MB/s per side and the median ratio of neighbouring passes."""
     long_text = "\n\n".join(r["text"] for r in rows if r["label"] == "clean" and ev._plain(r))
@@ -134,7 +138,8 @@ def speed(base: ModuleType, rows: list[dict[str, Any]], seconds: float) -> None:
         f"one {len(long_text) // 1000} k text": [(long_text, None)],
     }
     base_f = partial(ev.fallback_classify, score_text=base.score_text)
-    new_f = partial(ev.fallback_classify, score_text=new_text.score_text)
+    new_score = new_text.score_fitted if fitted else new_text.score_text
+    new_f = partial(ev.fallback_classify, score_text=new_score)
     for name, texts in loads.items():
         size = sum(len(t.encode("utf-8")) for t, _ in texts)
         for f in (base_f, new_f):
@@ -221,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-findings", action="store_true")
     ap.add_argument("--parts", action="store_true", help="time each step on the mix")
+    ap.add_argument(
+        "--fitted", action="store_true", help="time this checkout's score_fitted as the new side"
+    )
     a = ap.parse_args(argv)
     rows = ev.load(a.files)
     with tempfile.TemporaryDirectory() as tmp:
@@ -234,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + d)
         rc = 1 if diffs else 0
     if not a.no_speed:
-        speed(base, rows, a.seconds)
+        speed(base, rows, a.seconds, a.fitted)
     if a.parts:
         parts(base, rows)
     return rc
