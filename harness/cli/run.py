@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
+import math
 import sys
 import time
 from pathlib import Path
@@ -15,23 +15,35 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harness.analysis.rawcompare import compare_runs
+from harness.argtypes import api_key_from_env
+from harness.cli.finish import finish_run
+from harness.cli.gates import check_gate_args
+from harness.client.fdlimit import ensure_open_files
+from harness.client.raw import check_api
 from harness.drive.driver import Progress as Counts
-from harness.errors import InfrastructureError, UsageError
-from harness.record.turns import TURNS_FILE, TurnRecord, iter_turns
+from harness.drive.trace_session import check_options
+from harness.errors import ConfigError, InfrastructureError, UsageError
+from harness.pool.parent import auto_workers
+from harness.record.rundir import RunDir
+from harness.run import stopsignals
 from harness.run.execute import (
-    RunOptions,
     VariantOutcome,
     execute,
-    finished_sessions,
     new_run_id,
-    prepare_run_dir,
     write_run_json,
 )
+from harness.run.options import RunOptions
+from harness.run.plan import format_plan
+from harness.run.shard import Shard, parse_shard, parse_start_at
+from harness.run.stopsignals import StopSignals
+from harness.target.launch import check_variants
+from harness.target.readiness import normalize_endpoint
+from harness.target.spec import default_sim_target, load_target
 from harness.workload.matrix import parse_ab, variants
 from harness.workload.scenario import load_scenario
+from harness.workload.trace import convert_log, load_trace
 
-#: A variant with more than this share of transport errors cannot be judged (exit code 3).
-MAX_TRANSPORT_ERROR_RATE = 0.5
 _PATH_ARGS = ("scenario", "target", "out", "baseline", "junit", "resume", "workload")
 
 
@@ -68,18 +80,23 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
 
 
 def _workers(asked: int | str | None, concurrency: int) -> int:
-    """--workers N, or auto (the default): see harness.pool.parent.auto_workers."""
-    from harness.pool.parent import auto_workers
-
+    """--workers N, or auto (the default): see harness.pool.parent.auto_workers; 0 for a
+    Ray cluster (a worker per CPU it has)."""
     if asked is None or asked == "auto":
         return auto_workers(concurrency)
+    if _cluster(asked) is not None:
+        return 0
     return int(asked)
 
 
-def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
-    from harness.target.launch import check_variants
-    from harness.target.spec import default_sim_target, load_target
+def _cluster(asked: int | str | None) -> str | None:
+    """--workers ray[:ADDRESS]: the Ray address ("" for Ray's default), else None."""
+    if isinstance(asked, str) and (asked == "ray" or asked.startswith("ray:")):
+        return asked[4:]
+    return None
 
+
+def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     scenario = load_scenario(args.scenario).with_overrides(
         sessions=args.sessions, max_turns=args.turns, max_context=args.max_context
     )
@@ -87,6 +104,10 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     vs = tuple(variants(factors))
     target = None
     if args.endpoint:
+        endpoint = normalize_endpoint(args.endpoint)
+        if endpoint != args.endpoint:
+            print(f"harness: --endpoint {args.endpoint} taken as {endpoint}", file=sys.stderr)
+            args.endpoint = endpoint
         if factors:
             raise UsageError(
                 "--ab with --endpoint needs one server per level: map the levels to servers "
@@ -106,10 +127,9 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         sim_args += ["--speed", str(args.speed)]
     # with --endpoint and no --model, the name is asked from the server's /v1/models
     model = args.model or (target.served_model or target.model if target else None)
-    from harness.cli.main import api_key_from_env
-
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     concurrency = args.concurrency or scenario.sessions
+    shard, start_at = _shard_options(args)
     return RunOptions(
         scenario=scenario,
         variants=vs,
@@ -117,6 +137,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         sessions=scenario.sessions,
         concurrency=concurrency,
         workers=_workers(getattr(args, "workers", None), concurrency),
+        cluster=_cluster(getattr(args, "workers", None)),
         target=target,
         seed=args.seed,
         repeats=args.repeats,
@@ -133,16 +154,45 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         keep_transcripts=bool(getattr(args, "keep_transcripts", False)),
         confirm=bool(getattr(args, "confirm", False)),
         reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
+        shard=shard,
+        start_at=start_at,
         args=saved,
         **_workload_options(args, scenario),
     )
 
 
+def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None]:
+    """--shard I/K and --start-at, and what a slice of a run cannot do alone."""
+    text = getattr(args, "shard", None)
+    start = getattr(args, "start_at", None)
+    if text is None:
+        if start is not None:
+            raise UsageError("--start-at goes with --shard (it makes the shards start together)")
+        return None, None
+    shard = parse_shard(text)
+    alone = {
+        "--until-significant": getattr(args, "until_significant", False),
+        "--confirm": getattr(args, "confirm", False),
+        "--reference-sessions": getattr(args, "reference_sessions", 0),
+    }
+    for flag, given in alone.items():
+        if given:
+            raise UsageError(
+                f"{flag} needs one coordinator over the whole run, not a shard: run it on one "
+                "host (--workers N spreads it over the cores)"
+            )
+    gates = [f for f, v in (("--fail-if", args.fail_if), ("--baseline", args.baseline),
+                             ("--junit", args.junit)) if v]  # fmt: skip
+    if gates and not getattr(args, "resume", None):
+        raise UsageError(
+            f"{', '.join(gates)}: a shard is judged with the others; give the gates to "
+            "`harness merge SHARD_DIR... -o OUT`"
+        )
+    return shard, parse_start_at(start) if start is not None else None
+
+
 def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
     """--workload, --workload-mode, --pace and --api, checked before anything starts."""
-    from harness.drive.rawmode import check_api
-    from harness.drive.trace_session import check_options
-    from harness.workload.trace import load_trace
 
     api = getattr(args, "api", "chat")
     mode = getattr(args, "workload_mode", "replay")
@@ -157,59 +207,12 @@ def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]
     return {"workload": workload, "workload_mode": mode, "pace": pace, "api": api}
 
 
-def add_trace_args(run: argparse.ArgumentParser) -> None:
-    """The run flags of recorded traces and raw mode (docs/traces.md)."""
-    g = run.add_argument_group("recorded traces and raw mode (see docs/traces.md)")
-    g.add_argument(
-        "--workload",
-        type=Path,
-        metavar="FILE.jsonl",
-        help="replay recorded conversations (one per line, OpenAI chat format) as the sessions",
-    )
-    g.add_argument(
-        "--workload-mode",
-        choices=("replay", "continue"),
-        default="replay",
-        help="replay: send each recorded request as it was; continue: the live answers make "
-        "the history, recorded tool results where the live call matches (default: replay)",
-    )
-    g.add_argument(
-        "--pace",
-        choices=("recorded", "fast"),
-        default="recorded",
-        help="send turns at the recorded offsets, or as fast as the concurrency allows",
-    )
-    g.add_argument(
-        "--api",
-        choices=("chat", "completions", "generate"),
-        default="chat",
-        help="chat: the server parses tool calls; completions (/v1/completions) or generate "
-        "(SGLang /generate): the harness renders the prompt and parses the raw output",
-    )
-
-
-def add_trace_parser(sub: Any) -> None:
-    tr = sub.add_parser("trace", help="recorded traces: convert a request log into a trace")
-    tsub = tr.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
-    conv = tsub.add_parser("convert", help="group a request log (JSONL) into conversations")
-    conv.add_argument("log", type=Path, help="request log, one JSON request per line")
-    conv.add_argument("-o", "--output", type=Path, help="trace file (default: stdout)")
-    cmp_ = tsub.add_parser("compare", help="chat run vs raw run: server parser or model?")
-    cmp_.add_argument("chat_run", type=Path)
-    cmp_.add_argument("raw_run", type=Path)
-
-
 def cmd_trace(args: argparse.Namespace) -> int:
     if args.trace_command == "compare":
-        from harness.drive.rawmode import compare_runs
-
         result = compare_runs(args.chat_run, args.raw_run)
         print(f"verdict: {result['verdict']}", file=sys.stderr)
         print(json.dumps(result, indent=2))
         return 0
-    from harness.errors import ConfigError
-    from harness.workload.trace import convert_log
-
     try:
         lines = args.log.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -225,6 +228,22 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 async def _run_with_progress(
+    opts: RunOptions,
+    run_id: str,
+    show: bool,
+    skip: set[tuple[str, int, int]],
+    stop: StopSignals,
+) -> list[VariantOutcome]:
+    task = asyncio.current_task()
+    assert task is not None
+    stop.attach(task)  # SIGTERM and SIGHUP cancel this task, as Ctrl-C does
+    try:
+        return await _progress(opts, run_id, show, skip)
+    finally:
+        stop.detach()
+
+
+async def _progress(
     opts: RunOptions, run_id: str, show: bool, skip: set[tuple[str, int, int]]
 ) -> list[VariantOutcome]:
     counts = Counts()
@@ -280,10 +299,7 @@ async def _run_with_progress(
 
 def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
     run_dir: Path = args.resume
-    meta_path = run_dir / "run.json"
-    if not meta_path.exists():
-        raise UsageError(f"--resume {run_dir}: not a run folder (no run.json in it)")
-    meta = json.loads(meta_path.read_text())
+    meta = RunDir(run_dir).read_meta("--resume")
     saved: dict[str, Any] = dict(meta.get("args") or {})
     for key in _PATH_ARGS:
         if saved.get(key) is not None:
@@ -301,29 +317,7 @@ def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
     return argparse.Namespace(**saved), str(meta["run_id"])
 
 
-def _set_aside_unfinished(run_dir: Path, done: set[tuple[str, int, int]]) -> int:
-    """Move the turns of sessions that did not finish to turns.interrupted.jsonl (kept, not
-    counted); their sessions run again from the start. Returns the number of rows moved."""
-    path = run_dir / TURNS_FILE
-    if not path.exists():
-        return 0
-    keep: list[TurnRecord] = []
-    moved: list[TurnRecord] = []
-    for rec in iter_turns(path):
-        key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
-        (keep if key in done else moved).append(rec)
-    if moved:
-        with open(run_dir / "turns.interrupted.jsonl", "a") as fh:
-            fh.writelines(json.dumps(r) + "\n" for r in moved)
-        tmp = path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w") as fh:
-            fh.writelines(json.dumps(r) + "\n" for r in keep)
-        os.replace(tmp, path)
-    return len(moved)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.cli.main import apply_gates, check_gate_args
 
     skip: set[tuple[str, int, int]] = set()
     if args.resume:
@@ -332,73 +326,75 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_id = new_run_id()
     check_gate_args(args)
     opts = build_options(args, run_id)
+    check_gate_args(args, [v.label for v in opts.variants])  # before anything starts
     if args.dry_run:
-        from harness.run.plan import format_plan
-
         if opts.target is None:
             print(f"endpoint {opts.endpoint}: {opts.sessions} sessions, model {opts.model}")
         else:
             extra = opts.sim_args if opts.target.name == "sim" else ()
-            print(format_plan(opts.target, opts.schedule(), opts.out_dir, extra_args=extra))
-        print(f"workers: up to {opts.workers} per variant, {opts.concurrency} requests in flight")
+            looks = math.ceil(opts.max_sessions / opts.sessions) if opts.max_sessions else 1
+            plan = format_plan(
+                opts.target, opts.schedule(), opts.out_dir, extra_args=extra, looks=looks
+            )
+            print(plan, end="")
+        where = (
+            f"up to {opts.workers} per variant"
+            if opts.cluster is None
+            else f"one per CPU of the Ray cluster {opts.cluster or '(default address)'}"
+        )
+        print(f"workers: {where}, {opts.concurrency} requests in flight")
         return 0
+    raised = ensure_open_files(opts.concurrency + 8)  # EMFILE is ours, not the server's
+    if raised:
+        print(f"harness: {raised}", file=sys.stderr)
     if args.resume:
-        skip = finished_sessions(opts.out_dir)
-        moved = _set_aside_unfinished(opts.out_dir, skip)
+        skip = RunDir(opts.out_dir).finished_sessions()
+        moved = RunDir(opts.out_dir).set_aside_unfinished(skip)
         print(
             f"resuming {opts.out_dir}: {len(skip)} sessions done, {moved} turns of "
             "unfinished sessions set aside in turns.interrupted.jsonl",
             file=sys.stderr,
         )
     else:
-        prepare_run_dir(opts.out_dir)
+        RunDir(opts.out_dir).prepare()
         write_run_json(opts, run_id)
+    code = _drive_and_report(args, opts, run_id, skip)
+    note_end(RunDir(opts.out_dir), code)
+    return code
+
+
+def note_end(run_dir: RunDir, code: int) -> None:
+    """Record in run.json how the run ended (``harness merge`` reads it of each shard)."""
+    with contextlib.suppress(OSError, ValueError, UsageError):
+        meta = run_dir.read_meta()
+        reason = {0: None, 1: "a gate failed", 2: "configuration", 3: "infrastructure"}
+        meta["finished"] = {
+            "exit_code": code,
+            "reason": reason.get(code, "interrupted"),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        run_dir.write_meta(meta)
+
+
+def _drive_and_report(
+    args: argparse.Namespace, opts: RunOptions, run_id: str, skip: set[tuple[str, int, int]]
+) -> int:
     t0 = time.perf_counter()
     show = not args.no_progress and sys.stderr.isatty()
     interrupted = infra = None
     outcomes: list[VariantOutcome] = []
-    try:
-        outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip))
-    except KeyboardInterrupt:
-        interrupted = "interrupted"
-    except TimeoutError:
-        infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
-    except InfrastructureError as exc:
-        infra = str(exc)
-    turns_path = opts.out_dir / TURNS_FILE
-    nothing_ran = not turns_path.exists() or turns_path.stat().st_size == 0
-    if nothing_ran and (interrupted or infra):
-        print(f"harness: error: {interrupted or infra}", file=sys.stderr)
-        return 130 if interrupted else 3
-    if interrupted or infra:
-        print(
-            f"harness: {interrupted or infra}; the report covers the turns done so far "
-            f"(continue with: harness run --resume {opts.out_dir})",
-            file=sys.stderr,
-        )
-    died = [o for o in outcomes if o.error]
-    for o in died:
-        print(f"harness: variant {o.label}: {o.error}", file=sys.stderr)
-    from harness.report.build import format_table, write_report
-
-    if nothing_ran:
-        return 3
-    summary = write_report(opts.out_dir)
-    print(format_table(summary))
-    print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
-    code = apply_gates(args, summary)
-    if interrupted:
-        return 130
-    unjudged = [
-        v["label"]
-        for v in summary["variants"]
-        if (v.get("transport_error_rate") or 0) > MAX_TRANSPORT_ERROR_RATE
-    ]
-    if infra or died or unjudged:
-        if unjudged:
-            print(
-                f"harness: too many transport errors to judge: {', '.join(unjudged)}",
-                file=sys.stderr,
-            )
-        return 3
-    return code
+    with StopSignals() as stop:
+        try:
+            outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip, stop))
+        except KeyboardInterrupt:
+            interrupted = "SIGINT"
+        except asyncio.CancelledError:
+            if stop.received is None:
+                raise
+        except TimeoutError:
+            infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
+        except InfrastructureError as exc:
+            infra = str(exc)
+        if stop.received is not None:
+            interrupted = stopsignals.name(stop.received)
+        return finish_run(args, opts, run_id, outcomes, interrupted, infra, t0)

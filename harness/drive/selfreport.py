@@ -10,7 +10,8 @@ drives it. While running it measures:
   client that calls its ``observers``);
 - pool waits: time a request queued for a free connection (a pool smaller than the load);
 - stale resends: requests sent again because the server had closed their kept-alive
-  connection before they reached it (``resent_stale()``; nothing the server saw);
+  connection before any byte of an answer (``resent_stale()``; each first send is also a
+  ``dropped`` row of turns.jsonl);
 - CPU: process CPU seconds and the event-loop thread's CPU seconds over wall seconds;
 - turns per second (``note_turn()``).
 
@@ -30,9 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.record.rundir import SELF_REPORT_FILE
+
 log = logging.getLogger(__name__)
 
-SELF_REPORT_FILE = "selfreport.jsonl"  # one row per variant load, in the run folder
 LAG_LIMIT_MS = 100.0  # loop lag p99 above this: the harness delays its own sends
 CPU_LIMIT = 0.9  # event-loop thread busier than this share of one core: saturated
 

@@ -29,8 +29,8 @@ loop, client and ``drive()``:
   fails the variant (``WorkerError``). A worker whose parent dies sees its stdin close and
   stops too.
 
-Messages are length-prefixed pickles over the worker's stdin and stdout (both ends are this
-program, of the same version).
+The messages between parent and worker, and their frames over the worker's stdin and stdout,
+are ``harness.pool.protocol``.
 """
 
 from __future__ import annotations
@@ -39,28 +39,20 @@ import asyncio
 import contextlib
 import logging
 import os
-import pickle
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from harness.client import connections_for
+from harness.client.spec import ClientSpec
 from harness.drive.driver import DriveOptions, Progress
+from harness.drive.inflight import InflightBoard
 from harness.drive.selfreport import SelfReport, combine
 from harness.drive.session import SessionPlan
-from harness.errors import InfrastructureError
-from harness.pool.child import (
-    GROW,
-    HEADER,
-    READY,
-    ClientSpec,
-    InflightBoard,
-    Job,
-    SessionSource,
-    TranscriptSpec,
-)
+from harness.errors import EndpointRefused, HarnessError, InfrastructureError, ServerUnanswering
 from harness.pool.dealing import (
     AUTO_MIN_CONCURRENCY,
     AUTO_PER_WORKER,
@@ -69,6 +61,20 @@ from harness.pool.dealing import (
     regrant,
     shard,
     split_limit,
+)
+from harness.pool.protocol import (
+    READY,
+    Failed,
+    Grow,
+    Job,
+    Report,
+    SessionEnd,
+    SessionSource,
+    TranscriptRow,
+    TranscriptSpec,
+    Turn,
+    encode,
+    read_frame,
 )
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnWriter
@@ -96,6 +102,31 @@ STOP_GRACE_S = 30.0  # a stopped worker has this long to send the rest and exit
 _ROOT = str(Path(__file__).resolve().parents[2])  # where the workers import harness from
 
 
+class WorkerStdin(Protocol):
+    """Where the parent writes a worker's job and messages; ``close()`` tells it to stop."""
+
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def close(self) -> None: ...
+    def is_closing(self) -> bool: ...
+
+
+class WorkerProcess(Protocol):
+    """A worker as the parent drives it: a local process (``asyncio.subprocess.Process``), or
+    one on a cluster node (``harness.pool.cluster.RemoteWorker``)."""
+
+    @property
+    def stdin(self) -> WorkerStdin | None: ...
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    async def wait(self) -> int: ...
+    def kill(self) -> None: ...
+
+
 class WorkerError(InfrastructureError):
     """A worker process failed or died: the variant is stopped."""
 
@@ -105,7 +136,7 @@ class WorkerPool:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.procs: list[asyncio.subprocess.Process] = []
+        self.procs: list[WorkerProcess] = []
 
     async def start(self) -> None:
         """Start the processes and wait until each has imported and says it is ready, so
@@ -155,11 +186,9 @@ class WorkerPool:
 
 class _Grants:
     """The parent's view of each worker's limit and sessions left: when a worker can no
-    longer use all its permits, the others get them (``regrant``, a ``GROW`` message)."""
+    longer use all its permits, the others get them (``regrant``, a ``Grow`` message)."""
 
-    def __init__(
-        self, limits: list[int], sizes: list[int], procs: list[asyncio.subprocess.Process]
-    ) -> None:
+    def __init__(self, limits: list[int], sizes: list[int], procs: list[WorkerProcess]) -> None:
         self.limits = list(limits)
         self.remaining = list(sizes)
         self.procs = procs
@@ -172,9 +201,8 @@ class _Grants:
         self.limits, grants = regrant(self.limits, self.remaining)
         for proc, n in zip(self.procs, grants, strict=True):
             if n and proc.stdin is not None and not proc.stdin.is_closing():
-                data = pickle.dumps((GROW, n))
                 with contextlib.suppress(ConnectionError):
-                    proc.stdin.write(HEADER.pack(len(data)) + data)
+                    proc.stdin.write(encode(Grow(n)))
 
 
 class _Feed:
@@ -183,7 +211,7 @@ class _Feed:
     def __init__(
         self,
         number: int,
-        proc: asyncio.subprocess.Process,
+        proc: WorkerProcess,
         writer: TurnWriter,
         transcripts: TranscriptLog | None,
         progress: Progress,
@@ -201,18 +229,20 @@ class _Feed:
         self.ended = ended
         self.report: dict[str, Any] | None = None
         self.error: str | None = None
+        self.stop: HarnessError | None = None
 
     async def run(self, total: int) -> None:
         assert self.proc.stdout is not None
         out = self.proc.stdout
         while True:
             try:
-                size = HEADER.unpack(await out.readexactly(HEADER.size))[0]
-                data = await out.readexactly(size)
+                messages = await read_frame(out)
             except asyncio.IncompleteReadError:
                 break
-            self._take(pickle.loads(data))
+            self._take(messages)
         code = await self.proc.wait()
+        if self.stop is not None:
+            raise self.stop
         if self.error is not None:
             raise WorkerError(f"worker {self.number} of {total} failed: {self.error}")
         if self.report is None:
@@ -220,32 +250,43 @@ class _Feed:
                 f"worker {self.number} of {total} exited (code {code}) before it finished"
             )
 
-    def _take(self, messages: list[tuple[Any, ...]]) -> None:
+    def _take(self, messages: list[Any]) -> None:
         lines: list[bytes] = []
         count = self.progress.count
         for msg in messages:
-            kind = msg[0]
-            if kind == "t":  # ("t", line, corrupted, transport error, repeat, session)
-                lines.append(msg[1])
-                count(msg[2], msg[3], (msg[4], msg[5]))
-            elif kind == "x":  # a transcript row
+            if type(msg) is Turn:
+                lines.append(msg.line)
+                count(msg.corrupted, msg.transport_error, (msg.repeat, msg.session))
+                continue
+            if isinstance(msg, TranscriptRow):
                 if self.transcripts is not None:
-                    self.transcripts.write_line(msg[1])
-            elif kind == "s":  # ("s", session, ended): a session ran to its end
+                    self.transcripts.write_line(msg.line)
+            elif isinstance(msg, SessionEnd):
                 self.progress.sessions_done += 1
-                self.ended[msg[1]] = msg[2]
+                self.ended[msg.session] = msg.ended
                 if self.on_session_end is not None:
-                    self.on_session_end(msg[1], msg[2])
+                    self.on_session_end(msg.session, msg.ended)
                 self.grants.ended(self.number - 1)
-            elif kind == "r":  # the worker's self-report, its last message
-                self.report = msg[1]
-            elif kind == "e":  # the worker failed (the traceback is in its own log)
-                self.error = msg[1]
-            if lines and kind != "t":
+            elif isinstance(msg, Report):
+                self.report = msg.report
+            elif isinstance(msg, Failed):
+                self.error = msg.error
+                if msg.kind:  # the variant cannot go on: the same error as in one process
+                    self.stop = variant_stop(msg.error, msg.kind, msg.whole_run)
+            if lines:  # the turns before it, written once it is handled
                 self.writer.write_lines(b"".join(lines), len(lines))
                 lines = []
         if lines:
             self.writer.write_lines(b"".join(lines), len(lines))
+
+
+def variant_stop(message: str, kind: str, whole_run: bool) -> HarnessError:
+    """The error a worker's ``drive()`` raised, raised again in the parent."""
+    if kind == EndpointRefused.__name__:
+        return EndpointRefused(message, whole_run=whole_run)
+    if kind == ServerUnanswering.__name__:
+        return ServerUnanswering(message)
+    return InfrastructureError(message)
 
 
 async def drive_workers(
@@ -294,7 +335,10 @@ async def drive_workers(
                 board=board,
                 # connections for the whole limit: permits of other workers may come here
                 client=replace(
-                    client, max_connections=min(client.max_connections, options.concurrency + 8)
+                    client,
+                    max_connections=min(
+                        client.max_connections, connections_for(options.concurrency)
+                    ),
                 ),
                 scenario=scenario,
                 plans=tuple(part),
@@ -306,9 +350,9 @@ async def drive_workers(
             )
             proc = pool.procs[i]
             assert proc.stdin is not None
-            data = pickle.dumps(job)
+            data = encode(job)
             try:
-                proc.stdin.write(HEADER.pack(len(data)) + data)
+                proc.stdin.write(data)
                 await proc.stdin.drain()
             except ConnectionError:
                 raise WorkerError(
