@@ -11,10 +11,12 @@ the last commit) next to the working tree's, in the same process. Then:
   be identical. Exits 1 on any difference, listing the first ones.
 * **parts** (``--parts``): the same, step by step (mask, tokens, each family of
   signals, windows) on the outputs of the run-like mix.
-* **speed**: the three workloads of ``eval_detector.py`` (``fallback_classify``, so the
-  DSML parse is timed too, the same code on both sides), one pass of base then one of new,
-  again and again until each side has ``--seconds`` of CPU time: MB/s per side and the
-  median ratio of neighbouring passes (a shared machine's load drifts slower than that).
+* **speed**: turns of 100-500 characters and the three workloads of ``eval_detector.py``
+  (``fallback_classify``, so the DSML parse is timed too, the same code on both sides),
+  one pass of base then one of new, again and again until each side has ``--seconds`` of
+  CPU time: MB/s and CPU microseconds per text per side, and the median ratio of
+  neighbouring passes (a shared machine's load drifts slower than that).
+  ``--fitted`` times this checkout's ``score_fitted`` (the fitted decision) as the new side.
 """
 
 from __future__ import annotations
@@ -106,17 +108,38 @@ def _pass(classify: Callable[[str, str | None], str], texts: list[tuple[str, str
     return time.process_time() - t0
 
 
-def speed(base: ModuleType, rows: list[dict[str, Any]], seconds: float) -> None:
+def turns(rows: list[dict[str, Any]], n: int = 400, seed: int = 0) -> list[tuple[str, None]]:
+    """Turn-sized texts: ``n`` pieces of 100-500 characters of the examples (a whole example
+    when it is that long, else a piece of a longer one cut at a space). Deterministic."""
+    rng = random.Random(seed)
+    texts = [r["text"] for r in rows if len(r["text"]) >= 100]
+    out: list[tuple[str, None]] = []
+    while texts and len(out) < n:
+        t = rng.choice(texts)
+        size = rng.randint(100, 500)
+        if len(t) > size:
+            s = rng.randint(0, len(t) - size)
+            s = t.rfind(" ", 0, s) + 1
+            t = t[s : s + size]
+        out.append((t, None))
+    return out
+
+
+def speed(
+    base: ModuleType, rows: list[dict[str, Any]], seconds: float, fitted: bool = False
+) -> None:
     """Per workload: passes over the texts, base and new in turn, until each side has
     ``seconds`` of CPU time; MB/s per side and the median ratio of neighbouring passes."""
     long_text = "\n\n".join(r["text"] for r in rows if r["label"] == "clean" and ev._plain(r))
     loads = {
+        "turns of 100-500 chars": turns(rows),
         "run-like mix": [(r["text"], r.get("context")) for r in ev.run_mix(rows)],
         "examples one by one": [(r["text"], r.get("context")) for r in rows],
         f"one {len(long_text) // 1000} k text": [(long_text, None)],
     }
     base_f = partial(ev.fallback_classify, score_text=base.score_text)
-    new_f = partial(ev.fallback_classify, score_text=new_text.score_text)
+    new_score = new_text.score_fitted if fitted else new_text.score_text
+    new_f = partial(ev.fallback_classify, score_text=new_score)
     for name, texts in loads.items():
         size = sum(len(t.encode("utf-8")) for t, _ in texts)
         for f in (base_f, new_f):
@@ -132,10 +155,11 @@ def speed(base: ModuleType, rows: list[dict[str, Any]], seconds: float) -> None:
             tn.append(_pass(new_f, batch))
         mb = size * reps / 1e6
         ratio = statistics.median(b / n for b, n in zip(tb, tn, strict=True))
+        per = 1e6 / (len(batch))
         print(
-            f"{name:22s} base {mb * len(tb) / sum(tb):5.1f} MB/s   "
-            f"new {mb * len(tn) / sum(tn):5.1f} MB/s   new/base {ratio:.2f} "
-            f"(median of {len(tb)} pass pairs)"
+            f"{name:22s} base {mb * len(tb) / sum(tb):5.2f} MB/s {per * sum(tb) / len(tb):8.0f} us"
+            f"   new {mb * len(tn) / sum(tn):5.2f} MB/s {per * sum(tn) / len(tn):8.0f} us"
+            f"   new/base speed {ratio:.2f} (median of {len(tb)} pass pairs)"
         )
 
 
@@ -202,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-findings", action="store_true")
     ap.add_argument("--parts", action="store_true", help="time each step on the mix")
+    ap.add_argument(
+        "--fitted", action="store_true", help="time this checkout's score_fitted as the new side"
+    )
     a = ap.parse_args(argv)
     rows = ev.load(a.files)
     with tempfile.TemporaryDirectory() as tmp:
@@ -215,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + d)
         rc = 1 if diffs else 0
     if not a.no_speed:
-        speed(base, rows, a.seconds)
+        speed(base, rows, a.seconds, a.fitted)
     if a.parts:
         parts(base, rows)
     return rc

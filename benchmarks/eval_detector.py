@@ -89,7 +89,7 @@ def pick_classifier(which: str = "auto") -> tuple[str, Callable[[str, str | None
 def load(paths: list[Path]) -> list[dict[str, Any]]:
     rows = []
     for p in paths:
-        for line in p.read_text(encoding="utf-8").splitlines():
+        for line in p.read_text(encoding="utf-8").split("\n"):  # (not splitlines: U+2028)
             if line.strip():
                 rows.append(json.loads(line))
     return rows
@@ -179,6 +179,58 @@ def run_mix(rows: list[dict[str, Any]], n: int = 40, seed: int = 0) -> list[dict
     return out
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of ``k`` successes in ``n`` trials (95 %)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def _rate(k: int, n: int) -> str:
+    if not n:
+        return "-"
+    lo, hi = wilson(k, n)
+    return f"{k / n:.3f} [{lo:.3f}, {hi:.3f}] ({k}/{n})"
+
+
+def by_source(
+    rows: list[dict[str, Any]], classify: Callable[[str, str | None], str], key: str = "source"
+) -> tuple[list[str], list[tuple[str, str, str, str, str]]]:
+    """Markdown table rows: per ``key`` value, clean FPR and recall per class (Wilson 95 %)."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for r in rows:
+        if r["label"] == "ambiguous":
+            continue
+        pred = _TO_CLASS.get(classify(r["text"], r.get("context")), "clean")
+        groups.setdefault(str(r.get(key, "?")), []).append((r["label"], pred))
+        groups.setdefault("all", []).append((r["label"], pred))
+    out = []
+    for name in [*sorted(g for g in groups if g != "all"), "all"]:
+        pairs = groups[name]
+        clean = [p for t, p in pairs if t == "clean"]
+        bad = [(t, p) for t, p in pairs if t != "clean"]
+        cols = [name, _rate(sum(p != "clean" for p in clean), len(clean)),
+                _rate(sum(p != "clean" for _, p in bad), len(bad))]
+        for c in ("salad", "repetition"):
+            sel = [p for t, p in bad if t == c]
+            cols.append(_rate(sum(p != "clean" for p in sel), len(sel)))
+        out.append(tuple(cols))
+    header = [key, "clean FPR [95 % CI]", "garbled recall [95 % CI]", "salad recall",
+              "repetition recall"]
+    return header, out  # type: ignore[return-value]
+
+
+def print_markdown(header: list[str], table: list[tuple[str, ...]]) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in table:
+        print("| " + " | ".join(r) + " |")
+
+
 def _fmt(v: float | None) -> str:
     return "   -  " if v is None else f"{v:6.3f}"
 
@@ -208,8 +260,30 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="auto: harness.verdict.classify_text when present; fallback: the wrapper here",
     )
+    ap.add_argument(
+        "--by",
+        choices=("source", "group", "kind", "label"),
+        help="one Markdown table per value of this field (corpus files: source, kind, ...), "
+        "with Wilson 95 %% intervals",
+    )
+    ap.add_argument("--split", help="only rows whose split field is this (corpus files)")
+    ap.add_argument(
+        "--detector",
+        choices=("rules", "fitted"),
+        default="rules",
+        help="the text detector of the fallback classifier: score_text (the rules, what a "
+        "run uses) or score_fitted (the fitted decision)",
+    )
     a = ap.parse_args(argv)
     name, classify = pick_classifier(a.classifier)
+    if a.detector == "fitted":
+        if a.classifier != "fallback":
+            ap.error("--detector fitted needs --classifier fallback")
+        name = "fallback (dsml.parse + score_fitted)"
+
+        def classify(text: str, context: str | None) -> str:
+            return fallback_classify(text, context, text_mod.score_fitted)
+
     if a.no_context:
         inner = classify
 
@@ -217,6 +291,17 @@ def main(argv: list[str] | None = None) -> int:
             return inner(text, None)
 
     print(f"classifier: {name}; THRESHOLD = {text_mod.THRESHOLD}")
+    if a.by:
+        rows = []
+        for p in a.files:
+            for r in load([p]):
+                if a.split is None or r.get("split") == a.split:
+                    r.setdefault("source", p.stem)
+                    r.setdefault("kind", r["label"])
+                    rows.append(r)
+        header, table = by_source(rows, classify, a.by)
+        print_markdown(header, table)
+        return 0
     all_rows = []
     for p in a.files:
         rows = load([p])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.verdict import repeat, salad, scripts
+from harness.verdict import features, model, repeat, salad, scripts
 from harness.verdict.chars import Chars
 from harness.verdict.masking import Masked, mask
 
@@ -70,6 +70,7 @@ _PROSE_ONLY = frozenset(
     }
 )
 _GAP = re.compile(r"\s*")
+_S4_W32 = features.NAMES.index("s4_w32")
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,42 @@ def _unescape(text: str) -> str:
 
 
 def score_text(text: str, context: str | None = None) -> TextFinding:
+    """Salad, repetition or clean: the hand-written rules' decision (``rules``), which a run
+    uses. ``score_fitted`` is the decision fitted to the corpus; docs/detector.md compares
+    the two on held-out sources."""
+    return rules(text, context)
+
+
+def score_fitted(text: str, context: str | None = None) -> TextFinding:
+    """Salad, repetition or clean: the fitted decision over the rule signals, the character
+    model and the shape features (``features.py``, ``model.py``); ``score`` is P(corrupted)
+    mapped so that the fitted threshold that applied sits at ``THRESHOLD``."""
     if not text or text.isspace():
         return CLEAN
     work = _unescape(text)
+    found = rules(work, context, unescaped=True)
+    fitted = model.load()
+    x, worst = features.vector(work, found.score, found.signals, fitted.chars, context)
+    p = fitted.proba(x)
+    bad = 1.0 - float(p[0])
+    t = fitted.threshold_rules if found.score >= THRESHOLD else fitted.threshold
+    score = THRESHOLD * bad / t if bad < t else THRESHOLD + (1 - THRESHOLD) * (bad - t) / (1 - t)
+    signals = dict(found.signals)
+    signals["char_surprisal"] = round(float(x[_S4_W32]), 3)
+    signals["p_corrupted"] = round(bad, 4)
+    if bad < t:
+        return TextFinding(None, round(score, 4), None, signals)
+    label = REPETITION if p[2] > p[1] else TOKEN_SALAD
+    offset = found.offset if found.offset is not None else worst
+    return TextFinding(label, round(score, 4), offset, signals)
+
+
+def rules(text: str, context: str | None = None, *, unescaped: bool = False) -> TextFinding:
+    """The hand-written signals alone (windowed weights, THRESHOLD): features of the fitted
+    decision."""
+    if not text or text.isspace():
+        return CLEAN
+    work = text if unescaped else _unescape(text)
     if len(work) <= _QUICK_MAX and quick_clean(work):
         return CLEAN
     return _score(work, context)
@@ -107,7 +141,7 @@ def _score(work: str, context: str | None) -> TextFinding:
     pch = lch if m.prose is m.loops else Chars(m.prose)
     ev = _events(pch, repeat.tokenize(m.loops, lch), context, m, _special(work))
     for vs, ve in m.values:
-        sub = score_text(work[vs:ve], context)
+        sub = rules(work[vs:ve], context)
         if sub.label is not None and sub.offset is not None:
             sig = "loop" if sub.label == REPETITION else "tool_value"
             ev.append((vs + sub.offset, sub.score, sig))
@@ -407,4 +441,4 @@ def _combine(ev: list[tuple[int, float, str]]) -> TextFinding:
     return TextFinding(label, round(score, 4), offset, signals)
 
 
-__all__ = ["THRESHOLD", "WINDOW", "TextFinding", "score_text"]
+__all__ = ["THRESHOLD", "WINDOW", "TextFinding", "rules", "score_fitted", "score_text"]

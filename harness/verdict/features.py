@@ -1,0 +1,229 @@
+"""The feature vector of one text, which the fitted decision (``model.py``) reads.
+
+Three families, all language- and format-agnostic:
+
+* **the rule signals** (``text.rules``): the windowed score of the hand-written signals and
+  each signal's value in its deciding window (special tokens, loops, script switches, ...);
+* **the character model** (``charmodel.py``): mean 4-gram and 3-gram surprisal, the worst
+  windows of 12, 32 and 96 characters, the share of unseen 4-grams and its worst 32-window;
+* **shape**: length, shares of non-ASCII, digits, ASCII punctuation, white space, capitals
+  and line breaks, the share of repeated 6-grams (whole text and its end), how periodic the
+  end is, repeated lines and words, mojibake (runs of Latin-1 / cp1252 characters that
+  decode as UTF-8 once re-encoded), U+FFFD, doubled identifiers and special tokens.
+
+``vector`` also returns where the character model found its worst window (the onset when
+the rules found none).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import numpy.typing as npt
+
+from harness.verdict import salad
+from harness.verdict.charmodel import CharModel, codes
+
+RULE_SIGNALS = (
+    "special_token",
+    "special_token_run",
+    "replacement_char",
+    "char_run",
+    "symbol_soup",
+    "glued_punctuation",
+    "stray_symbol",
+    "identifier_soup",
+    "stutter",
+    "stutter_run",
+    "script_switch",
+    "script_variety",
+    "glued_words",
+    "glued_sentence",
+    "loop",
+    "drift",
+    "tool_value",
+)
+NAMES = (
+    "rule_score",
+    *(f"rule_{s}" for s in RULE_SIGNALS),
+    "log_len",
+    "s4_mean",
+    "s3_mean",
+    "s4_w12",
+    "s4_w32",
+    "s4_w96",
+    "unseen4",
+    "unseen4_w32",
+    "unseen4_w12",
+    "s4_p90",
+    "unseen6",
+    "unseen6_w32",
+    "non_ascii",
+    "digits",
+    "punct",
+    "space",
+    "upper",
+    "newlines",
+    "dup6",
+    "dup_lines",
+    "top_line",
+    "word_types",
+    "mojibake",
+    "fffd",
+    "tail_dup6",
+    "tail_period_match",
+    "tail_copies",
+    "doubled_word",
+    "specials_raw",
+)
+TAIL = 256  # characters of the end of a text read for a loop that runs to the end
+_MOJI = re.compile(
+    "[\u00c2-\u00f4][\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]+"
+)
+_WORD = re.compile(r"\w+")
+
+
+def _worst(c: npt.NDArray[np.int32], n: int, w: int) -> tuple[int, int]:
+    """The largest sum of ``w`` consecutive values (of ``n``; ``c`` is their cumulative
+    sum) and where that window starts; the sum of all of them when there are fewer."""
+    if n <= w:
+        return int(c[-1]), 0
+    m = c[w:] - c[:-w]
+    i = int(m.argmax())
+    return int(m[i]), i + 1
+
+
+#: Character class of each ASCII code point for the shares: 0 other, 1 digit, 2 punctuation,
+#: 3 space or tab, 4 capital, 5 line break; every non-ASCII character is 6.
+_CLASS = np.zeros(129, dtype=np.intp)
+_CLASS[48:58] = 1
+for _a, _b in ((33, 47), (58, 64), (91, 96), (123, 126)):
+    _CLASS[_a : _b + 1] = 2
+_CLASS[[32, 9]] = 3
+_CLASS[65:91] = 4
+_CLASS[10] = 5
+_CLASS[128] = 6
+
+
+def _mojibake(text: str) -> int:
+    n = 0
+    for m in _MOJI.finditer(text):
+        try:
+            m.group().encode("cp1252").decode("utf-8")
+        except UnicodeError:
+            try:
+                m.group().encode("latin-1").decode("utf-8")
+            except UnicodeError:
+                continue
+        n += 1
+    return n
+
+
+def vector(
+    text: str,
+    rule_score: float,
+    rule_signals: dict[str, float],
+    model: CharModel,
+    context: str | None = None,
+) -> tuple[npt.NDArray[np.float64], int]:
+    """The features of ``text`` (in ``NAMES`` order) and the character model's worst spot."""
+    x = [0.0] * len(NAMES)
+    x[0] = min(rule_score, 5.0)
+    for i, s in enumerate(RULE_SIGNALS, 1):
+        v = rule_signals.get(s)
+        if v:
+            x[i] = min(v, 5.0)
+    k = 1 + len(RULE_SIGNALS)
+    n = len(text)
+    x[k] = math.log1p(n)
+    orig = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    wide = bool(orig.max() >= 128) if n else False
+    cp = codes(orig, wide)
+    where = 0
+    if n >= 5:
+        s4, s3, unseen = model.surprisal(cp)  # eighths of a bit; unseen: int32 0 / 1
+        m = s4.size
+        c4 = s4.cumsum()
+        cu = unseen.cumsum()
+        x[k + 1] = int(c4[-1]) / (8 * m)
+        x[k + 2] = int(s3.sum()) / (8 * m)
+        x[k + 3] = _worst(c4, m, 12)[0] / (8 * min(12, m))
+        best, where = _worst(c4, m, 32)
+        x[k + 4] = best / (8 * min(32, m))
+        x[k + 5] = _worst(c4, m, 96)[0] / (8 * min(96, m))
+        x[k + 6] = int(cu[-1]) / m
+        x[k + 7] = _worst(cu, m, 32)[0] / min(32, m)
+        x[k + 8] = _worst(cu, m, 12)[0] / min(12, m)
+        x[k + 9] = int(np.count_nonzero(s4 >= 48)) / m  # characters costing 6+ bits
+    h6 = model.sixes(cp) if n >= 8 else None
+    if h6 is not None:
+        u6 = model.unseen6(h6).cumsum()
+        m = u6.size
+        x[k + 10] = int(u6[-1]) / m
+        x[k + 11] = _worst(u6, m, 32)[0] / min(32, m)
+    k += 12
+    if n:
+        cls = np.bincount(_CLASS[np.minimum(orig, 128)], minlength=7).tolist()
+        x[k] = cls[6] / n
+        x[k + 1] = cls[1] / n
+        x[k + 2] = cls[2] / n
+        x[k + 3] = (cls[3] + cls[5]) / n
+        x[k + 4] = cls[4] / n
+        x[k + 5] = cls[5] / n
+    k += 6
+    rep_ok = not context  # a prompt may ask for repetition: the rules weigh it with context
+    whole = _dup(h6) if h6 is not None and n >= 48 else 0.0
+    x[k] = whole if rep_ok else 0.0
+    lines = [ln for ln in text.split("\n") if len(ln) >= 4]
+    if len(lines) >= 3 and rep_ok:
+        counts: dict[str, int] = {}
+        for ln in lines:
+            ln = ln.strip()
+            counts[ln] = counts.get(ln, 0) + 1
+        x[k + 1] = 1 - len(counts) / len(lines)
+        x[k + 2] = max(counts.values()) / len(lines)
+    words = _WORD.findall(text.lower())
+    x[k + 3] = len(set(words)) / len(words) if len(words) >= 8 and rep_ok else 1.0
+    if wide:
+        x[k + 4] = min(_mojibake(text), 20)
+        x[k + 5] = min(text.count("\ufffd"), 20)
+    k += 6
+    x[k] = _dup(h6[-TAIL:]) if h6 is not None and n > TAIL + 8 else whole
+    if x[k] > 0.4 and n >= 48:
+        x[k + 1], x[k + 2] = _tail_period(cp[-TAIL:])
+    x[k + 3] = min(
+        sum(
+            1
+            for w in words
+            if len(w) >= 8 and not len(w) % 2 and w[: len(w) // 2] == w[len(w) // 2 :]
+        ),
+        5,
+    )
+    if "<" in text or "[" in text or "\uff5c" in text:
+        x[k + 4] = min(sum(1 for _ in salad.special_tokens(text)), 5)
+    return np.array(x), where
+
+
+def _dup(h: npt.NDArray[np.uint32]) -> float:
+    """The share of 6-grams seen earlier in the same text (repetition of any kind)."""
+    s = np.sort(h)
+    return int(np.count_nonzero(s[1:] == s[:-1])) / h.size
+
+
+def _tail_period(t: npt.NDArray[np.uint32]) -> tuple[float, float]:
+    """How periodic the end of a text is (normalized code points: digits are all "0", so
+    rising list numbers do not hide a loop): the best share of characters equal to the one
+    ``p`` earlier, for ``p`` up to a third of the tail, and the copies of that period."""
+    n = t.size
+    top = min(64, n // 3)
+    span = n - top
+    i = np.arange(span)
+    shifts = np.arange(1, top + 1)
+    match = (t[None, i] == t[shifts[:, None] + i[None, :]]).mean(axis=1)
+    p = int(np.argmax(match))
+    return float(match[p]), float(np.log1p(n / (p + 1)))
+
+
+__all__ = ["NAMES", "RULE_SIGNALS", "vector"]

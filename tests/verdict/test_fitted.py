@@ -1,0 +1,137 @@
+"""The fitted detector's parts: character model, features, model file, and its decisions on
+the failure categories the hand-tuned detector had (written here, not copied from any set)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.errors import ConfigError
+from harness.verdict import charmodel, features, model
+from harness.verdict.text import THRESHOLD, rules, score_fitted, score_text
+
+PROSE = (
+    "The committee met on Tuesday to review the budget for the coming year. After a long "
+    "discussion, the members agreed to postpone the decision until the next meeting, when "
+    "the final figures from the finance office would be available."
+)
+
+
+def test_codes_fold_case_and_digits() -> None:
+    assert charmodel.codes("Ab9\tZ").tolist() == [ord(c) for c in "ab0 z"]
+    assert charmodel.codes("Été 7").tolist() == [ord(c) for c in "Été 0"]
+
+
+def test_counted_text_is_less_surprising_than_unseen_text() -> None:
+    cm = charmodel.count([PROSE * 3], (12, 14, 16), bits6=16, min6=2)
+    seen, _, unseen = cm.surprisal(charmodel.codes(PROSE))
+    other, _, unseen_other = cm.surprisal(charmodel.codes("xqzv wkpj qqhx vvzk jxqw"))
+    assert float(seen.mean()) / 8 < 2.0 < float(other.mean()) / 8  # eighths of a bit
+    assert float(other.mean()) / 8 >= charmodel.UNSEEN_BITS
+    assert unseen.sum() == 0
+    assert unseen_other.all()
+    assert cm.unseen6(cm.sixes(charmodel.codes(PROSE))).sum() == 0
+    assert cm.unseen6(cm.sixes(charmodel.codes("xqzv wkpj qqhx"))).all()
+
+
+def test_feature_vector_shape_and_tail_period() -> None:
+    cm = model.load().chars
+    x, _ = features.vector(PROSE, 0.0, {}, cm)
+    assert x.shape == (len(features.NAMES),)
+    loop = "Spices:\n" + "\n".join(f"{k}. Anise" for k in range(4, 40))
+    y, _ = features.vector(loop, 0.0, {}, cm)
+    i = features.NAMES.index("tail_period_match")
+    assert y[i] >= 0.95  # rising list numbers do not hide the period
+    assert x[i] == 0.0
+
+
+def test_mojibake_and_doubled_word_features() -> None:
+    cm = model.load().chars
+    text = "Köln und München sind schön."
+    broken = text.encode("utf-8").decode("cp1252")
+    i = features.NAMES.index("mojibake")
+    assert features.vector(text, 0.0, {}, cm)[0][i] == 0
+    assert features.vector(broken, 0.0, {}, cm)[0][i] >= 2
+    j = features.NAMES.index("doubled_word")
+    assert features.vector("call read_configread_config now", 0.0, {}, cm)[0][j] == 1
+
+
+def test_model_file_is_checked(tmp_path: Path) -> None:
+    bad = tmp_path / "m.npz"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ConfigError, match="train_detector"):
+        model.read(bad)
+    z = dict(np.load(model.MODEL_FILE))
+    z["names"] = np.array(features.NAMES[:-1])
+    other = tmp_path / "other.npz"
+    np.savez(other, **z)
+    with pytest.raises(ConfigError, match="other features"):
+        model.read(other)
+
+
+def test_shipped_model_is_small_and_normalized() -> None:
+    assert model.MODEL_FILE.stat().st_size < 3_000_000
+    m = model.load()
+    assert 0.0 < m.threshold < 1.0
+    x, _ = features.vector(PROSE, 0.0, {}, m.chars)
+    p = m.proba(x)
+    assert p.shape == (3,)
+    assert abs(float(p.sum()) - 1.0) < 1e-9
+
+
+# ---------------------------------------------------------------- the fitted decision
+# (failure categories of the rules; texts written here, not taken from any evaluation set)
+
+README_RST = """\
+ExampleLib
+==========
+
+.. |PyPI| image:: https://img.shields.io/pypi/v/examplelib.svg
+   :target: https://pypi.org/project/examplelib/
+
+.. code-block:: python
+
+    import examplelib
+    examplelib.run(config="prod.toml")
+
+Changelog
+^^^^^^^^^
+
+- 2.1.0: faster start-up, fewer dependencies.
+- 2.0.3: fixed a crash when the cache folder is missing.
+- 2.0.2: fixed a crash when the log folder is missing.
+"""
+
+GLUED_PIECES = "kitrelStarunder manyquerbolt ramsOLDhurstinkle fenwoodgrin plastorsTeaber"
+
+
+def test_fitted_finds_salad_of_glued_subword_pieces() -> None:
+    assert rules(GLUED_PIECES).label is None  # no script mixing: the rules miss it
+    f = score_fitted(GLUED_PIECES)
+    assert f.label == "token_salad"
+    assert f.score >= THRESHOLD
+    assert f.offset is not None
+
+
+def test_fitted_finds_mojibake() -> None:
+    text = "Die Universität München liegt in Bayern, nördlich der Alpen, am Ufer der Isar."
+    broken = text.encode("utf-8").decode("cp1252")
+    assert score_fitted(text).label is None
+    assert score_fitted(broken).label == "token_salad"
+
+
+def test_fitted_finds_a_loop_behind_rising_list_numbers() -> None:
+    loop = "Here are the spices:\n" + "\n".join(f"{k}. Cardamom" for k in range(1, 40))
+    assert score_fitted(loop).label == "repetition"
+
+
+def test_fitted_keeps_restructuredtext_clean() -> None:
+    assert score_fitted(README_RST).label is None
+    assert score_fitted(PROSE).label is None
+
+
+def test_score_text_is_the_rules_decision() -> None:
+    for t in (GLUED_PIECES, README_RST, "The The The The The The The The The"):
+        assert score_text(t) == rules(t)
