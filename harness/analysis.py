@@ -129,6 +129,9 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["content"] = df["content"].fillna("").astype(str)
     df["variant"] = df["variant"].astype(str)
     df["is_transport"] = df["transport_error"].notna() | (df["label"] == TRANSPORT_ERROR)
+    # a turn in flight when the run was stopped: recorded, but no failure of the server
+    df["is_cancelled"] = df["transport_error"].astype("string").str.startswith("cancelled")
+    df["is_cancelled"] = df["is_cancelled"].fillna(False).astype(bool)
     if "corrupted" in df:
         flagged = df["corrupted"].fillna(False).astype(bool)
     else:
@@ -152,7 +155,8 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
     per_session = ok.groupby(SESSION_KEY)["is_corrupted"].any()
     n_sess, k_sess = int(per_session.size), int(per_session.sum())
     n_turns, k_turns = int(len(ok)), int(ok["is_corrupted"].sum())
-    n_transport = int(g["is_transport"].sum())
+    n_cancelled = int(g["is_cancelled"].sum()) if "is_cancelled" in g else 0
+    n_transport = int(g["is_transport"].sum()) - n_cancelled
     s_rate, s_ci = _rate(k_sess, n_sess)
     t_rate, t_ci = _rate(k_turns, n_turns)
     counts = g["label"].value_counts()
@@ -179,7 +183,10 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "turn_corruption_ci_hi": t_ci[1],
         "labels": labels,
         "transport_errors": n_transport,
-        "transport_error_rate": n_transport / len(g) if len(g) else None,
+        "transport_error_rate": (
+            n_transport / (len(g) - n_cancelled) if len(g) - n_cancelled else None
+        ),
+        "cancelled_turns": n_cancelled,
         "retries": int((g["attempt"] > 0).sum()),
         "noncanonical_turns": int(g["noncanonical"].fillna(False).astype(bool).sum()),
         "first_corrupted_turn_median": float(first.median()) if len(first) else None,

@@ -42,3 +42,19 @@ def workers(text: str) -> int | str:
         return positive_int(text)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, when it has one the text does not already say."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or "%(default)" in text
+            or default in (None, False, [], argparse.SUPPRESS)
+            or not action.option_strings
+        ):
+            return action.help
+        return f"{text} (default: %(default)s)"

@@ -9,24 +9,66 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 from harness import __version__
+from harness.argtypes import DefaultsHelpFormatter
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import workers as workers_arg
 from harness.errors import HarnessError, UsageError
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+DEMO_HELP = (
+    "index_k=fp8 against bf16, 48 sessions, the simulator's fault odds x4 and its latencies /4 "
+    "(under a minute on two cores); other flags still apply"
+)
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors in one line that says what to fix, not the whole usage block."""
+    """Usage errors in one line that says what to fix (and what was probably meant), not the
+    whole usage block."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+        hint = did_you_mean(self, message)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{hint} (see: {self.prog} --help)\n")
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` and of its subcommands."""
+    out = list(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += [o for o in _options(sub) if o not in out]
+    return out
+
+
+def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """ "; did you mean --sessions?" for a mistyped option or command (difflib)."""
+    import difflib
+
+    unknown = re.match(r"unrecognized arguments: (.+)", message)
+    if unknown:
+        guesses = []
+        for word in unknown.group(1).split():
+            flag = word.split("=", 1)[0]
+            if flag.startswith("-"):
+                guesses += difflib.get_close_matches(flag, _options(parser), n=1, cutoff=0.6)
+        return f"; did you mean {' '.join(guesses)}?" if guesses else ""
+    choice = re.match(r"argument [^:]+: invalid choice: '([^']*)' \(choose from (.+)\)", message)
+    if choice:
+        options = re.findall(r"'([^']*)'", choice.group(2))
+        guesses = difflib.get_close_matches(choice.group(1), options, n=1, cutoff=0.5)
+        return f"; did you mean {guesses[0]}?" if guesses else ""
+    return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,119 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
 
-    run = sub.add_parser("run", help="drive concurrent tool-call sessions and judge every turn")
-    run.add_argument(
-        "--scenario", type=Path, help="workload TOML (default: scenarios/coding_agent.toml)"
+    run = sub.add_parser(
+        "run",
+        help="drive concurrent tool-call sessions and judge every turn",
+        description="Drive concurrent multi-turn tool-call sessions against each variant's "
+        "server, judge every turn, write the run folder and the report, apply the CI gates.",
     )
-    run.add_argument(
-        "--sessions", type=_positive_int, help="sessions per variant (default: the scenario's)"
-    )
-    run.add_argument(
-        "--concurrency", type=_positive_int, help="requests in flight at most (default: sessions)"
-    )
-    run.add_argument(
-        "--workers",
-        type=workers_arg,
-        metavar="N|auto",
-        help="processes driving each variant's sessions, each with its own event loop and "
-        "client (default: auto: one per core from 256 requests in flight on, one below)",
-    )
-    run.add_argument(
-        "--ab",
-        action="append",
-        default=[],
-        metavar="FACTOR=L1,L2",
-        help="a factor and its levels; repeat for a matrix (the first level is the baseline)",
-    )
-    run.add_argument(
-        "--target",
-        type=Path,
-        metavar="FILE",
-        help="target file: how each factor level becomes a server (launch, endpoint or hook "
-        "mode; default: scenarios/targets/sim.toml, the simulator)",
-    )
-    run.add_argument(
-        "--target-var",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="override a [vars] entry of the target file; repeatable",
-    )
-    run.add_argument("--endpoint", help="base URL of one server already up (no --ab)")
-    run.add_argument("--model", help="model name sent in requests (default: the target's)")
-    run.add_argument(
-        "--repeats",
-        type=_positive_int,
-        default=1,
-        help="run each variant this many times, interleaved (ABAB...)",
-    )
-    run.add_argument(
-        "--order", choices=("abab", "abba"), default="abab", help="how repeats interleave"
-    )
-    run.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the plan (variants, order, commands, URLs) and start nothing",
-    )
-    run.add_argument(
-        "--run-timeout",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="stop the whole run after this long (exit code 3)",
-    )
-    run.add_argument(
-        "--resume",
-        type=Path,
-        metavar="RUN_DIR",
-        help="continue an interrupted run without redoing finished sessions",
-    )
-    run.add_argument(
-        "--until-significant",
-        action="store_true",
-        help="add --sessions more sessions per variant, round after round, until every "
-        "comparison with the baseline is decided or --max-sessions is spent",
-    )
-    run.add_argument(
-        "--max-sessions",
-        type=_positive_int,
-        metavar="N",
-        help="with --until-significant: the most sessions per variant",
-    )
-    run.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        metavar="NAME",
-        help="environment variable holding the API key (sent as a bearer token)",
-    )
-    run.add_argument("--turns", type=_positive_int, help="max turns per session")
-    run.add_argument(
-        "--max-context",
-        type=_positive_int,
-        help="end a session once its prompt has this many tokens",
-    )
-    run.add_argument("--seed", type=int, default=1)
-    run.add_argument("--out", type=Path, help="run folder (default: reports/<run-id>)")
-    run.add_argument("--no-stream", action="store_true", help="send non-streamed requests")
-    run.add_argument(
-        "--on-corruption",
-        choices=("retry", "stop"),
-        default="retry",
-        help="re-send a corrupted turn (keeps the load) or end its session",
-    )
-    run.add_argument(
-        "--request-timeout",
-        type=_positive_float,
-        default=120.0,
-        metavar="SECONDS",
-        help="a request with no byte for this long fails as a timeout",
-    )
-    run.add_argument(
-        "--speed",
-        type=_positive_float,
-        default=None,
-        help="simulator only: divide its latencies by this factor",
-    )
-    run.add_argument("--no-progress", action="store_true", help="no live progress display")
+    _add_run_args(run)
     _add_followup_args(run)
     _add_gate_args(run)
     from harness.cli_run import add_trace_args, add_trace_parser
@@ -177,6 +113,162 @@ def build_parser() -> argparse.ArgumentParser:
     cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
     cls.add_argument("-o", "--output", type=Path, help="output JSONL (default: stdout)")
     return parser
+
+
+def _add_run_args(run: argparse.ArgumentParser) -> None:
+    w = run.add_argument_group("workload: what each session does")
+    w.add_argument(
+        "--demo",
+        action="store_true",
+        help="a short run that shows corruption on the simulator: " + DEMO_HELP,
+    )
+    w.add_argument(
+        "--scenario",
+        type=Path,
+        metavar="FILE",
+        help="workload TOML (default: scenarios/coding_agent.toml)",
+    )
+    w.add_argument(
+        "--sessions",
+        type=_positive_int,
+        metavar="N",
+        help="sessions per variant (default: the scenario's)",
+    )
+    w.add_argument(
+        "--turns",
+        type=_positive_int,
+        metavar="N",
+        help="max turns per session (default: the scenario's)",
+    )
+    w.add_argument(
+        "--max-context",
+        type=_positive_int,
+        metavar="TOKENS",
+        help="end a session once its prompt has this many tokens (default: the scenario's)",
+    )
+    w.add_argument(
+        "--seed", type=int, default=1, metavar="N", help="seeds the sessions and the simulator"
+    )
+
+    v = run.add_argument_group("variants and servers")
+    v.add_argument(
+        "--ab",
+        action="append",
+        default=[],
+        metavar="FACTOR=L1,L2",
+        help="a factor and its levels; repeat for a matrix (the first level is the baseline)",
+    )
+    v.add_argument(
+        "--target",
+        type=Path,
+        metavar="FILE",
+        help="target file: how each factor level becomes a server (launch, endpoint or hook "
+        "mode; default: scenarios/targets/sim.toml, the simulator)",
+    )
+    v.add_argument(
+        "--target-var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a [vars] entry of the target file; repeatable",
+    )
+    v.add_argument("--endpoint", metavar="URL", help="base URL of one server already up (no --ab)")
+    v.add_argument("--model", help="model name sent in requests (default: the target's)")
+    v.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (sent as a bearer token)",
+    )
+    v.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=1,
+        metavar="R",
+        help="run each variant this many times, interleaved (ABAB...)",
+    )
+    v.add_argument(
+        "--order", choices=("abab", "abba"), default="abab", help="how repeats interleave"
+    )
+    v.add_argument(
+        "--speed",
+        type=_positive_float,
+        default=None,
+        metavar="X",
+        help="simulator only: divide its latencies by this factor (default: 1)",
+    )
+    v.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (variants, order, commands, URLs) and start nothing",
+    )
+
+    load = run.add_argument_group("load and requests")
+    load.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="requests in flight at most (default: --sessions)",
+    )
+    load.add_argument(
+        "--workers",
+        type=workers_arg,
+        metavar="N|auto",
+        help="processes driving each variant's sessions, each with its own event loop and "
+        "client (default: auto: one per core from 256 requests in flight on, one below)",
+    )
+    load.add_argument("--no-stream", action="store_true", help="send non-streamed requests")
+    load.add_argument(
+        "--on-corruption",
+        choices=("retry", "stop"),
+        default="retry",
+        help="re-send a corrupted turn (keeps the load) or end its session",
+    )
+    load.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="a request with no byte for this long fails as a timeout",
+    )
+
+    ctl = run.add_argument_group("run control")
+    ctl.add_argument(
+        "--run-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="stop the whole run after this long (exit code 3)",
+    )
+    ctl.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue an interrupted run without redoing finished sessions",
+    )
+    ctl.add_argument(
+        "--until-significant",
+        action="store_true",
+        help="add --sessions more sessions per variant, round after round, until every "
+        "comparison with the baseline is decided or --max-sessions is spent",
+    )
+    ctl.add_argument(
+        "--max-sessions",
+        type=_positive_int,
+        metavar="N",
+        help="with --until-significant: the most sessions per variant",
+    )
+
+    out = run.add_argument_group("output and progress")
+    out.add_argument("--out", type=Path, metavar="DIR",
+                     help="run folder (default: reports/<run-id>)")  # fmt: skip
+    out.add_argument("--no-progress", action="store_true", help="no progress display or lines")
+    out.add_argument(
+        "--progress-interval",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="without a terminal (CI logs): a progress line per running variant this often",
+    )
 
 
 def _add_followup_args(p: argparse.ArgumentParser) -> None:
@@ -308,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as typed (run.json, the report)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -4,31 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from harness.config import load_scenario
-from harness.driver import Progress as Counts
 from harness.errors import InfrastructureError, UsageError
-from harness.matrix import parse_ab, variants
-from harness.records import TURNS_FILE, TurnRecord, iter_turns
-from harness.run import (
-    RunOptions,
-    VariantOutcome,
-    execute,
-    finished_sessions,
-    new_run_id,
-    prepare_run_dir,
-    write_run_json,
-)
+
+if TYPE_CHECKING:
+    from harness.run import RunOptions, VariantOutcome
 
 #: A variant with more than this share of transport errors cannot be judged (exit code 3).
 MAX_TRANSPORT_ERROR_RATE = 0.5
@@ -67,6 +54,28 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
     return int(most)
 
 
+#: ``--demo``: what it sets when the flag is not given, and the simulator's fault odds.
+DEMO_AB = "index_k=fp8,bf16"
+DEMO_SESSIONS = 48
+DEMO_SPEED = 4.0
+DEMO_FAULT_SCALE = 4.0
+
+
+def _demo(args: argparse.Namespace) -> list[str]:
+    """--demo: fill in the demo's flags (those not given); the simulator's extra arguments."""
+    if not getattr(args, "demo", False):
+        return []
+    if args.endpoint or args.target or getattr(args, "workload", None):
+        raise UsageError("--demo runs on the simulator: drop --endpoint, --target and --workload")
+    if not args.ab:
+        args.ab = [DEMO_AB]
+    if args.sessions is None:
+        args.sessions = DEMO_SESSIONS
+    if args.speed is None:
+        args.speed = DEMO_SPEED
+    return ["--fault-scale", str(DEMO_FAULT_SCALE)]
+
+
 def _workers(asked: int | str | None, concurrency: int) -> int:
     """--workers N, or auto (the default): see harness.workers.auto_workers."""
     from harness.workers import auto_workers
@@ -77,9 +86,13 @@ def _workers(asked: int | str | None, concurrency: int) -> int:
 
 
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
+    from harness.config import load_scenario
     from harness.launch import check_variants
+    from harness.matrix import parse_ab, variants
+    from harness.run import RunOptions
     from harness.targetfile import default_sim_target, load_target
 
+    demo_args = _demo(args)
     scenario = load_scenario(args.scenario).with_overrides(
         sessions=args.sessions, max_turns=args.turns, max_context=args.max_context
     )
@@ -104,6 +117,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     sim_args: list[str] = ["--seed", str(args.seed)]
     if args.speed is not None:
         sim_args += ["--speed", str(args.speed)]
+    sim_args += demo_args
     # with --endpoint and no --model, the name is asked from the server's /v1/models
     model = args.model or (target.served_model or target.model if target else None)
     from harness.cli import api_key_from_env
@@ -134,6 +148,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         confirm=bool(getattr(args, "confirm", False)),
         reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
         args=saved,
+        command=shlex.join(["harness", *(getattr(args, "argv", None) or sys.argv[1:])]),
         **_workload_options(args, scenario),
     )
 
@@ -225,57 +240,35 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 async def _run_with_progress(
-    opts: RunOptions, run_id: str, show: bool, skip: set[tuple[str, int, int]]
+    opts: RunOptions,
+    run_id: str,
+    show: str,
+    skip: set[tuple[str, int, int]],
+    interval_s: float = 30.0,
 ) -> list[VariantOutcome]:
-    counts = Counts()
-    console = Console(stderr=True)
-    if not show:
-        return await execute(
-            opts, run_id, counts, announce=lambda m: console.print(m, highlight=False), skip=skip
-        )
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn(
-            "sessions · {task.fields[turns]} turns · {task.fields[bad]} corrupted turns "
-            "in {task.fields[bad_sessions]} sessions · {task.fields[errors]} transport errors"
-        ),
-        TimeElapsedColumn(),
-    )
-    total = len(opts.schedule()) * (opts.max_sessions or opts.sessions) - len(skip)
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("run", total=total, turns=0, bad=0, bad_sessions=0, errors=0)
+    """Run under the live display (``show`` "live", a terminal), with a progress line every
+    ``interval_s`` ("lines"), or with the announcements alone ("none")."""
+    from rich.console import Console
 
-        def update() -> None:
-            bar.update(
-                task,
-                completed=counts.sessions_done,
-                turns=counts.turns,
-                bad=counts.corrupted_turns,
-                bad_sessions=len(counts.corrupted_sessions),
-                errors=counts.transport_errors,
-            )
+    from harness import cli_progress
+    from harness.driver import Progress
+    from harness.run import execute
 
-        async def refresh() -> None:
-            while True:
-                update()
-                await asyncio.sleep(0.5)
+    counts = Progress()
+    console = Console(stderr=True, highlight=False)
 
-        ticker = asyncio.create_task(refresh())
-        try:
-            return await execute(
-                opts,
-                run_id,
-                counts,
-                announce=lambda m: bar.console.print(m, highlight=False),
-                skip=skip,
-            )
-        finally:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
-            update()
+    def work(announce: Any) -> Any:
+        return execute(opts, run_id, counts, announce=announce, skip=skip)
+
+    if show == "live":
+        return await cli_progress.live(counts, work, console)
+
+    def write(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if show == "none":
+        return cast("list[VariantOutcome]", await work(write))
+    return await cli_progress.plain(counts, work, write, interval_s)
 
 
 def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
@@ -304,6 +297,8 @@ def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
 def _set_aside_unfinished(run_dir: Path, done: set[tuple[str, int, int]]) -> int:
     """Move the turns of sessions that did not finish to turns.interrupted.jsonl (kept, not
     counted); their sessions run again from the start. Returns the number of rows moved."""
+    from harness.records import TURNS_FILE, TurnRecord, iter_turns
+
     path = run_dir / TURNS_FILE
     if not path.exists():
         return 0
@@ -324,6 +319,8 @@ def _set_aside_unfinished(run_dir: Path, done: set[tuple[str, int, int]]) -> int
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.cli import apply_gates, check_gate_args
+    from harness.records import TURNS_FILE
+    from harness.run import finished_sessions, new_run_id, prepare_run_dir, write_run_json
 
     skip: set[tuple[str, int, int]] = set()
     if args.resume:
@@ -354,11 +351,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         prepare_run_dir(opts.out_dir)
         write_run_json(opts, run_id)
     t0 = time.perf_counter()
-    show = not args.no_progress and sys.stderr.isatty()
+    show = "none" if args.no_progress else "live" if sys.stderr.isatty() else "lines"
+    interval = getattr(args, "progress_interval", 30.0)
     interrupted = infra = None
     outcomes: list[VariantOutcome] = []
     try:
-        outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip))
+        outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip, interval))
     except KeyboardInterrupt:
         interrupted = "interrupted"
     except TimeoutError:

@@ -19,12 +19,12 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import sequential
+from harness import __version__, sequential
 from harness.client import ChatClient
 from harness.config import Scenario
 from harness.confirm import after_load, after_load_left
@@ -39,7 +39,7 @@ from harness.records import TURNS_FILE, TurnWriter
 from harness.selfreport import save_row
 from harness.session import ACTIVE_TRANSCRIPTS, Session, SessionPlan, Shared, make_plans
 from harness.targetfile import TargetSpec
-from harness.targets import EndpointTarget, served_model, watch
+from harness.targets import EndpointTarget, served_model, server_version, watch
 from harness.trace_session import sessions_for
 from harness.transcripts import TRANSCRIPTS_FILE, TranscriptLog
 from harness.workers import (
@@ -76,7 +76,7 @@ class RunOptions:
     request_timeout: float = 120.0
     run_timeout: float | None = None
     sim_args: tuple[str, ...] = ()
-    metrics_interval: float = 5.0
+    metrics_interval: float = 1.0  # seconds between scrapes of the server's /metrics
     keep_transcripts: bool = False  # all sessions' transcripts, not only corrupted ones
     confirm: bool = False  # re-send every corrupted turn alone after the variant's load
     reference_sessions: int = 0  # sessions re-run one at a time after the variant's load
@@ -87,7 +87,8 @@ class RunOptions:
     max_sessions: int | None = None  # --until-significant: the budget per variant
     workers: int = 1  # processes driving each variant's sessions (harness.workers)
     alpha: float = 0.05
-    args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
+    args: dict[str, Any] = field(default_factory=dict)  # the parsed options, for run.json
+    command: str = ""  # the command line as typed, for run.json and the report
 
     def schedule(self) -> list[tuple[Variant, int]]:
         return run_order(list(self.variants), self.repeats, scheme=self.order)
@@ -124,9 +125,30 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "variants": [{"label": v.label, "factors": v.as_dict()} for v in opts.variants],
         "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
+        "command": opts.command,
+        "harness_version": __version__,
+        "dialect": opts.scenario.dialect,
         "python": sys.version.split()[0],
     }
     (opts.out_dir / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def _finally(action: Callable[[], None]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        action()
+
+
+def finish_run_json(out_dir: Path, started: float) -> None:
+    """Note in run.json when the run ended and how long its load took (also when stopped)."""
+    path = out_dir / "run.json"
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        meta = json.loads(path.read_text())
+        meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        meta["duration_s"] = round(meta.get("duration_s", 0.0) + time.monotonic() - started, 1)
+        path.write_text(json.dumps(meta, indent=2) + "\n")
 
 
 @dataclass
@@ -137,6 +159,7 @@ class VariantOutcome:
     ended: dict[str, int]
     wall_s: float
     error: str | None = None
+    server_version: str | None = None  # what the server said of itself, when it did
 
 
 def finished_sessions(run_dir: Path) -> set[tuple[str, int, int]]:
@@ -180,6 +203,7 @@ async def _run_variant(
     announce(f"{name}: starting the server")
     ended: dict[str, int] = {}
     error = None
+    version: str | None = None
     sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
     # worker processes start (and import) while the server starts
     workers = effective_workers(opts.workers, plans, opts.concurrency)
@@ -195,6 +219,7 @@ async def _run_variant(
                 await warm_up(base_url, opts.model or spec.model, api_key=opts.api_key)
         announce(f"{name}: {len(plans)} sessions on {base_url}")
         model = opts.model or await served_model(base_url, opts.api_key)
+        version = await server_version(base_url, opts.api_key)
         client = ChatClient(
             base_url,
             model=model,
@@ -244,6 +269,7 @@ async def _run_variant(
                     stream=opts.stream,
                     on_corruption=opts.on_corruption,
                 )
+                progress.begin(variant.label, repeat, plans)
                 if pool is None:
                     # the driver builds the sessions' Shared: it picks the log up from the context
                     token = ACTIVE_TRANSCRIPTS.set(transcripts)
@@ -300,6 +326,7 @@ async def _run_variant(
                     error = str(exc)
                     announce(f"{name}: stopped: {error}")
                 finally:
+                    progress.end()
                     watcher.cancel()
                     if plans:  # (a resumed variant with only its after-load work left)
                         save_row(opts.out_dir, variant.label, repeat, progress.harness_self)
@@ -322,7 +349,7 @@ async def _run_variant(
         await target.stop()
     wall = time.perf_counter() - t0
     announce(f"{name}: done in {wall:.0f}s")
-    return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error)
+    return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error, version)
 
 
 async def execute(
@@ -355,7 +382,14 @@ async def execute(
         looks = math.ceil(opts.max_sessions / opts.sessions)
         every = make_plans(opts.scenario, looks * opts.sessions, opts.seed)
         rounds = [every[i : i + opts.sessions] for i in range(0, len(every), opts.sessions)]
-    with TurnWriter(opts.out_dir / TURNS_FILE) as writer:
+    for variant, repeat in opts.schedule():  # what the progress display shows to come
+        todo = [p for p in rounds[0] if (variant.label, repeat, p.index) not in skip]
+        progress.expect(variant.label, todo, repeat)
+    started = time.monotonic()
+    with (
+        TurnWriter(opts.out_dir / TURNS_FILE) as writer,
+        _finally(lambda: finish_run_json(opts.out_dir, started)),
+    ):
         async with asyncio.timeout(opts.run_timeout):
             for look, round_plans in enumerate(rounds, 1):
                 for variant, repeat in opts.schedule():

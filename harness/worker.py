@@ -167,7 +167,7 @@ class ForwardWriter:
                 "t",
                 orjson.dumps(record) + b"\n",
                 bool(record.get("corrupted")),
-                bool(record.get("transport_error")),
+                record.get("transport_error") or None,  # "kind: message" (cancelled apart)
                 record.get("repeat", 0),
                 record["session"],
             )

@@ -227,12 +227,13 @@ class _Feed:
             kind = msg[0]
             if kind == "t":  # ("t", line, corrupted, transport error, repeat, session)
                 lines.append(msg[1])
-                count(msg[2], msg[3], (msg[4], msg[5]))
+                failure = msg[3] or ""
+                count(msg[2], bool(failure), (msg[4], msg[5]), failure.startswith("cancelled"))
             elif kind == "x":  # a transcript row
                 if self.transcripts is not None:
                     self.transcripts.write_line(msg[1])
             elif kind == "s":  # ("s", session, ended): a session ran to its end
-                self.progress.sessions_done += 1
+                self.progress.session_ended(msg[1])
                 self.ended[msg[1]] = msg[2]
                 if self.on_session_end is not None:
                     self.on_session_end(msg[1], msg[2])
@@ -323,8 +324,9 @@ async def drive_workers(
         await _follow(pool, feeds, len(shards))
     finally:
         for part in shards[: len(feeds)]:
-            done = sum(1 for p in part if p.index in ended)
-            progress.sessions_done += len(part) - done  # cancelled: counted as done, as drive()
+            for p in part:  # cancelled: counted as done, as drive()
+                if p.index not in ended:
+                    progress.session_ended(p.index)
         parent = me.stop()
         parent["cpu_s"] = time.process_time() - cpu0
         progress.harness_self = combine([f.report for f in feeds if f.report is not None], parent)
