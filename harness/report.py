@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import analysis, confirm, frames, plots, report_html, stats
+from harness import analysis, confirm, frames, plots, report_facts, report_html, stats
 from harness.analysis import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
 from harness.report_html import METHOD, comparison_line
@@ -135,6 +135,7 @@ def render_markdown(
 ) -> str:
     out = [
         f"# Corruption report: run {summary['run_id']}",
+        *report_facts.run_markdown(summary),
         "",
         "## Verdict",
         "",
@@ -147,6 +148,7 @@ def render_markdown(
             "", "## Variants", ""]  # fmt: skip
     out += ["| " + " | ".join(TABLE_COLS) + " |", "|" + "---|" * len(TABLE_COLS)]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table_rows(summary)]
+    out += report_facts.cancelled_markdown(summary["variants"])
     if summary["comparisons"]:
         out += ["", "## Comparisons with the baseline", "",
                 "| variant | unit | rate | baseline | difference [95% CI] | p | p (Holm) |",
@@ -157,10 +159,7 @@ def render_markdown(
                        f"{fmt_pct(c['rate_a'])} | "
                        f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
-    out += confirm.markdown(summary)
-    out += cache_markdown(summary)
-    if any(v.get("harness_self") for v in summary["variants"]):
-        out += self_report_lines(summary)
+    out += shared_sections(summary)
     if plot_files:
         out += ["", "## Plots", ""]
         out += [f"![{name}]({rel})" for name, rel in plot_files.items()]
@@ -188,6 +187,17 @@ def render_markdown(
             fence = _fence(body)
             out += ["", fence + "text", body, fence, ""]
     return "\n".join(out) + "\n"
+
+
+def shared_sections(summary: Summary) -> list[str]:
+    """The sections after the comparisons, as Markdown: report.md has them as they are,
+    report.html renders the same Markdown."""
+    out = list(confirm.markdown(summary))
+    out += report_facts.sim_accuracy_markdown(summary["variants"])
+    out += cache_markdown(summary)
+    if any(v.get("harness_self") for v in summary["variants"]):
+        out += self_report_lines(summary)
+    return out
 
 
 def cache_markdown(summary: Summary) -> list[str]:
@@ -273,6 +283,7 @@ def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summa
     for key in ("started_at", "finished_at"):
         if key in run.meta:
             summary[key] = run.meta[key]
+    summary["run"] = report_facts.run_facts(run.meta, run.run_dir)
     return summary
 
 
@@ -292,7 +303,13 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
     (run_dir / REPORT_MD).write_text(
         render_markdown(summary, summary["plots"], examples), encoding="utf-8"
     )
-    html = report_html.render_html(summary, made, examples)
+    html = report_html.render_html(
+        summary,
+        made,
+        examples,
+        opening=report_facts.markdown_html(report_facts.run_markdown(summary)),
+        shared=report_facts.markdown_html(shared_sections(summary)),
+    )
     (run_dir / REPORT_HTML).write_text(html, encoding="utf-8")
     log.info("report written to %s", run_dir / REPORT_HTML)
     return summary
@@ -361,7 +378,7 @@ def compare_markdown(cmp: Mapping[str, Any]) -> str:
     head += (f" (run {cmp['run_b']} against run {cmp['run_a']}: one-sided Fisher exact test on "
              f"corrupted sessions, Holm-corrected, alpha {cmp['alpha']}).")  # fmt: skip
     cols = ["variant", "sessions A", "sessions B", "change [95% CI]", "p (two-sided)",
-            "p rise (Holm)", "turns A", "turns B", ""]  # fmt: skip
+            "p rise (Holm)", "turns A", "turns B", "regression"]  # fmt: skip
     out = [f"# Compare {cmp['run_a']} -> {cmp['run_b']}", "", head, "",
            "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
     for r in cmp["variants"]:

@@ -160,6 +160,7 @@ class VariantOutcome:
     wall_s: float
     error: str | None = None
     server_version: str | None = None  # what the server said of itself, when it did
+    model: str | None = None  # the model the requests named
 
 
 def finished_sessions(run_dir: Path) -> set[tuple[str, int, int]]:
@@ -204,6 +205,7 @@ async def _run_variant(
     ended: dict[str, int] = {}
     error = None
     version: str | None = None
+    model: str | None = opts.model
     sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
     # worker processes start (and import) while the server starts
     workers = effective_workers(opts.workers, plans, opts.concurrency)
@@ -349,7 +351,7 @@ async def _run_variant(
         await target.stop()
     wall = time.perf_counter() - t0
     announce(f"{name}: done in {wall:.0f}s")
-    return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error, version)
+    return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error, version, model)
 
 
 async def execute(
