@@ -91,6 +91,12 @@ def plot_buckets(
     xlabel: str,
     min_turns: int = MIN_BUCKET_TURNS,
 ) -> Path:
+    return _save(bucket_figure(frame, title, xlabel, min_turns), path)
+
+
+def bucket_figure(
+    frame: pd.DataFrame, title: str, xlabel: str, min_turns: int = MIN_BUCKET_TURNS
+) -> Figure:
     """Turn corruption rate per bucket (x) and variant (bars), with the corrupted and total
     turns written on each bar; the 95% interval only where a bucket has ``min_turns`` turns
     (fewer: a pale hatched bar, no interval). Below: the turns per bucket, so where the run's
@@ -153,10 +159,18 @@ def plot_buckets(
     cx.set_ylabel("turns")
     cx.set_xlabel(xlabel)
     cx.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return fig
 
 
 def plot_label_mix(counts: pd.DataFrame, path: Path) -> Path:
+    fig = label_mix_figure(counts)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def label_mix_figure(counts: pd.DataFrame) -> Figure:
     """Left: the share of every turn label per variant (stacked). Right: the corrupted labels
     alone on their own scale, with their counts, so a 1% corruption is not a sliver."""
     fig, (ax, bx) = plt.subplots(
@@ -200,10 +214,7 @@ def plot_label_mix(counts: pd.DataFrame, path: Path) -> Path:
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=min(6, len(labels)),
                bbox_to_anchor=(0.5, -0.01))  # fmt: skip
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def plot_latency(frame: pd.DataFrame, order: Sequence[str], path: Path) -> Path:
@@ -356,7 +367,11 @@ def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) 
         corruption = livecontext.pressure_corruption_frame(df)
         jobs.append(("pressure_over_time", lambda p: plot_pressure(live, corruption, p)))
     metrics = run.metrics
-    if metrics is not None and {"variant", "t", "name", "value"} <= set(metrics.columns):
+    if (
+        metrics is not None
+        and {"variant", "t", "name", "value"} <= set(metrics.columns)
+        and metric_panels(metrics)[0]  # not when every series is zero
+    ):
         events = frames.corruption_events(df) if len(df) else None
         jobs.append(("server_metrics", lambda p: plot_metrics(metrics, p, events)))
     for name, job in jobs:
