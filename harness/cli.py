@@ -57,11 +57,16 @@ def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
 
     unknown = re.match(r"unrecognized arguments: (.+)", message)
     if unknown:
-        guesses = []
+        guesses, misplaced = [], []
+        known = _options(parser)
         for word in unknown.group(1).split():
             flag = word.split("=", 1)[0]
-            if flag.startswith("-"):
-                guesses += difflib.get_close_matches(flag, _options(parser), n=1, cutoff=0.6)
+            if flag in known:  # right name, wrong place (e.g. -v after the command)
+                misplaced.append(flag)
+            elif flag.startswith("-"):
+                guesses += difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        if misplaced:
+            return f"; {' '.join(misplaced)} belongs to another place on the command line"
         return f"; did you mean {' '.join(guesses)}?" if guesses else ""
     choice = re.match(r"argument [^:]+: invalid choice: '([^']*)' \(choose from (.+)\)", message)
     if choice:

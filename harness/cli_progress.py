@@ -38,13 +38,6 @@ def fields(v: VariantCounts, now: float) -> list[tuple[int, str]]:
     later the field is dropped."""
     planned = v.planned_turns
     out = [(0, f"{v.turns:,}/{planned:,} turns")]
-    out.append((4, f"{v.sessions_done}/{v.sessions} sessions"))
-    rate = v.session_rate
-    bad = len(v.corrupted_sessions)
-    out.append((1, f"{bad} corrupted" + (f" ({100 * rate:.1f}%)" if rate is not None else "")))
-    out.append((2, f"{v.transport_errors} transport err"))
-    if v.cancelled:
-        out.append((5, f"{v.cancelled} cancelled"))
     if v.running:
         eta = v.eta_s(now)
         out.append((3, "ETA " + ("?" if eta is None else _clock(eta))))
@@ -52,6 +45,15 @@ def fields(v: VariantCounts, now: float) -> list[tuple[int, str]]:
         out.append((3, f"done in {_clock(v.elapsed_s(now))}"))
     else:
         out.append((3, "waiting"))
+    rate = v.session_rate
+    bad = len(v.corrupted_sessions)
+    share = f" ({100 * rate:.1f}%)" if rate is not None else ""
+    out.append((1, f"{bad} corrupt session{'s' if bad != 1 else ''}{share}"))
+    # none so far says less than the ETA; some say more
+    out.append((2 if v.transport_errors else 5, f"{v.transport_errors} transport err"))
+    if v.cancelled:
+        out.append((6, f"{v.cancelled} cancelled"))
+    out.append((4, f"{v.sessions_done}/{v.sessions} sessions done"))
     return out
 
 

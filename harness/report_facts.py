@@ -60,16 +60,16 @@ def run_facts(meta: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def _cell(value: Any) -> str:
-    """A table cell: code spans for commands and names, pipes escaped."""
-    text = str(value).replace("|", "\\|").replace("\n", " ")
-    return text
+    """Text for a table cell or a list item: pipes escaped, one line."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
 
 
 def _code(value: Any) -> str:
+    """A code span (any backticks inside kept by a longer fence)."""
     text = str(value).replace("\n", " ")
     ticks = "``" if "`" in text else "`"
     pad = " " if ticks == "``" else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}".replace("|", "\\|")
+    return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
 def run_markdown(summary: Mapping[str, Any]) -> list[str]:
@@ -107,8 +107,8 @@ def run_markdown(summary: Mapping[str, Any]) -> list[str]:
         rows.append(("started", f"{when}" + (f", {took:.0f} s" if took is not None else "")))
     for variant, version in (facts.get("servers") or {}).items():
         rows.append((f"server of {_cell(variant)}", _code(version)))
-    out = ["", "## What was run", "", "| | |", "|---|---|"]
-    out += [f"| {name} | {value} |" for name, value in rows]
+    out = ["", "## What was run", ""]
+    out += [f"- **{name}**: {value}" for name, value in rows]
     if facts.get("demo"):
         out += ["", "The demo multiplies the simulator's fault odds: its rates show the effect, "
                 "not the incident's size."]  # fmt: skip

@@ -104,10 +104,10 @@ def test_run_two_variants_end_to_end(tmp_path: Path) -> None:
     head = md.split("## Verdict")[0]
     assert "## What was run" in head
     assert f"--seed {seed}" in head  # the command line as typed
-    assert "| harness version | `0.1.0` |" in head
-    assert "| dialect | `dsml-v4` |" in head
-    assert "| seed | 424242 |" in head
-    assert "| server of index_k=bf16 | `sim` |" in head
+    assert "- **harness version**: `0.1.0`" in head
+    assert "- **dialect**: `dsml-v4`" in head
+    assert "- **seed**: 424242" in head
+    assert "- **server of index_k=bf16**: `sim`" in head
     assert "## The simulator's own accuracy" in md
     run_meta = json.loads((out / "run.json").read_text())
     assert run_meta["duration_s"] > 0

@@ -81,7 +81,7 @@ def test_narrow_lines_drop_fields_never_numbers(width: int) -> None:
     kept = line.split("  ")[-1].split(" · ")
     assert all(f in full for f in kept)
     if width >= 160:  # room for every field and a bar
-        assert "corrupted" in line
+        assert "corrupt sessions" in line
         assert "transport err" in line
         assert "ETA" in line
         assert "━" in line
@@ -98,7 +98,7 @@ def test_the_view_lays_out_one_line_per_variant_and_the_run() -> None:
     lines = cli_progress.ProgressView(p).lines(80)
     assert lines[0].startswith("run: 1/16 turns")
     assert lines[1].startswith("index_k=bf16")
-    assert lines[1].endswith("waiting")
+    assert "waiting" in lines[1]
     assert "1/8 turns" in lines[2]
     assert "ETA" in lines[2]
     assert all(len(line) <= 80 for line in lines)
