@@ -100,7 +100,11 @@ def check_report(run_dir: Path, png: Path) -> list[str]:
 
 
 def tmux_capture(
-    command: list[str], width: int = 80, height: int = 30, limit_s: float = 240.0
+    command: list[str],
+    width: int = 80,
+    height: int = 30,
+    limit_s: float = 240.0,
+    cwd: Path = ROOT,
 ) -> list[str]:
     """Run ``command`` in a detached tmux pane of ``width`` x ``height`` and capture the pane
     every half second until the command ends (or ``limit_s``); returns the captures."""
@@ -111,7 +115,7 @@ def tmux_capture(
     env = {**os.environ, "TERM": "xterm-256color"}
     size = ["-x", str(width), "-y", str(height)]
     subprocess.run([*tmux, "-f", "/dev/null", "new-session", "-d", "-s", name, *size,
-                    "-c", str(ROOT), shell], check=True, env=env)  # fmt: skip
+                    "-c", str(cwd), shell], check=True, env=env)  # fmt: skip
     captures: list[str] = []
     try:
         end = time.monotonic() + limit_s
@@ -189,12 +193,29 @@ def main() -> int:
     args = ap.parse_args()
     run_dir = args.run_dir
     if run_dir is None:
-        run_dir = Path(tempfile.mkdtemp()) / "demo"
-        cmd = [sys.executable, "-m", "harness.cli", "run", "--demo", "--out", str(run_dir)]
-        captures = tmux_capture(cmd)
+        where = Path(tempfile.mkdtemp())
+        run_dir = where / "reports" / "demo"
+        cmd = [sys.executable, "-m", "harness.cli", "run", "--demo", "--out", "reports/demo"]
+        captures = tmux_capture(cmd, cwd=where)
         problems = check_progress(captures, ["index_k=fp8", "index_k=bf16"])
-        (args.out / "progress.txt").write_text(last_running(captures).rstrip() + "\n")
-    problems = check_report(run_dir, args.out / "report.png")
+        running = [c for c in captures if _running(c)] or [""]
+        shown = running[len(running) * 3 // 4].rstrip()  # the last variant well under way
+        (args.out / "progress.txt").write_text(shown + "\n")
+        print(f"progress: {len(captures)} captures; problems: {problems or 'none'}")
+        print(shown)
+    full = Path(tempfile.mkdtemp()) / "report-full.png"
+    problems = check_report(run_dir, full)
+    from PIL import Image
+
+    with Image.open(full) as img:  # the top of the page: what was run, verdict, tables
+        img.crop((0, 0, img.width, min(img.height, 2300))).save(args.out / "report.png")
+    for name in ("corruption_by_variant", "corruption_by_context", "corruption_by_inflight",
+                 "label_mix", "server_metrics"):  # fmt: skip
+        plot = run_dir / "plots" / f"{name}.png"
+        if plot.is_file():
+            shutil.copy(plot, args.out / f"demo_{name}.png")
+    print(f"report: {args.out / 'report.png'}; problems: {problems or 'none'}")
+    print(f"run folder: {run_dir}")
     return 1 if problems else 0
 
 

@@ -43,7 +43,7 @@ def run_facts(meta: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
         "model": meta.get("model") or (", ".join(models) if models else None),
         "dialect": meta.get("dialect"),
         "scenario": meta.get("scenario"),
-        "target": meta.get("target") or meta.get("endpoint"),
+        "target": _target(meta, args),
         "sessions": meta.get("sessions"),
         "concurrency": meta.get("concurrency"),
         "workers": meta.get("workers"),
@@ -57,6 +57,14 @@ def run_facts(meta: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
         "servers": servers or None,
     }
     return {k: v for k, v in facts.items() if v is not None}
+
+
+def _target(meta: Mapping[str, Any], args: Mapping[str, Any]) -> str | None:
+    """The target as the command line gave it (the default target file by its name)."""
+    given = args.get("target") or meta.get("endpoint") or args.get("endpoint")
+    if given:
+        return str(given)
+    return f"{Path(str(meta['target'])).name} (the default)" if meta.get("target") else None
 
 
 def _cell(value: Any) -> str:
