@@ -6,7 +6,7 @@
 runs ``harness run --demo`` in a tmux pane (unless --run-dir names a run already made),
 captures the pane while it runs, checks the progress lines, screenshots the run's
 report.html, checks that the page rendered its plots, and writes ``progress.txt`` (the last
-capture taken while the load ran) and ``report.png`` to --out. tests/test_screens.py uses the
+capture taken while the load ran) and ``report.png`` to --out. tests/cli/test_screens.py uses the
 same functions on a small run. Needs tmux and chromium (Debian: apt-get install tmux chromium).
 """
 
