@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import re
 import subprocess
@@ -167,3 +168,22 @@ def test_help_shows_defaults_and_groups_and_typos_get_a_guess() -> None:
     cmd = subprocess.run([sys.executable, "-m", "harness.cli", "reprot", "x"],
                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert "did you mean report?" in cmd.stderr
+
+
+@pytest.mark.slow
+def test_ci_lines_count_the_turns_of_worker_processes(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", "--sessions", "4", "--turns", "4",
+         "--max-context", "9000", "--ab", "index_k=fp8,bf16", "--speed", "10", "--workers", "2",
+         "--progress-interval", "0.3", "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
+    for variant in ("index_k=fp8", "index_k=bf16"):
+        n = sum(r["variant"] == variant for r in rows)
+        last = [line for line in proc.stderr.splitlines()
+                if line.startswith(f"progress {variant} ")][-1]  # fmt: skip
+        assert f" {n}/{n} turns · done in " in last
+        assert "4/4 sessions done" in last
