@@ -165,6 +165,10 @@ def test_help_shows_defaults_and_groups_and_typos_get_a_guess() -> None:
     assert typo.returncode == 2
     assert "did you mean --sessions?" in typo.stderr
     assert len(typo.stderr.strip().splitlines()) == 1
+    sim = subprocess.run([sys.executable, "-m", "harness.cli", "sim", "--help"],
+                         capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert "(default: 30000)" in sim.stdout
+    assert "(default: bf16)" in sim.stdout
     cmd = subprocess.run([sys.executable, "-m", "harness.cli", "reprot", "x"],
                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert "did you mean report?" in cmd.stderr
