@@ -83,15 +83,19 @@ def variant_line(v: VariantCounts, now: float, width: int | None = None, name_w:
     return text(keep)
 
 
-def run_line(progress: Progress, now: float) -> str:
-    """The whole run in one line (shown above the variants when there are several)."""
+def run_line(progress: Progress, now: float, width: int | None = None) -> str:
+    """The whole run in one line (shown above the variants when there are several); within
+    ``width``, the load time goes first, then the ETA."""
     vs = list(progress.variants.values())
     done = sum(v.turns for v in vs)
     planned = sum(v.planned_turns for v in vs)
     elapsed = sum(v.elapsed_s(now) for v in vs)
     left = (planned - done) * elapsed / done if done else None
     eta = "?" if left is None else _clock(max(0.0, left))
-    return f"run: {done:,}/{planned:,} turns · {_clock(elapsed)} of load · ETA {eta}"
+    parts = [f"run: {done:,}/{planned:,} turns", f"ETA {eta}", f"{_clock(elapsed)} of load"]
+    while width is not None and len(parts) > 1 and len(" · ".join(parts)) > width:
+        parts.pop()
+    return " · ".join(parts)
 
 
 class ProgressView:
@@ -104,7 +108,7 @@ class ProgressView:
         now = time.monotonic()
         vs = list(self.progress.variants.values())
         name_w = min(max((len(v.label) for v in vs), default=0), max(8, width // 3))
-        out = [run_line(self.progress, now)] if len(vs) > 1 else []
+        out = [run_line(self.progress, now, width)] if len(vs) > 1 else []
         out += [variant_line(v, now, width, name_w) for v in vs]
         return [line[:width] if len(line) > width else line for line in out]
 

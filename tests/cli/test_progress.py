@@ -103,6 +103,8 @@ def test_the_view_lays_out_one_line_per_variant_and_the_run() -> None:
     assert "1/8 turns" in lines[2]
     assert "ETA" in lines[2]
     assert all(len(line) <= 80 for line in lines)
+    narrow = cli_progress.ProgressView(p).lines(30)
+    assert narrow[0] == "run: 1/16 turns · ETA 0:00"  # the load time gave way, not a number
 
 
 def test_logs_go_through_the_display_console() -> None:
