@@ -92,9 +92,11 @@ def run_line(progress: Progress, now: float, width: int | None = None) -> str:
     elapsed = sum(v.elapsed_s(now) for v in vs)
     left = (planned - done) * elapsed / done if done else None
     eta = "?" if left is None else _clock(max(0.0, left))
-    parts = [f"run: {done:,}/{planned:,} turns", f"ETA {eta}", f"{_clock(elapsed)} of load"]
-    while width is not None and len(parts) > 1 and len(" · ".join(parts)) > width:
-        parts.pop()
+    parts = [f"run: {done:,}/{planned:,} turns", f"{_clock(elapsed)} of load", f"ETA {eta}"]
+    for drop in (1, 1):  # the load time gives way first, then the ETA
+        if width is None or len(parts) == 1 or len(" · ".join(parts)) <= width:
+            break
+        parts.pop(min(drop, len(parts) - 1))
     return " · ".join(parts)
 
 
