@@ -242,6 +242,8 @@ class _Feed:
                 self.report = msg[1]
             elif kind == "e":  # the worker failed (the traceback is in its own log)
                 self.error = msg[1]
+            elif kind == "l":  # ("l", level, logger, message): a log record of the worker
+                logging.getLogger(msg[2]).log(msg[1], "%s", msg[3])
             if lines and kind != "t":
                 self.writer.write_lines(b"".join(lines), len(lines))
                 lines = []
