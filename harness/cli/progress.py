@@ -1,9 +1,10 @@
 """What ``harness run`` shows while it runs: one line per variant, in turns.
 
-On a terminal, a live display (rich) with a line per variant: turns done of planned, sessions,
-corrupted sessions and their rate so far, transport errors, the ETA and a bar; log records and
-announcements are printed above it, never over it. A narrow terminal drops whole fields (the
-bar first, the ETA next), never cuts a number. Without a terminal (CI), the same line for the
+On a terminal, a live display (rich) with a line per variant: turns done of planned, the ETA,
+corrupted sessions and their rate so far, transport errors, sessions done, and a bar; log
+records and announcements are printed above it, never over it. A narrow terminal drops whole
+fields (the bar first, then a count of cancelled turns, a zero count of transport errors, the
+sessions done, the ETA), never cuts a number. Without a terminal (CI), the same line for the
 variant being driven every ``interval`` seconds, and once more when a variant finishes, so a
 CI log shows the run moving.
 """
