@@ -9,6 +9,7 @@ from pathlib import Path
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import workers as workers_arg
+from harness.client import DEFAULT_REQUEST_TIMEOUT
 
 DEMO_HELP = (
     "index_k=fp8 against bf16, 48 sessions, the simulator's fault odds x4 and its latencies /4 "
@@ -128,7 +129,7 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
     load.add_argument(
         "--request-timeout",
         type=_positive_float,
-        default=120.0,
+        default=DEFAULT_REQUEST_TIMEOUT,
         metavar="SECONDS",
         help="a request with no byte for this long fails as a timeout",
     )

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.summary import fmt_pct
-
-OUTCOMES_FILE = "outcomes.json"
+from harness.record.rundir import OUTCOMES_FILE
 
 
 def run_facts(meta: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:

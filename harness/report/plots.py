@@ -255,21 +255,26 @@ METRIC_UNITS: dict[str, tuple[str, str, bool]] = {
 
 
 def metric_panels(metrics: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(metrics to draw, metrics left out because every value is zero). A server's own name
-    is dropped when the harness's name for it is there (``running`` for
-    ``sglang:num_running_reqs``, ...): one panel per quantity."""
-    from harness.target.metrics import SOURCES
-
-    names = [str(n) for n in pd.unique(metrics["name"])]
-    present = set(names)
-    dup = {src for norm, srcs in SOURCES.items() if norm in present for src in srcs}
+    """(metrics to draw, metrics left out because every value is zero). A series that repeats
+    another one value for value (the server's ``sglang:num_running_reqs`` beside the
+    harness's ``running`` for it) is drawn once, under the harness's name: one panel per
+    quantity."""
+    names = sorted((str(n) for n in pd.unique(metrics["name"])), key=lambda n: ":" in n)
+    keys = [c for c in ("variant", "repeat", "t") if c in metrics]
+    seen: set[tuple[Any, ...]] = set()
     keep: list[str] = []
     zero: list[str] = []
     for name in names:
-        if name in dup:
+        rows = metrics[metrics["name"] == name].sort_values(keys)
+        values = pd.to_numeric(rows["value"], errors="coerce")
+        series = tuple(zip(*(rows[k].tolist() for k in keys), values.round(9).tolist(),
+                           strict=True))  # fmt: skip
+        if series in seen:
             continue
-        values = pd.to_numeric(metrics.loc[metrics["name"] == name, "value"], errors="coerce")
+        seen.add(series)
         (keep if values.fillna(0).abs().max() > 0 else zero).append(name)
+    order = [str(n) for n in pd.unique(metrics["name"])]
+    keep.sort(key=order.index)
     return keep[:MAX_METRICS], zero
 
 
