@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,6 @@ from harness.argtypes import api_key_from_env
 from harness.cli.gates import EXIT_OK, EXIT_USAGE, apply_gates, check_gate_args
 from harness.errors import UsageError
 from harness.record.rundir import TURNS_FILE
-from harness.verdict.batch import classify_files
 
 
 def _run_dir(path: Path) -> Path:
@@ -40,6 +38,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
+    from harness.verdict.batch import classify_files  # numpy, jsonschema: not for --help
+
     stats: Any = classify_files(args.input, args.output)
     for err in getattr(stats, "errors", []):
         print(f"harness classify: {err}", file=sys.stderr)
@@ -47,6 +47,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    import asyncio  # here: --help does not need the event loop
+
     from harness.run.replay import ReplayOptions, format_replay, replay
 
     if args.load < 0:
