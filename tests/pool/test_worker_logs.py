@@ -11,7 +11,8 @@ import pytest
 
 from harness.drive.driver import Progress
 from harness.pool import parent
-from harness.pool.child import HEADER, Channel, LogsToParent
+from harness.pool.child import Channel, LogsToParent
+from harness.pool.protocol import HEADER, LogLine
 
 
 async def test_a_workers_records_become_messages_to_the_parent() -> None:
@@ -32,7 +33,7 @@ async def test_a_workers_records_become_messages_to_the_parent() -> None:
     (size,) = HEADER.unpack(data[: HEADER.size])
     messages = pickle.loads(data[HEADER.size : HEADER.size + size])
     assert messages == [
-        ("l", logging.WARNING, "harness.test.worker", "worker 2/3: event-loop lag p99 140 ms")
+        LogLine(logging.WARNING, "harness.test.worker", "worker 2/3: event-loop lag p99 140 ms")
     ]
     assert local.stream.getvalue() == ""  # type: ignore[attr-defined]
 
@@ -49,7 +50,7 @@ def test_the_parent_logs_what_a_worker_sent(caplog: pytest.LogCaptureFixture) ->
     feed = parent._Feed.__new__(parent._Feed)
     feed.progress, feed.transcripts, feed.writer = Progress(), None, None  # type: ignore[assignment]
     with caplog.at_level(logging.WARNING):
-        feed._take([("l", logging.WARNING, "harness.drive.driver", "worker 1/2: lag")])
+        feed._take([LogLine(logging.WARNING, "harness.drive.driver", "worker 1/2: lag")])
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
         ("harness.drive.driver", logging.WARNING, "worker 1/2: lag")
     ]
