@@ -75,7 +75,7 @@ class Turn(NamedTuple):
 
     line: bytes
     corrupted: bool
-    transport_error: str | None  # "kind: message"; a cancelled turn is counted apart
+    transport_error: bool  # a failure of the server's (a cancelled turn is none)
     repeat: int
     session: int
 
@@ -108,9 +108,13 @@ class LogLine(NamedTuple):
 
 
 class Failed(NamedTuple):
-    """The worker failed (the traceback is in its own log)."""
+    """The worker failed (the traceback is in its own log); or, with ``kind``, its variant
+    cannot go on (the ``HarnessError`` class its drive raised: ``EndpointRefused``,
+    ``ServerUnanswering``), which the parent raises again."""
 
     error: str
+    kind: str = ""
+    whole_run: bool = False
 
 
 def encode(message: Any) -> bytes:
