@@ -72,7 +72,6 @@ LAZY_HEAVY: set[tuple[str, str]] = {
     ("harness.cli.inspection", "harness.report.build"),
     ("harness.cli.inspection", "harness.run.replay"),  # scipy
     ("harness.cli.inspection", "harness.verdict.batch"),  # numpy, jsonschema
-    ("harness.cli.run", "harness.report.build"),
     ("harness.cli.finish", "harness.report.build"),
     ("harness.analysis.sequential", "harness.analysis.stats"),  # scipy
 }
