@@ -47,3 +47,19 @@ def workers(text: str) -> int | str:
 
 def api_key_from_env(name: str) -> str | None:
     return os.environ.get(name) or None
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, when it has one the text does not already say."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or "%(default)" in text
+            or default in (None, False, [], argparse.SUPPRESS)
+            or not action.option_strings
+        ):
+            return action.help
+        return f"{text} (default: %(default)s)"

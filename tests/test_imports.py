@@ -71,6 +71,7 @@ LAZY_HEAVY: set[tuple[str, str]] = {
     ("harness.cli.gates", "harness.report.build"),  # pandas, matplotlib
     ("harness.cli.inspection", "harness.report.build"),
     ("harness.cli.inspection", "harness.run.replay"),  # scipy
+    ("harness.cli.inspection", "harness.verdict.batch"),  # numpy, jsonschema
     ("harness.cli.finish", "harness.report.build"),
     ("harness.analysis.sequential", "harness.analysis.stats"),  # scipy
 }

@@ -76,6 +76,28 @@ def label_mix_frame(df: pd.DataFrame, order: Sequence[str] | None = None) -> pd.
     return mix.loc[rows, cols]
 
 
+def label_counts_frame(df: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
+    """Turns of each label per variant (rows: variants in order; columns: labels)."""
+    counts = pd.crosstab(df["variant"], df["label"])
+    cols = [lab for lab in ALL_LABELS if lab in counts.columns]
+    cols += [c for c in counts.columns if c not in cols]
+    rows = [v for v in (order or list(pd.unique(df["variant"]))) if v in counts.index]
+    return counts.loc[rows, cols]
+
+
+def corruption_events(df: pd.DataFrame) -> pd.DataFrame:
+    """When each corrupted turn was sent: seconds since the first request of its variant and
+    repeat (the time axis of the server metrics), with its label."""
+    cols = ["variant", "repeat", "t", "label"]
+    if "sent_at" not in df or df.empty:
+        return pd.DataFrame(columns=cols)
+    rows = df[df["sent_at"].notna()]
+    first = rows.groupby(["variant", "repeat"])["sent_at"].transform("min")
+    bad = rows[rows["is_corrupted"]]
+    out = bad.assign(t=bad["sent_at"] - first[bad.index])
+    return out[cols].reset_index(drop=True)
+
+
 def latency_frame(df: pd.DataFrame) -> pd.DataFrame:
     return df.loc[~df["is_transport"], ["variant", "ttft_s", "itl_s", "latency_s"]].reset_index(
         drop=True

@@ -4,7 +4,6 @@ replay."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from harness.cli.limits import limits_from
 from harness.errors import UsageError
 from harness.record.rundir import TURNS_FILE
 from harness.run.merge import merge_shards
-from harness.verdict.batch import classify_files
 
 
 def _run_dir(path: Path) -> Path:
@@ -64,6 +62,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
+    from harness.verdict.batch import classify_files  # numpy, jsonschema: not for --help
+
     stats: Any = classify_files(args.input, args.output)
     for err in getattr(stats, "errors", []):
         print(f"harness classify: {err}", file=sys.stderr)
@@ -71,6 +71,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    import asyncio  # here: --help does not need the event loop
+
     from harness.run.replay import ReplayOptions, format_replay, replay
 
     if args.load < 0:

@@ -8,27 +8,69 @@ unreachable); 128 + N when signal N stopped the run (130 Ctrl-C, 143 SIGTERM, 12
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 from harness import __version__
+from harness.argtypes import DefaultsHelpFormatter
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
-from harness.argtypes import workers as workers_arg
 from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
 from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
 from harness.cli.limits import add_limit_args
+from harness.cli.run_options import add_run_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.errors import EnvironmentFailure, HarnessError
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors in one line that says what to fix, not the whole usage block."""
+    """Usage errors in one line that says what to fix (and what was probably meant), not the
+    whole usage block."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+        hint = did_you_mean(self, message)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{hint} (see: {self.prog} --help)\n")
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` and of its subcommands."""
+    out = list(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += [o for o in _options(sub) if o not in out]
+    return out
+
+
+def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """ "; did you mean --sessions?" for a mistyped option or command (difflib)."""
+    unknown = re.match(r"unrecognized arguments: (.+)", message)
+    if unknown:
+        guesses, misplaced = [], []
+        known = _options(parser)
+        for word in unknown.group(1).split():
+            flag = word.split("=", 1)[0]
+            if flag in known:  # right name, wrong place (e.g. -v after the command)
+                misplaced.append(flag)
+            elif flag.startswith("-"):
+                guesses += difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        if misplaced:
+            return f"; {' '.join(misplaced)} belongs to another place on the command line"
+        return f"; did you mean {' '.join(guesses)}?" if guesses else ""
+    choice = re.match(r"argument [^:]+: invalid choice: '([^']*)' \(choose from (.+)\)", message)
+    if choice:
+        options = re.findall(r"'([^']*)'", choice.group(2))
+        guesses = difflib.get_close_matches(choice.group(1), options, n=1, cutoff=0.5)
+        return f"; did you mean {guesses[0]}?" if guesses else ""
+    return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,121 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
 
-    run = sub.add_parser("run", help="drive concurrent tool-call sessions and judge every turn")
-    run.add_argument(
-        "--scenario", type=Path, help="workload TOML (default: scenarios/coding_agent.toml)"
+    run = sub.add_parser(
+        "run",
+        help="drive concurrent tool-call sessions and judge every turn",
+        description="Drive concurrent multi-turn tool-call sessions against each variant's "
+        "server, judge every turn, write the run folder and the report, apply the CI gates.",
     )
-    run.add_argument(
-        "--sessions", type=_positive_int, help="sessions per variant (default: the scenario's)"
-    )
-    run.add_argument(
-        "--concurrency", type=_positive_int, help="requests in flight at most (default: sessions)"
-    )
-    run.add_argument(
-        "--workers",
-        type=workers_arg,
-        metavar="N|auto",
-        help="processes driving each variant's sessions, each with its own event loop and "
-        "client (default: auto: one per core from 256 requests in flight on, one below)",
-    )
-    run.add_argument(
-        "--ab",
-        action="append",
-        default=[],
-        metavar="FACTOR=L1,L2",
-        help="a factor and its levels; repeat for a matrix (the first level is the baseline)",
-    )
-    run.add_argument(
-        "--target",
-        type=Path,
-        metavar="FILE",
-        help="target file: how each factor level becomes a server (launch, endpoint or hook "
-        "mode; default: scenarios/targets/sim.toml, the simulator)",
-    )
-    run.add_argument(
-        "--target-var",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="override a [vars] entry of the target file; repeatable",
-    )
-    run.add_argument("--endpoint", help="base URL of one server already up (no --ab)")
-    run.add_argument("--model", help="model name sent in requests (default: the target's)")
-    run.add_argument(
-        "--repeats",
-        type=_positive_int,
-        default=1,
-        help="run each variant this many times, interleaved (ABAB...)",
-    )
-    run.add_argument(
-        "--order", choices=("abab", "abba"), default="abab", help="how repeats interleave"
-    )
-    run.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the plan (variants, order, commands, URLs) and start nothing",
-    )
-    run.add_argument(
-        "--run-timeout",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="stop the whole run after this long (exit code 3)",
-    )
-    run.add_argument(
-        "--resume",
-        type=Path,
-        metavar="RUN_DIR",
-        help="continue an interrupted run without redoing finished sessions",
-    )
-    run.add_argument(
-        "--until-significant",
-        action="store_true",
-        help="add --sessions more sessions per variant, round after round, until every "
-        "comparison with the baseline is decided or --max-sessions is spent",
-    )
-    run.add_argument(
-        "--max-sessions",
-        type=_positive_int,
-        metavar="N",
-        help="with --until-significant: the most sessions per variant",
-    )
-    run.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        metavar="NAME",
-        help="environment variable holding the API key (sent as a bearer token)",
-    )
-    run.add_argument("--turns", type=_positive_int, help="max turns per session")
-    run.add_argument(
-        "--max-context",
-        type=_positive_int,
-        help="end a session once its prompt has this many tokens",
-    )
-    run.add_argument("--seed", type=int, default=1)
-    run.add_argument("--out", type=Path, help="run folder (default: reports/<run-id>)")
-    run.add_argument("--no-stream", action="store_true", help="send non-streamed requests")
-    run.add_argument(
-        "--on-corruption",
-        choices=("retry", "stop"),
-        default="retry",
-        help="re-send a corrupted turn (keeps the load) or end its session",
-    )
-    run.add_argument(
-        "--request-timeout",
-        type=_positive_float,
-        default=DEFAULT_REQUEST_TIMEOUT,
-        metavar="SECONDS",
-        help="a request with no byte for this long fails as a timeout",
-    )
+    add_run_args(run)
     add_limit_args(run)
-    run.add_argument(
-        "--speed",
-        type=_positive_float,
-        default=None,
-        help="simulator only: divide its latencies by this factor",
-    )
-    run.add_argument("--no-progress", action="store_true", help="no live progress display")
-    _add_followup_args(run)
     _add_shard_args(run)
     add_gate_args(run)
     add_trace_args(run)
@@ -209,30 +144,6 @@ def _add_shard_args(p: argparse.ArgumentParser) -> None:
         metavar="TIME",
         help="with --shard: begin the load at this wall time (unix seconds, or ISO 8601 with "
         "its zone), so the shards start together",
-    )
-
-
-def _add_followup_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("transcripts and lone re-runs (see docs/replay.md)")
-    g.add_argument(
-        "--keep-transcripts",
-        action="store_true",
-        help="keep the exact requests of every session in transcripts.jsonl "
-        "(corrupted sessions are always kept)",
-    )
-    g.add_argument(
-        "--confirm",
-        action="store_true",
-        help="after each variant's load, re-send every corrupted turn once alone and mark it "
-        "confirmed_under_load (clean alone) or reproduces_alone (confirm.jsonl)",
-    )
-    g.add_argument(
-        "--reference-sessions",
-        type=_positive_int,
-        default=0,
-        metavar="K",
-        help="after each variant's load, run K of its sessions again one at a time and report "
-        "how often a loaded tool call differs from the lone one (reference.jsonl)",
     )
 
 
@@ -304,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as typed (run.json, the report)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -7,22 +7,23 @@ import asyncio
 import contextlib
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness.analysis.rawcompare import compare_runs
 from harness.argtypes import api_key_from_env
+from harness.cli import progress as cli_progress
 from harness.cli.finish import finish_run
 from harness.cli.gates import check_gate_args
 from harness.cli.limits import limits_from
 from harness.client.fdlimit import ensure_open_files
 from harness.client.raw import check_api
-from harness.drive.driver import Progress as Counts
+from harness.drive.driver import Progress
 from harness.drive.trace_session import check_options
 from harness.errors import ConfigError, EnvironmentFailure, InfrastructureError, UsageError
 from harness.pool.parent import auto_workers
@@ -106,7 +107,30 @@ def _cluster(asked: int | str | None) -> str | None:
     return None
 
 
+#: ``--demo``: what it sets when the flag is not given, and the simulator's fault odds.
+DEMO_AB = "index_k=fp8,bf16"
+DEMO_SESSIONS = 48
+DEMO_SPEED = 4.0
+DEMO_FAULT_SCALE = 4.0
+
+
+def _demo(args: argparse.Namespace) -> list[str]:
+    """--demo: fill in the demo's flags (those not given); the simulator's extra arguments."""
+    if not getattr(args, "demo", False):
+        return []
+    if args.endpoint or args.target or getattr(args, "workload", None):
+        raise UsageError("--demo runs on the simulator: drop --endpoint, --target and --workload")
+    if not args.ab:
+        args.ab = [DEMO_AB]
+    if args.sessions is None:
+        args.sessions = DEMO_SESSIONS
+    if args.speed is None:
+        args.speed = DEMO_SPEED
+    return ["--fault-scale", str(DEMO_FAULT_SCALE)]
+
+
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
+    demo_args = _demo(args)
     scenario = load_scenario(args.scenario).with_overrides(
         sessions=args.sessions, max_turns=args.turns, max_context=args.max_context
     )
@@ -135,6 +159,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     sim_args: list[str] = ["--seed", str(args.seed)]
     if args.speed is not None:
         sim_args += ["--speed", str(args.speed)]
+    sim_args += demo_args
     # with --endpoint and no --model, the name is asked from the server's /v1/models
     model = args.model or (target.served_model or target.model if target else None)
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
@@ -169,6 +194,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         shard=shard,
         start_at=start_at,
         args=saved,
+        command=shlex.join(["harness", *(getattr(args, "argv", None) or sys.argv[1:])]),
         **_workload_options(args, scenario),
     )
 
@@ -242,71 +268,44 @@ def cmd_trace(args: argparse.Namespace) -> int:
 async def _run_with_progress(
     opts: RunOptions,
     run_id: str,
-    show: bool,
+    show: str,
     skip: set[tuple[str, int, int]],
     stop: StopSignals,
+    interval_s: float = 30.0,
 ) -> list[VariantOutcome]:
     task = asyncio.current_task()
     assert task is not None
     stop.attach(task)  # SIGTERM and SIGHUP cancel this task, as Ctrl-C does
     try:
-        return await _progress(opts, run_id, show, skip)
+        return await _progress(opts, run_id, show, skip, interval_s)
     finally:
         stop.detach()
 
 
 async def _progress(
-    opts: RunOptions, run_id: str, show: bool, skip: set[tuple[str, int, int]]
+    opts: RunOptions,
+    run_id: str,
+    show: str,
+    skip: set[tuple[str, int, int]],
+    interval_s: float = 30.0,
 ) -> list[VariantOutcome]:
-    counts = Counts()
-    console = Console(stderr=True)
-    if not show:
-        return await execute(
-            opts, run_id, counts, announce=lambda m: console.print(m, highlight=False), skip=skip
-        )
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn(
-            "sessions · {task.fields[turns]} turns · {task.fields[bad]} corrupted turns "
-            "in {task.fields[bad_sessions]} sessions · {task.fields[errors]} transport errors"
-        ),
-        TimeElapsedColumn(),
-    )
-    total = len(opts.schedule()) * (opts.max_sessions or opts.sessions) - len(skip)
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("run", total=total, turns=0, bad=0, bad_sessions=0, errors=0)
+    """Run under the live display (``show`` "live", a terminal), with a progress line every
+    ``interval_s`` ("lines"), or with the announcements alone ("none")."""
+    counts = Progress()
+    console = Console(stderr=True, highlight=False)
 
-        def update() -> None:
-            bar.update(
-                task,
-                completed=counts.sessions_done,
-                turns=counts.turns,
-                bad=counts.corrupted_turns,
-                bad_sessions=len(counts.corrupted_sessions),
-                errors=counts.transport_errors,
-            )
+    def work(announce: Any) -> Any:
+        return execute(opts, run_id, counts, announce=announce, skip=skip)
 
-        async def refresh() -> None:
-            while True:
-                update()
-                await asyncio.sleep(0.5)
+    if show == "live":
+        return await cli_progress.live(counts, work, console)
 
-        ticker = asyncio.create_task(refresh())
-        try:
-            return await execute(
-                opts,
-                run_id,
-                counts,
-                announce=lambda m: bar.console.print(m, highlight=False),
-                skip=skip,
-            )
-        finally:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
-            update()
+    def write(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if show == "none":
+        return cast("list[VariantOutcome]", await work(write))
+    return await cli_progress.plain(counts, work, write, interval_s)
 
 
 def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
@@ -397,12 +396,13 @@ def _drive_and_report(
     args: argparse.Namespace, opts: RunOptions, run_id: str, skip: set[tuple[str, int, int]]
 ) -> int:
     t0 = time.perf_counter()
-    show = not args.no_progress and sys.stderr.isatty()
+    show = "none" if args.no_progress else "live" if sys.stderr.isatty() else "lines"
     interrupted = infra = None
     outcomes: list[VariantOutcome] = []
     with StopSignals() as stop:
         try:
-            outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip, stop))
+            interval = getattr(args, "progress_interval", 30.0)
+            outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip, stop, interval))
         except KeyboardInterrupt:
             interrupted = "SIGINT"
         except asyncio.CancelledError:

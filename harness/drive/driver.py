@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -28,9 +29,71 @@ from harness.workload.scenario import Scenario
 log = logging.getLogger(__name__)
 
 
+def planned_turns(plan: SessionPlan) -> int:
+    """Turns a session is expected to take: its tool steps and the answer, within its cap."""
+    return max(1, min(plan.max_turns, plan.steps + 1))
+
+
+@dataclass
+class VariantCounts:
+    """One variant's progress (its repeats together): what was planned, what is done.
+
+    ``planned_turns`` starts as the sum of the sessions' plans; a session that ended counts
+    for the rows it made, and a running one for at least the rows it has made so far, so the
+    total only tightens as the run goes.
+    """
+
+    label: str
+    sessions: int = 0
+    sessions_done: int = 0
+    turns: int = 0
+    corrupted_turns: int = 0
+    transport_errors: int = 0
+    cancelled: int = 0
+    corrupted_sessions: set[tuple[int, int]] = field(default_factory=set)
+    started: float | None = None  # time.monotonic() of its first load
+    finished: float | None = None
+    _plan: dict[tuple[int, int], int] = field(default_factory=dict)
+    _rows: dict[tuple[int, int], int] = field(default_factory=dict)
+    _ended: set[tuple[int, int]] = field(default_factory=set)
+    _time_s: float = 0.0  # load seconds of its finished runs (repeats, rounds)
+
+    @property
+    def planned_turns(self) -> int:
+        return sum(
+            self._rows.get(k, 0) if k in self._ended else max(n, self._rows.get(k, 0))
+            for k, n in self._plan.items()
+        )
+
+    @property
+    def running(self) -> bool:
+        return self.started is not None and self.finished is None
+
+    def elapsed_s(self, now: float) -> float:
+        live = (now - self.started) if self.running and self.started is not None else 0.0
+        return self._time_s + live
+
+    def eta_s(self, now: float) -> float | None:
+        """Seconds left at the rate so far (None before the first turn)."""
+        if not self.turns:
+            return None
+        left = max(0, self.planned_turns - self.turns)
+        return left * self.elapsed_s(now) / self.turns
+
+    @property
+    def session_rate(self) -> float | None:
+        """Corrupted sessions over the sessions that have sent a turn."""
+        started = len(self._rows)
+        return len(self.corrupted_sessions) / started if started else None
+
+
 @dataclass
 class Progress:
-    """Counters the CLI renders; updated on the event loop, one turn at a time."""
+    """Counters the CLI renders; updated on the event loop, one turn at a time.
+
+    The run names the variant it drives (``begin``/``end``); the turns counted meanwhile are
+    that variant's, whichever process sent them.
+    """
 
     sessions_total: int = 0
     sessions_done: int = 0
@@ -39,22 +102,73 @@ class Progress:
     transport_errors: int = 0
     corrupted_sessions: set[tuple[int, int]] = field(default_factory=set)
     harness_self: dict[str, Any] | None = None  # the last drive()'s self-report
+    variants: dict[str, VariantCounts] = field(default_factory=dict)
+    current: VariantCounts | None = None
+    _repeat: int = 0
+
+    def expect(self, label: str, plans: list[SessionPlan], repeat: int = 0) -> VariantCounts:
+        """Plan ``plans`` for ``label`` (ahead of the run, so the display shows what is to come)."""
+        v = self.variants.setdefault(label, VariantCounts(label))
+        for p in plans:
+            if (repeat, p.index) not in v._plan:
+                v._plan[(repeat, p.index)] = planned_turns(p)
+                v.sessions += 1
+        return v
+
+    def begin(self, label: str, repeat: int, plans: list[SessionPlan]) -> None:
+        """The run starts driving ``plans`` of ``label``."""
+        v = self.expect(label, plans, repeat)
+        v.started, v.finished = time.monotonic(), None
+        self.current, self._repeat = v, repeat
+
+    def end(self) -> None:
+        v = self.current
+        if v is not None and v.started is not None:
+            v.finished = time.monotonic()
+            v._time_s += v.finished - v.started
+        self.current = None
 
     def on_turn(self, rec: TurnRecord) -> None:
         self.count(
             bool(rec.get("corrupted")),
             server_failure(rec.get("transport_error")),
             (rec.get("repeat", 0), rec["session"]),
+            cancelled=str(rec.get("transport_error") or "").startswith("cancelled"),
         )
 
-    def count(self, corrupted: bool, transport_error: bool, key: tuple[int, int]) -> None:
-        """One finished turn: its verdict and its (repeat, session)."""
+    def count(
+        self, corrupted: bool, transport_error: bool, key: tuple[int, int], cancelled: bool = False
+    ) -> None:
+        """One finished turn: its verdict and its (repeat, session). A turn cancelled because
+        the run was stopped is no transport error."""
         self.turns += 1
+        v = self.current
+        if v is not None:
+            v.turns += 1
+            v._rows[key] = v._rows.get(key, 0) + 1
         if corrupted:
             self.corrupted_turns += 1
             self.corrupted_sessions.add(key)
-        if transport_error:
+            if v is not None:
+                v.corrupted_turns += 1
+                v.corrupted_sessions.add(key)
+        if cancelled:
+            if v is not None:
+                v.cancelled += 1
+        elif transport_error:
             self.transport_errors += 1
+            if v is not None:
+                v.transport_errors += 1
+
+    def session_ended(self, index: int) -> None:
+        """A session of the current variant ran to its end (or was stopped)."""
+        self.sessions_done += 1
+        v = self.current
+        if v is not None:
+            key = (self._repeat, index)
+            if key not in v._ended:
+                v._ended.add(key)
+                v.sessions_done += 1
 
 
 # The cyclic garbage collector's thresholds while sessions run. At the default (700
@@ -224,7 +338,7 @@ async def _drive(
             try:
                 await session.run()
             finally:
-                progress.sessions_done += 1
+                progress.session_ended(plan.index)
                 if gate is not None:
                     session.messages = []  # its history goes with its slot
         if on_session_end is not None:  # only sessions that ran to their end

@@ -34,6 +34,7 @@ from harness.pool.protocol import (
     Failed,
     Grow,
     Job,
+    LogLine,
     Report,
     SessionEnd,
     TranscriptRow,
@@ -48,7 +49,7 @@ from harness.record.turns import TurnRecord, TurnWriter
 
 log = logging.getLogger(__name__)
 
-Message = Turn | TranscriptRow | SessionEnd | Report | Failed
+Message = Turn | TranscriptRow | SessionEnd | LogLine | Report | Failed
 
 
 class Channel:
@@ -79,6 +80,30 @@ class Channel:
             self.out.flush()
         except (BrokenPipeError, ValueError):  # the parent is gone; stdin closes too
             self.broken = True
+
+
+class LogsToParent(logging.Handler):
+    """Log records as ``LogLine`` messages to the parent, which
+    logs them through its own handlers (above its progress display); without a running
+    loop, or once the parent is gone, through this process's own handlers (stderr)."""
+
+    def __init__(self, channel: Channel, who: str, local: list[logging.Handler]) -> None:
+        super().__init__()
+        self.channel, self.who, self.local = channel, who, local
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            asyncio.get_running_loop()
+            running = not self.channel.broken
+        except RuntimeError:
+            running = False
+        if running:
+            self.channel.send(
+                LogLine(record.levelno, record.name, f"{self.who}: {record.getMessage()}")
+            )
+        else:
+            for h in self.local:
+                h.handle(record)
 
 
 class ForwardWriter:
@@ -161,6 +186,11 @@ async def serve(out: IO[bytes]) -> int:
         format=f"%(levelname)s worker {job.worker + 1}/{job.workers} %(name)s: %(message)s",
     )
     channel = Channel(out)
+    root = logging.getLogger()
+    local = list(root.handlers)
+    for h in local:  # log records go to the parent, which shows them above its display
+        root.removeHandler(h)
+    root.addHandler(LogsToParent(channel, f"worker {job.worker + 1}/{job.workers}", local))
     limit = asyncio.Semaphore(job.options.concurrency)
     task = asyncio.create_task(work(job, channel, limit))
     stop = asyncio.create_task(listen(reader, limit))  # returns at EOF: the parent says stop

@@ -67,6 +67,7 @@ from harness.pool.protocol import (
     Failed,
     Grow,
     Job,
+    LogLine,
     Report,
     SessionEnd,
     SessionSource,
@@ -265,7 +266,7 @@ class _Feed:
                 if self.transcripts is not None:
                     self.transcripts.write_line(msg.line)
             elif isinstance(msg, SessionEnd):
-                self.progress.sessions_done += 1
+                self.progress.session_ended(msg.session)
                 self.ended[msg.session] = msg.ended
                 if self.on_session_end is not None:
                     self.on_session_end(msg.session, msg.ended)
@@ -276,6 +277,11 @@ class _Feed:
                 self.error = msg.error
                 if msg.kind:  # the variant cannot go on: the same error as in one process
                     self.stop = variant_stop(msg.error, msg.kind, msg.whole_run)
+            elif isinstance(msg, LogLine):  # a log record of the worker: logged here
+                logging.getLogger(msg.logger).log(msg.level, "%s", msg.message)
+            if lines:  # the turns before it, written once it is handled
+                self.writer.write_lines(b"".join(lines), len(lines))
+                lines = []
         if lines:
             self.writer.write_lines(b"".join(lines), len(lines))
 
@@ -367,8 +373,9 @@ async def drive_workers(
         await _follow(pool, feeds, len(shards))
     finally:
         for part in shards[: len(feeds)]:
-            done = sum(1 for p in part if p.index in ended)
-            progress.sessions_done += len(part) - done  # cancelled: counted as done, as drive()
+            for p in part:  # cancelled: counted as done, as drive()
+                if p.index not in ended:
+                    progress.session_ended(p.index)
         parent = me.stop()
         parent["cpu_s"] = time.process_time() - cpu0
         progress.harness_self = combine([f.report for f in feeds if f.report is not None], parent)

@@ -4,7 +4,7 @@ Each message travels in a frame: a 4-byte big-endian length, then a pickle (both
 package on the same Python). Parent to worker: the ``Job`` first, then ``Grow`` messages.
 Worker to parent: the ``READY`` bytes once (imported, waiting for its job), then frames that
 each hold a list of messages, one frame per turn of the worker's event loop: ``Turn``,
-``TranscriptRow``, ``SessionEnd``, and last ``Report``, or ``Failed``.
+``TranscriptRow``, ``SessionEnd``, ``LogLine``, and last ``Report``, or ``Failed``.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Turn(NamedTuple):
 
     line: bytes
     corrupted: bool
-    transport_error: bool
+    transport_error: bool  # a failure of the server's (a cancelled turn is none)
     repeat: int
     session: int
 
@@ -97,6 +97,14 @@ class Report(NamedTuple):
     """The worker's self-report: its last message."""
 
     report: dict[str, Any]
+
+
+class LogLine(NamedTuple):
+    """A log record of the worker, for the parent to log (above its progress display)."""
+
+    level: int
+    logger: str
+    message: str
 
 
 class Failed(NamedTuple):

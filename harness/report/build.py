@@ -28,6 +28,7 @@ from harness.record.rundir import (
     TIDY_FILE,
     TURNS_FILE,
 )
+from harness.report import facts as report_facts
 from harness.report import html as report_html
 from harness.report import plots
 from harness.report.confirm import markdown as confirm_markdown
@@ -153,6 +154,7 @@ def render_markdown(
 ) -> str:
     out = [
         f"# Corruption report: run {summary['run_id']}",
+        *report_facts.run_markdown(summary),
         "",
         "## Verdict",
         "",
@@ -170,6 +172,7 @@ def render_markdown(
         out += ["", "Harness errors (the harness failed on these turns: counted neither for nor "
                 "against the server; see the log for the traceback): "
                 + ", ".join(f"`{label}` {n}" for label, n in failed if n)]  # fmt: skip
+    out += report_facts.cancelled_markdown(summary["variants"])
     if summary["comparisons"]:
         out += ["", "## Comparisons with the baseline", "",
                 "| variant | unit | rate | baseline | difference [95% CI] | p | p (Holm) |",
@@ -180,10 +183,7 @@ def render_markdown(
                        f"{fmt_pct(c['rate_a'])} | "
                        f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
-    out += confirm_markdown(summary)
-    out += cache_markdown(summary)
-    if any(v.get("harness_self") for v in summary["variants"]):
-        out += self_report_lines(summary)
+    out += shared_sections(summary)
     if plot_files:
         out += ["", "## Plots", ""]
         out += [f"![{name}]({rel})" for name, rel in plot_files.items()]
@@ -211,6 +211,17 @@ def render_markdown(
             fence = _fence(body)
             out += ["", fence + "text", body, fence, ""]
     return printable("\n".join(out) + "\n")
+
+
+def shared_sections(summary: Summary) -> list[str]:
+    """The sections after the comparisons, as Markdown: report.md has them as they are,
+    report.html renders the same Markdown."""
+    out = list(confirm_markdown(summary))
+    out += report_facts.sim_accuracy_markdown(summary["variants"])
+    out += cache_markdown(summary)
+    if any(v.get("harness_self") for v in summary["variants"]):
+        out += self_report_lines(summary)
+    return out
 
 
 def cache_markdown(summary: Summary) -> list[str]:
@@ -303,6 +314,7 @@ def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summa
             f"INTERRUPTED ({interrupted}): the run was cut short, these numbers cover only the "
             f"turns done. {summary['verdict']}"
         )
+    summary["run"] = report_facts.run_facts(run.meta, run.run_dir)
     return summary
 
 
@@ -322,7 +334,13 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
     (run_dir / REPORT_MD).write_text(
         render_markdown(summary, summary["plots"], examples), encoding="utf-8"
     )
-    html = report_html.render_html(summary, made, examples)
+    html = report_html.render_html(
+        summary,
+        made,
+        examples,
+        opening=report_facts.markdown_html(report_facts.run_markdown(summary)),
+        shared=report_facts.markdown_html(shared_sections(summary)),
+    )
     (run_dir / REPORT_HTML).write_text(html, encoding="utf-8")
     log.info("report written to %s", run_dir / REPORT_HTML)
     return summary
@@ -391,7 +409,7 @@ def compare_markdown(cmp: Mapping[str, Any]) -> str:
     head += (f" (run {cmp['run_b']} against run {cmp['run_a']}: one-sided Fisher exact test on "
              f"corrupted sessions, Holm-corrected, alpha {cmp['alpha']}).")  # fmt: skip
     cols = ["variant", "sessions A", "sessions B", "change [95% CI]", "p (two-sided)",
-            "p rise (Holm)", "turns A", "turns B", ""]  # fmt: skip
+            "p rise (Holm)", "turns A", "turns B", "regression"]  # fmt: skip
     out = [f"# Compare {cmp['run_a']} -> {cmp['run_b']}", "", head, "",
            "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
     for r in cmp["variants"]:

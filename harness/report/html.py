@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.summary import fmt_p, fmt_pct
+from harness.report.facts import cancelled_markdown
 
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -41,6 +42,11 @@ def comparison_line(c: Mapping[str, Any]) -> str:
     if c.get("significant"):
         return f"{c['b']}: {hint}."
     return f"{c['verdict']}; {hint}."
+
+
+def _note(lines: list[str]) -> str:
+    text = " ".join(line for line in lines if line)
+    return f"<p class='meta'>{_e(text)}</p>" if text else ""
 
 
 def _e(value: Any) -> str:
@@ -124,7 +130,11 @@ def render_html(
     summary: Mapping[str, Any],
     plot_paths: Mapping[str, Path],
     examples: Mapping[str, list[dict[str, Any]]],
+    opening: str = "",
+    shared: str = "",
 ) -> str:
+    """The page. ``opening`` (what was run) and ``shared`` (the sections after the
+    comparisons) are the HTML of report.md's same sections (harness.report.facts)."""
     clean = not any(c.get("significant") for c in summary["comparisons"]) and not any(
         v["corrupted_sessions"] for v in summary["variants"]
     )
@@ -134,21 +144,18 @@ def render_html(
         f"<title>Corruption report: {_e(summary['run_id'])}</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>Corruption report: run {_e(summary['run_id'])}</h1>",
+        opening,
+        "<h2>Verdict</h2>",
         f"<div class='verdict{' clean' if clean else ''}'>{_e(summary['verdict'])}</div>",
         "<ul>" + "".join(f"<li>{_e(comparison_line(c))}</li>" for c in sess) + "</ul>",
         f"<p class='meta'>Baseline: <code>{_e(summary['baseline'])}</code>. "
         f"{_e(METHOD.format(summary['confidence']))}</p>",
         "<h2>Variants</h2>", _variants(summary),
+        _note(cancelled_markdown(summary["variants"])),
     ]  # fmt: skip
     if summary["comparisons"]:
         parts += ["<h2>Comparisons with the baseline</h2>", _comparisons(summary)]
-    if summary.get("harness_saturated"):
-        parts.append(
-            "<p><b>Warning: the harness was itself saturated in "
-            f"{_e(', '.join(summary['harness_saturated']))}</b>; its lag adds to the latencies "
-            "reported, and the server saw less concurrency than asked (summary.json: "
-            "harness_self).</p>"
-        )
+    parts.append(shared)
     if plot_paths:
         parts.append("<h2>Plots</h2>")
         parts += [_img(p, name) for name, p in plot_paths.items() if p.is_file()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,37 +81,107 @@ def plot_rates(summary: analysis.Summary, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_buckets(frame: pd.DataFrame, path: Path, title: str, xlabel: str) -> Path:
-    """Turn corruption rate per bucket (x) and variant (one line each) with Wilson intervals."""
-    fig, ax = plt.subplots(figsize=(10, 4.2))
+#: A bucket with fewer turns than this gets no interval (it would say little), only its count.
+MIN_BUCKET_TURNS = 30
+
+
+def plot_buckets(
+    frame: pd.DataFrame,
+    path: Path,
+    title: str,
+    xlabel: str,
+    min_turns: int = MIN_BUCKET_TURNS,
+) -> Path:
+    return _save(bucket_figure(frame, title, xlabel, min_turns), path)
+
+
+def bucket_figure(
+    frame: pd.DataFrame, title: str, xlabel: str, min_turns: int = MIN_BUCKET_TURNS
+) -> Figure:
+    """Turn corruption rate per bucket (x) and variant (bars), with the corrupted and total
+    turns written on each bar; the 95% interval only where a bucket has ``min_turns`` turns
+    (fewer: a pale hatched bar, no interval). Below: the turns per bucket, so where the run's
+    turns sit is seen at once."""
+    fig, (ax, cx) = plt.subplots(
+        2, 1, figsize=(10, 5.8), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]}
+    )
     cats = list(frame["bucket"].cat.categories) if len(frame) else []
     used = [c for c in cats if (frame["bucket"] == c).any()]
     pos = {c: i for i, c in enumerate(used)}
     variants = list(pd.unique(frame["variant"]))
-    width = 0.6 / max(1, len(variants))
+    width = 0.8 / max(1, len(variants))
+    top = 0.0
+    few_seen = False
     for i, (variant, g) in enumerate(frame.groupby("variant", sort=False)):
+        color = f"C{i}"
         x = np.array([pos[b] for b in g["bucket"]]) + (i - (len(variants) - 1) / 2) * width
-        err = np.array([g["rate"] - g["lo"], g["hi"] - g["rate"]])
-        ax.errorbar(x, g["rate"], yerr=err, marker="o", capsize=3, label=str(variant), lw=1.2)
-    ax.set_xticks(range(len(used)), used)
+        rate = g["rate"].to_numpy(dtype=float)
+        n = g["turns"].to_numpy(dtype=int)
+        k = g["corrupted"].to_numpy(dtype=int)
+        enough = n >= min_turns
+        few_seen = few_seen or bool((~enough).any())
+        ax.bar(x[enough], rate[enough], width * 0.92, color=color, label=str(variant))
+        ax.bar(x[~enough], rate[~enough], width * 0.92, color=color, alpha=0.25, hatch="///",
+               edgecolor=color, lw=0)  # fmt: skip
+        lo, hi = g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float)
+        hit = enough & (k > 0)
+        if hit.any():
+            err = np.array([rate[hit] - lo[hit], hi[hit] - rate[hit]])
+            ax.errorbar(x[hit], rate[hit], yerr=err, fmt="none", ecolor="#333",
+                        elinewidth=0.9, capsize=2.5, alpha=0.8)  # fmt: skip
+        if (enough & (k == 0)).any():  # no event: only how high the rate could be, faint
+            ax.vlines(x[enough & (k == 0)], 0, hi[enough & (k == 0)], colors="#999",
+                      linestyles=":", lw=0.9)  # fmt: skip
+        if enough.any():
+            top = max(top, float(hi[enough].max()))
+        top = max(top, float(rate.max()) if len(rate) else 0.0)
+        for xi, ki, ni, ri, hii, ok in zip(x, k, n, rate, hi, enough, strict=True):
+            y = hii if ok else ri
+            ax.text(xi, y, f" {ki}/{ni}", rotation=90, ha="center", va="bottom", fontsize=7,
+                    color="#b00020" if ki else "#555")  # fmt: skip
+        cx.bar(x, n, width * 0.92, color=color, alpha=0.85)
+    ax.set_ylim(0, max(top * 1.35, 0.01))
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("corrupted turns (%, 95% CI)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
+    ax.set_ylabel("corrupted turns (% of turns)")
+    note = (
+        f"bars: rate, k/n corrupted of turns; whiskers: 95% Wilson CI (buckets of {min_turns}+"
+        " turns; dotted: none corrupted)"
+    )
+    if few_seen:
+        note += f"; hatched: under {min_turns} turns, no interval"
+    fig.suptitle(title, fontsize=11)
+    ax.set_title("\n".join(textwrap.wrap(note, 120)), fontsize=8, color="#555")
+    ax.grid(axis="y", alpha=0.3)
     if variants:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center")
-    return _save(fig, path)
+    cx.set_xticks(range(len(used)), used)
+    cx.set_ylabel("turns")
+    cx.set_xlabel(xlabel)
+    cx.grid(axis="y", alpha=0.3)
+    return fig
 
 
-def plot_label_mix(mix: pd.DataFrame, path: Path) -> Path:
-    """Stacked horizontal bars: share of each turn label per variant."""
-    fig, ax = plt.subplots(figsize=(11, max(2.6, 0.55 * len(mix) + 1.6)))
-    left = np.zeros(len(mix))
+def plot_label_mix(counts: pd.DataFrame, path: Path) -> Path:
+    fig = label_mix_figure(counts)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def label_mix_figure(counts: pd.DataFrame) -> Figure:
+    """Left: the share of every turn label per variant (stacked). Right: the corrupted labels
+    alone on their own scale, with their counts, so a 1% corruption is not a sliver."""
+    fig, (ax, bx) = plt.subplots(
+        1, 2, figsize=(12, max(2.8, 0.6 * len(counts) + 1.8)), sharey=True,
+        gridspec_kw={"width_ratios": [3, 2]},
+    )  # fmt: skip
+    totals = counts.sum(axis=1).replace(0, np.nan)
+    mix = counts.div(totals, axis=0).fillna(0.0)
     y = np.arange(len(mix))
+    left = np.zeros(len(mix))
     for lab in mix.columns:
         share = mix[lab].to_numpy(dtype=float)
         hatch = "//" if lab in CORRUPTED_LABELS else None
@@ -122,10 +193,29 @@ def plot_label_mix(mix: pd.DataFrame, path: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.xaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_xlabel("share of turns (%); hatched labels count as corruption")
+    ax.set_xlabel("share of turns (all labels; hatched: corrupted)")
     ax.set_title("Turn labels per variant")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, path)
+    bad = [lab for lab in mix.columns if lab in CORRUPTED_LABELS]
+    left = np.zeros(len(mix))
+    for lab in bad:
+        share = mix[lab].to_numpy(dtype=float)
+        bx.barh(y, share, left=left, height=0.6, color=LABEL_COLORS.get(str(lab), "#999"),
+                hatch="//", edgecolor="white", label=str(lab))  # fmt: skip
+        left += share
+    peak = float(left.max()) if len(left) else 0.0
+    for yi, total, variant in zip(y, left, mix.index, strict=True):
+        k = int(counts.loc[variant, bad].sum()) if bad else 0
+        n = int(counts.loc[variant].sum())
+        bx.text(total, yi, f" {k} of {n:,} turns ({100 * total:.1f}%)", va="center", fontsize=8)
+    bx.set_xlim(0, max(peak * 1.6, 0.005))
+    bx.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=1))
+    bx.set_xlabel("share of turns (corrupted labels only, own scale)")
+    bx.set_title("Corrupted labels")
+    bx.grid(axis="x", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=min(6, len(labels)),
+               bbox_to_anchor=(0.5, -0.01))  # fmt: skip
+    return fig
 
 
 def plot_latency(frame: pd.DataFrame, order: Sequence[str], path: Path) -> Path:
@@ -152,26 +242,85 @@ def plot_latency(frame: pd.DataFrame, order: Sequence[str], path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_metrics(metrics: pd.DataFrame, path: Path) -> Path:
-    """Scraped server metrics over time: one panel per metric name, one line per variant."""
-    names = list(pd.unique(metrics["name"]))[:MAX_METRICS]
+#: Server metrics as the plots name them: title, y-axis label, shown as percent.
+METRIC_UNITS: dict[str, tuple[str, str, bool]] = {
+    "running": ("Requests running", "requests", False),
+    "queued": ("Requests queued", "requests", False),
+    "cache_usage": ("KV cache in use", "share of the KV pool", True),
+    "cache_hit_rate": ("Prefix cache hit rate", "share of prompt tokens", True),
+    "sglang:cached_tokens_total": ("Cached prompt tokens (cumulative)", "tokens", False),
+    "sglang:num_used_tokens": ("KV tokens in use", "tokens", False),
+    "sglang:gen_throughput": ("Generation throughput", "tokens/s", False),
+}
+
+
+def metric_panels(metrics: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(metrics to draw, metrics left out because every value is zero). A series that repeats
+    another one value for value (the server's ``sglang:num_running_reqs`` beside the
+    harness's ``running`` for it) is drawn once, under the harness's name: one panel per
+    quantity."""
+    names = sorted((str(n) for n in pd.unique(metrics["name"])), key=lambda n: ":" in n)
+    keys = [c for c in ("variant", "repeat", "t") if c in metrics]
+    seen: set[tuple[Any, ...]] = set()
+    keep: list[str] = []
+    zero: list[str] = []
+    for name in names:
+        rows = metrics[metrics["name"] == name].sort_values(keys)
+        values = pd.to_numeric(rows["value"], errors="coerce")
+        series = tuple(zip(*(rows[k].tolist() for k in keys), values.round(9).tolist(),
+                           strict=True))  # fmt: skip
+        if series in seen:
+            continue
+        seen.add(series)
+        (keep if values.fillna(0).abs().max() > 0 else zero).append(name)
+    order = [str(n) for n in pd.unique(metrics["name"])]
+    keep.sort(key=order.index)
+    return keep[:MAX_METRICS], zero
+
+
+def plot_metrics(metrics: pd.DataFrame, path: Path, events: pd.DataFrame | None = None) -> Path:
+    """Scraped server metrics over time: one panel per quantity (duplicates and all-zero
+    series left out), one line per variant; ``events`` (frames.corruption_events) marks when
+    each corrupted turn was sent, in its variant's colour."""
+    names, zero = metric_panels(metrics)
+    if not names:
+        raise ValueError("every scraped metric is zero")
     cols = 2 if len(names) > 1 else 1
     rows = (len(names) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(11, 2.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(11, 2.9 * rows + 0.6), squeeze=False)
+    keys = list(pd.unique(metrics["variant"]))
+    colors = {v: f"C{i}" for i, v in enumerate(keys)}
+    repeats = "repeat" in metrics and metrics["repeat"].nunique() > 1
     for ax, name in zip(axes.flat, names, strict=False):
         sub = metrics[metrics["name"] == name]
-        repeats = "repeat" in sub and sub["repeat"].nunique() > 1
+        title, unit, percent = METRIC_UNITS.get(name, (name, "value", False))
         for key, g in sub.groupby(["variant", "repeat"] if repeats else "variant", sort=False):
             g = g.sort_values("t")
-            name_ = " #".join(map(str, key)) if isinstance(key, tuple) else str(key)
-            ax.plot(g["t"], g["value"], lw=1.2, label=name_)
-        ax.set_title(str(name), fontsize=10)
-        ax.set_xlabel("time since variant start (s)")
+            variant = key[0] if isinstance(key, tuple) else key
+            label = " #".join(map(str, key)) if isinstance(key, tuple) else str(key)
+            ax.plot(g["t"], g["value"], lw=1.2, marker="o", ms=2.5, label=label,
+                    color=colors.get(variant))  # fmt: skip
+        if events is not None and len(events):
+            for variant, g in events.groupby("variant", sort=False):
+                ax.plot(g["t"], np.full(len(g), 0.96), ls="none", marker="v", ms=6,
+                        color=colors.get(variant, "#b00020"), markeredgecolor="#b00020",
+                        transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit)
+        if percent:
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("seconds since the variant's load began")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle("Server metrics during the run", fontsize=11)
+    sub_title = "Server metrics during the run"
+    if events is not None and len(events):
+        sub_title += " (▼: a corrupted turn was sent)"
+    if zero:
+        sub_title += f"\nzero throughout, not drawn: {', '.join(zero)}"
+    fig.suptitle(sub_title, fontsize=11)
     return _save(fig, path)
 
 
@@ -216,7 +365,7 @@ def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) 
             ("corruption_by_inflight", lambda p: plot_buckets(
                 frames.inflight_frame(df), p, "Turn corruption rate against requests in flight",
                 "requests in flight when the turn was sent (bucket)")),
-            ("label_mix", lambda p: plot_label_mix(frames.label_mix_frame(df, order), p)),
+            ("label_mix", lambda p: plot_label_mix(frames.label_counts_frame(df, order), p)),
             ("latency", lambda p: plot_latency(frames.latency_frame(df), order, p)),
         ]  # fmt: skip
     live = livecontext.live_context_frame(df) if len(df) else None
@@ -224,8 +373,13 @@ def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) 
         corruption = livecontext.pressure_corruption_frame(df)
         jobs.append(("pressure_over_time", lambda p: plot_pressure(live, corruption, p)))
     metrics = run.metrics
-    if metrics is not None and {"variant", "t", "name", "value"} <= set(metrics.columns):
-        jobs.append(("server_metrics", lambda p: plot_metrics(metrics, p)))
+    if (
+        metrics is not None
+        and {"variant", "t", "name", "value"} <= set(metrics.columns)
+        and metric_panels(metrics)[0]  # not when every series is zero
+    ):
+        events = frames.corruption_events(df) if len(df) else None
+        jobs.append(("server_metrics", lambda p: plot_metrics(metrics, p, events)))
     for name, job in jobs:
         try:
             made[name] = job(out_dir / f"{name}.png")

@@ -19,10 +19,12 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from harness import __version__
 from harness.analysis import sequential
 from harness.client import connections_for
 from harness.client.chat import ChatClient
@@ -31,7 +33,7 @@ from harness.drive.driver import DriveOptions, Progress, drive
 from harness.drive.selfreport import save_row
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.drive.trace_session import sessions_for
-from harness.errors import EndpointRefused, ServerUnanswering
+from harness.errors import EndpointRefused, HarnessError, ServerUnanswering
 from harness.pool.cluster import ClusterPool
 from harness.pool.parent import (
     SessionSource,
@@ -62,7 +64,7 @@ from harness.run.shard import (
 )
 from harness.target.launch import Target, make_target
 from harness.target.metrics import MetricsScraper, flush_cache, warm_up
-from harness.target.readiness import EndpointTarget, served_model, watch
+from harness.target.readiness import EndpointTarget, served_model, server_version, watch
 from harness.workload.matrix import Variant
 
 log = logging.getLogger(__name__)
@@ -91,11 +93,32 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "variants": [{"label": v.label, "factors": v.as_dict()} for v in opts.variants],
         "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
+        "command": opts.command,
+        "harness_version": __version__,
+        "dialect": opts.scenario.dialect,
         "python": sys.version.split()[0],
         "plan_id": plan_id(opts),
         "shard": opts.shard.to_dict() if opts.shard is not None else None,
     }
     RunDir(opts.out_dir).write_meta(meta, opts.target.path if opts.target else None)
+
+
+def finish_run_json(out_dir: Path, started: float) -> None:
+    """Note in run.json when the run ended and how long its load took (also when stopped)."""
+    run_dir = RunDir(out_dir)
+    with contextlib.suppress(OSError, ValueError, HarnessError):
+        meta = run_dir.read_meta()
+        meta["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        meta["duration_s"] = round(meta.get("duration_s", 0.0) + time.monotonic() - started, 1)
+        run_dir.write_meta(meta)
+
+
+@contextlib.contextmanager
+def _finally(action: Callable[[], None]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        action()
 
 
 @dataclass
@@ -108,6 +131,8 @@ class VariantOutcome:
     error: str | None = None
     exit_code: int = 0  # 3: the server died or stopped answering; 2: it refused the requests
     stop_run: bool = False  # every variant would be refused the same: the run ends
+    server_version: str | None = None  # what the server said of itself, when it did
+    model: str | None = None  # the model the requests named
 
 
 def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
@@ -169,6 +194,8 @@ class _VariantRun:
         self.announce(f"{self.name}: " + ("the server stays up" if held else "starting the server"))
         error = None
         completed = False
+        version: str | None = None
+        model: str | None = opts.model
         self._sessions_log = JsonlAppender(opts.out_dir / SESSIONS_FILE)  # closed below
         # worker processes start (and import) while the server starts
         pool: WorkerPool | None = None
@@ -190,6 +217,7 @@ class _VariantRun:
                 await self._prepare_server(base_url)
             self.announce(f"{self.name}: {len(self.plans)} sessions on {base_url}")
             model = opts.model or await served_model(base_url, opts.api_key)
+            version = await server_version(base_url, opts.api_key)
             client_spec = ClientSpec(
                 base_url,
                 model,
@@ -241,7 +269,7 @@ class _VariantRun:
         self.announce(f"{self.name}: done in {wall:.0f}s")
         return VariantOutcome(
             self.variant.label, self.repeat, len(self.plans), self.ended, wall, error, self.code,
-            self.stop_run,
+            self.stop_run, version, model,
         )  # fmt: skip
 
     async def _prepare_server(self, base_url: str) -> None:
@@ -288,6 +316,7 @@ class _VariantRun:
             # a trace sent at its recorded pace idles between turns
             hold_slots=opts.workload is None or opts.pace != "recorded",
         )
+        self.progress.begin(self.variant.label, self.repeat, self.plans)
         if pool is None:
             return asyncio.create_task(
                 drive(
@@ -344,6 +373,7 @@ class _VariantRun:
             refused = isinstance(exc, EndpointRefused)  # (said at the end, once)
             self.announce(f"{self.name}: stopped" + ("" if refused else f": {error}"))
         finally:
+            self.progress.end()
             watcher.cancel()
             if self.plans:  # (a resumed variant with only its after-load work left)
                 save_row(
@@ -405,9 +435,16 @@ async def execute(
         looks = math.ceil(opts.max_sessions / opts.sessions)
         every = make_plans(opts.scenario, looks * opts.sessions, opts.seed)
         rounds = [every[i : i + opts.sessions] for i in range(0, len(every), opts.sessions)]
+    for variant, repeat in opts.schedule():  # what the progress display shows to come
+        todo = [p for p in rounds[0] if (variant.label, repeat, p.index) not in skip]
+        progress.expect(variant.label, todo, repeat)
     held: tuple[Variant, int, Target] | None = None  # a server kept up between two rounds
+    load_began = time.monotonic()
     try:
-        with TurnWriter(opts.out_dir / TURNS_FILE) as writer:
+        with (
+            TurnWriter(opts.out_dir / TURNS_FILE) as writer,
+            _finally(lambda: finish_run_json(opts.out_dir, load_began)),
+        ):
             async with asyncio.timeout(opts.run_timeout):
                 for look, order in enumerate(round_orders(opts.schedule(), len(rounds)), 1):
                     round_plans = rounds[look - 1]

@@ -41,7 +41,7 @@ class RunOptions:
     limits: Limits = field(default_factory=Limits)
     run_timeout: float | None = None
     sim_args: tuple[str, ...] = ()
-    metrics_interval: float = 5.0
+    metrics_interval: float = 1.0  # seconds between scrapes of the server's /metrics
     keep_transcripts: bool = False  # all sessions' transcripts, not only corrupted ones
     confirm: bool = False  # re-send every corrupted turn alone after the variant's load
     reference_sessions: int = 0  # sessions re-run one at a time after the variant's load
@@ -55,7 +55,8 @@ class RunOptions:
     alpha: float = 0.05
     shard: Shard | None = None  # --shard I/K: this host drives the I-th of K slices
     start_at: float | None = None  # --start-at: wall time (unix seconds) the load starts
-    args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
+    args: dict[str, Any] = field(default_factory=dict)  # the parsed options, for run.json
+    command: str = ""  # the command line as typed, for run.json and the report
 
     def schedule(self) -> list[tuple[Variant, int]]:
         return run_order(list(self.variants), self.repeats, scheme=self.order)

@@ -16,6 +16,7 @@ from typing import Any
 
 import uvicorn
 
+from harness.argtypes import DefaultsHelpFormatter
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import probability as _probability
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="harness sim",
         description="An OpenAI-compatible endpoint that behaves like DeepSeek-V4 on SGLang "
         "(deepseekv4 tool-call parser), with the incident's fault model.",
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=_port, default=30000, help="0 binds a free port")

@@ -165,6 +165,28 @@ async def served_model(base_url: str, api_key: str | None = None) -> str:
         return "default"
 
 
+#: Where servers say their version: SGLang's /server_info ("version"), vLLM's /version,
+#: llama.cpp's /props ("build_info").
+VERSION_PATHS = (("/server_info", "version"), ("/version", "version"), ("/props", "build_info"))
+
+
+async def server_version(base_url: str, api_key: str | None = None) -> str | None:
+    """The version the server reports about itself, or None when it does not say."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=3.0, trust_env=False, headers=headers
+    ) as http:
+        for path, key in VERSION_PATHS:
+            try:
+                resp = await http.get(path)
+                value = resp.json().get(key) if resp.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue
+            if isinstance(value, str | int | float) and str(value):
+                return str(value)[:80]
+    return None
+
+
 async def watch(target: object, task: asyncio.Task[Any], interval_s: float = 0.5) -> str | None:
     """Cancel ``task`` if the target's server process dies; say why."""
     alive = getattr(target, "alive", None)

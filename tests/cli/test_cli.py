@@ -102,7 +102,19 @@ def test_run_two_variants_end_to_end(tmp_path: Path) -> None:
     assert summary["variants"][0]["factors"] == {"index_k": "fp8"}
     assert summary["comparisons"][0]["unit"] == "session"
     assert 0 <= summary["comparisons"][0]["p_value"] <= 1
-    assert (out / "report.md").read_text().strip()
+    md = (out / "report.md").read_text()
+    # the report opens with what was run, and says how the labels agreed with the simulator
+    head = md.split("## Verdict")[0]
+    assert "## What was run" in head
+    assert f"--seed {seed}" in head  # the command line as typed
+    assert "- **harness version**: `0.1.0`" in head
+    assert "- **dialect**: `dsml-v4`" in head
+    assert "- **seed**: 424242" in head
+    assert "- **server of index_k=bf16**: `sim`" in head
+    assert "## The simulator's own accuracy" in md
+    run_meta = json.loads((out / "run.json").read_text())
+    assert run_meta["duration_s"] > 0
+    assert run_meta["finished_at"]
     pngs = list((out / "plots").glob("*.png"))
     assert pngs
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)

@@ -188,3 +188,60 @@ def test_offset_in_reasoning_and_metrics_with_repeats(tmp_path: Path) -> None:
     assert "think: ⟦xq#Zr!!~~ garble⟧" in md
     assert "from character 7 of the reasoning" in md
     assert (run / summary["plots"]["server_metrics"]).is_file()
+
+
+def test_markdown_and_html_carry_the_same_sections(tmp_path: Path) -> None:
+    rows = [turn("k=a", i, sim_injected="none") for i in range(6)]
+    rows += [turn("k=b", i, "token_salad" if i < 2 else "ok_text", "zq#!~ garble" if i < 2 else
+                  "fine", sim_injected="salad" if i < 2 else "none",
+                  cached_tokens=50) for i in range(6)]  # fmt: skip
+    run = make_run(tmp_path / "r", rows)
+    (run / "selfreport.jsonl").write_text(
+        json.dumps({"variant": "k=b", "turns_per_s": 9.5, "cpu_percent": 12, "saturated": True})
+        + "\n"
+    )
+    (run / "run.json").write_text(json.dumps({
+        "run_id": "r1", "command": "harness run --ab k=a,b --seed 7", "harness_version": "0.1.0",
+        "dialect": "dsml-v4", "scenario": "coding-agent", "seed": 7, "model": "m<x>",
+        "started_at": "2026-01-01T00:00:00", "duration_s": 12.0,
+    }))  # fmt: skip
+    (run / "outcomes.json").write_text(json.dumps([
+        {"label": "k=a", "server_version": "0.5.1", "wall_s": 6.0},
+        {"label": "k=b", "server_version": "0.5.1", "wall_s": 6.0},
+    ]))  # fmt: skip
+    summary = report.write_report(run)
+    md = (run / "report.md").read_text(encoding="utf-8")
+    html = (run / "report.html").read_text(encoding="utf-8")
+    md_sections = re.findall(r"^## (.+)$", md, flags=re.M)
+    html_sections = [s.replace("&#x27;", "'") for s in re.findall(r"<h2>(.+?)</h2>", html)]
+    assert md_sections == html_sections
+    for needed in ("What was run", "The simulator's own accuracy", "Cache", "The harness itself"):
+        assert needed in md_sections
+    assert md_sections[0] == "What was run"
+    assert summary["run"]["servers"] == {"k=a": "0.5.1", "k=b": "0.5.1"}
+    assert "`harness run --ab k=a,b --seed 7`" in md
+    assert "<code>harness run --ab k=a,b --seed 7</code>" in html
+    assert "m&lt;x&gt;" in html  # names from the run stay text in the rendered Markdown too
+    assert "| k=b | 2 | 2 | 100.0% | 100.0% | 0 |" in md  # injected, flagged, recall, precision
+
+
+def test_cancelled_turns_are_no_transport_errors(tmp_path: Path) -> None:
+    rows = [turn("k=a", i) for i in range(4)]
+    rows.append(turn("k=a", 4, "transport_error", "", transport_error="cancelled: the run was "
+                     "stopped"))  # fmt: skip
+    rows.append(turn("k=a", 5, "transport_error", "", transport_error="disconnect: cut"))
+    summary = report.write_report(make_run(tmp_path / "r", rows))
+    v = summary["variants"][0]
+    assert (v["transport_errors"], v["cancelled_turns"], v["classified_turns"]) == (1, 1, 4)
+    assert v["transport_error_rate"] == pytest.approx(1 / 5)
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    assert "1 turn in flight when the run was stopped is recorded as cancelled" in md
+
+
+def test_compare_table_names_every_column(tmp_path: Path) -> None:
+    ra = make_run(tmp_path / "a", [turn("k=a", i) for i in range(4)])
+    rb = make_run(tmp_path / "b", [turn("k=a", i) for i in range(4)])
+    head = next(line for line in report.compare_markdown(report.compare_runs(ra, rb)).splitlines()
+                if line.startswith("| variant"))  # fmt: skip
+    assert all(cell.strip() for cell in head.strip("|").split("|"))
+    assert head.rstrip(" |").endswith("regression")

@@ -1,0 +1,198 @@
+"""The options of ``harness run``, in groups by what they are for (``--help`` shows each
+default). Building them imports nothing heavy."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.argtypes import positive_float as _positive_float
+from harness.argtypes import positive_int as _positive_int
+from harness.argtypes import workers as workers_arg
+from harness.client import DEFAULT_REQUEST_TIMEOUT
+
+DEMO_HELP = (
+    "index_k=fp8 against bf16, 48 sessions, the simulator's fault odds x4 and its latencies /4 "
+    "(under a minute on two cores); other flags still apply"
+)
+
+
+def add_run_args(run: argparse.ArgumentParser) -> None:
+    w = run.add_argument_group("workload: what each session does")
+    w.add_argument(
+        "--demo",
+        action="store_true",
+        help="a short run that shows corruption on the simulator: " + DEMO_HELP,
+    )
+    w.add_argument(
+        "--scenario",
+        type=Path,
+        metavar="FILE",
+        help="workload TOML (default: scenarios/coding_agent.toml)",
+    )
+    w.add_argument(
+        "--sessions",
+        type=_positive_int,
+        metavar="N",
+        help="sessions per variant (default: the scenario's)",
+    )
+    w.add_argument(
+        "--turns",
+        type=_positive_int,
+        metavar="N",
+        help="max turns per session (default: the scenario's)",
+    )
+    w.add_argument(
+        "--max-context",
+        type=_positive_int,
+        metavar="TOKENS",
+        help="end a session once its prompt has this many tokens (default: the scenario's)",
+    )
+    w.add_argument(
+        "--seed", type=int, default=1, metavar="N", help="seeds the sessions and the simulator"
+    )
+
+    v = run.add_argument_group("variants and servers")
+    v.add_argument(
+        "--ab",
+        action="append",
+        default=[],
+        metavar="FACTOR=L1,L2",
+        help="a factor and its levels; repeat for a matrix (the first level is the baseline)",
+    )
+    v.add_argument(
+        "--target",
+        type=Path,
+        metavar="FILE",
+        help="target file: how each factor level becomes a server (launch, endpoint or hook "
+        "mode; default: scenarios/targets/sim.toml, the simulator)",
+    )
+    v.add_argument(
+        "--target-var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a [vars] entry of the target file; repeatable",
+    )
+    v.add_argument("--endpoint", metavar="URL", help="base URL of one server already up (no --ab)")
+    v.add_argument("--model", help="model name sent in requests (default: the target's)")
+    v.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (sent as a bearer token)",
+    )
+    v.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=1,
+        metavar="R",
+        help="run each variant this many times, interleaved (ABAB...)",
+    )
+    v.add_argument(
+        "--order", choices=("abab", "abba"), default="abab", help="how repeats interleave"
+    )
+    v.add_argument(
+        "--speed",
+        type=_positive_float,
+        default=None,
+        metavar="X",
+        help="simulator only: divide its latencies by this factor (default: 1)",
+    )
+    v.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (variants, order, commands, URLs) and start nothing",
+    )
+
+    load = run.add_argument_group("load and requests")
+    load.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="requests in flight at most (default: --sessions)",
+    )
+    load.add_argument(
+        "--workers",
+        type=workers_arg,
+        metavar="N|auto",
+        help="processes driving each variant's sessions, each with its own event loop and "
+        "client (default: auto: one per core from 256 requests in flight on, one below)",
+    )
+    load.add_argument("--no-stream", action="store_true", help="send non-streamed requests")
+    load.add_argument(
+        "--on-corruption",
+        choices=("retry", "stop"),
+        default="retry",
+        help="re-send a corrupted turn (keeps the load) or end its session",
+    )
+    load.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=DEFAULT_REQUEST_TIMEOUT,
+        metavar="SECONDS",
+        help="a request with no byte for this long fails as a timeout",
+    )
+
+    ctl = run.add_argument_group("run control")
+    ctl.add_argument(
+        "--run-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="stop the whole run after this long (exit code 3)",
+    )
+    ctl.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue an interrupted run without redoing finished sessions",
+    )
+    ctl.add_argument(
+        "--until-significant",
+        action="store_true",
+        help="add --sessions more sessions per variant, round after round, until every "
+        "comparison with the baseline is decided or --max-sessions is spent",
+    )
+    ctl.add_argument(
+        "--max-sessions",
+        type=_positive_int,
+        metavar="N",
+        help="with --until-significant: the most sessions per variant",
+    )
+
+    out = run.add_argument_group("output and progress")
+    out.add_argument("--out", type=Path, metavar="DIR",
+                     help="run folder (default: reports/<run-id>)")  # fmt: skip
+    out.add_argument("--no-progress", action="store_true", help="no progress display or lines")
+    out.add_argument(
+        "--progress-interval",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="without a terminal (CI logs): a progress line per running variant this often",
+    )
+    _add_followup_args(run)
+
+
+def _add_followup_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("transcripts and lone re-runs (see docs/replay.md)")
+    g.add_argument(
+        "--keep-transcripts",
+        action="store_true",
+        help="keep the exact requests of every session in transcripts.jsonl "
+        "(corrupted sessions are always kept)",
+    )
+    g.add_argument(
+        "--confirm",
+        action="store_true",
+        help="after each variant's load, re-send every corrupted turn once alone and mark it "
+        "confirmed_under_load (clean alone) or reproduces_alone (confirm.jsonl)",
+    )
+    g.add_argument(
+        "--reference-sessions",
+        type=_positive_int,
+        default=0,
+        metavar="K",
+        help="after each variant's load, run K of its sessions again one at a time and report "
+        "how often a loaded tool call differs from the lone one (reference.jsonl)",
+    )
