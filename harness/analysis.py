@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import livecontext, stats
+from harness import coverage, livecontext, stats
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CORRUPTED_LABELS, TRANSPORT_ERROR
 from harness.records import TURNS_FILE, read_turns
@@ -191,6 +191,8 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "latency_p50_s": _quantile(ok["latency_s"], 0.5),
     }
     out.update(livecontext.cache_summary(ok))
+    out.update(coverage.dialect_summary(g))
+    out.update(coverage.tool_call_summary(ok))
     kinds = ok["sim_injected"].astype(str)
     known = ok["sim_injected"].notna() & (kinds != "")
     # corruption the simulator injected: not "none", not a transport fault
@@ -324,6 +326,7 @@ def summarize(
         "alpha": alpha,
         "confidence": CONF,
         "verdict": _run_verdict(variants, comparisons),
+        "warnings": [f"{v['label']}: {w}" for v in variants for w in v.get("warnings", ())],
         "variants": variants,
         "comparisons": comparisons,
     }

@@ -118,8 +118,9 @@ def classify_record(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def classify_stream(in_lines: Iterable[str], out: TextIO) -> ClassifyStats:
-    """Classify every line of ``in_lines``, writing one JSON line per valid input line."""
+def classify_stream(in_lines: Iterable[str], out: TextIO, dialect: str = "auto") -> ClassifyStats:
+    """Classify every line of ``in_lines``, writing one JSON line per valid input line
+    (``dialect`` for the lines without a ``"dialect"``)."""
     stats = ClassifyStats()
     for lineno, line in enumerate(in_lines, start=1):
         if not line.strip():
@@ -127,6 +128,7 @@ def classify_stream(in_lines: Iterable[str], out: TextIO) -> ClassifyStats:
         stats.lines += 1
         try:
             rec = parse_line(line)
+            rec.setdefault("dialect", dialect)
             result = classify_record(rec)
         except HarnessError as exc:
             msg = f"line {lineno}: {exc}"
@@ -157,7 +159,12 @@ def _open(path: Path | None, mode: str, default: TextIO) -> Iterator[TextIO]:
         yield fh
 
 
-def classify_files(input_path: Path | None, output_path: Path | None) -> ClassifyStats:
-    """The CLI entry: paths, or stdin/stdout when None (or "-")."""
+def classify_files(
+    input_path: Path | None, output_path: Path | None, dialect: str = "auto"
+) -> ClassifyStats:
+    """The CLI entry: paths, or stdin/stdout when None (or "-"); ``dialect`` for the lines
+    that do not name one."""
+    if dialect not in registry.names():
+        raise UsageError(f"--dialect {dialect!r}: use one of {', '.join(registry.names())}")
     with _open(input_path, "r", sys.stdin) as fin, _open(output_path, "w", sys.stdout) as fout:
-        return classify_stream(fin, fout)
+        return classify_stream(fin, fout, dialect=dialect)

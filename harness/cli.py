@@ -176,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     cls = sub.add_parser("classify", help="classify saved outputs (JSONL) without a run")
     cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
     cls.add_argument("-o", "--output", type=Path, help="output JSONL (default: stdout)")
+    cls.add_argument(
+        "--dialect",
+        default="auto",
+        metavar="auto|NAME",
+        help='the dialect of lines without a "dialect" of their own (default: auto, the '
+        "one whose markup appears)",
+    )
     return parser
 
 
@@ -366,7 +373,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_classify(args: argparse.Namespace) -> int:
     from harness.classify import classify_files
 
-    stats: Any = classify_files(args.input, args.output)
+    stats: Any = classify_files(args.input, args.output, dialect=args.dialect)
     for err in getattr(stats, "errors", []):
         print(f"harness classify: {err}", file=sys.stderr)
     return EXIT_USAGE if getattr(stats, "errors", None) else EXIT_OK

@@ -77,12 +77,17 @@ def _workers(asked: int | str | None, concurrency: int) -> int:
 
 
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
+    from harness.dialect_choice import check_name
     from harness.launch import check_variants
     from harness.targetfile import default_sim_target, load_target
 
+    dialect = getattr(args, "dialect", None)
+    if dialect is not None:
+        check_name(dialect, "--dialect")
     scenario = load_scenario(args.scenario).with_overrides(
-        sessions=args.sessions, max_turns=args.turns, max_context=args.max_context
-    )
+        sessions=args.sessions, max_turns=args.turns, max_context=args.max_context,
+        dialect=dialect,
+    )  # fmt: skip
     factors = parse_ab(args.ab)
     vs = tuple(variants(factors))
     target = None
@@ -134,6 +139,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         confirm=bool(getattr(args, "confirm", False)),
         reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
         args=saved,
+        dialect_from_option=dialect is not None,
         **_workload_options(args, scenario),
     )
 
@@ -148,7 +154,8 @@ def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]
     mode = getattr(args, "workload_mode", "replay")
     pace = getattr(args, "pace", "recorded")
     workload = getattr(args, "workload", None)
-    check_api(api, scenario.dialect)
+    if scenario.dialect != "auto":  # "auto" is checked once the model name decides it
+        check_api(api, scenario.dialect)
     check_options(mode, pace)
     if workload is not None:
         load_trace(workload)  # a bad line fails now, naming the file and line

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from harness.client import ChatClient
 from harness.config import Scenario
+from harness.dialect_choice import AUTO, DialectLock
 from harness.output import TurnOutput
 from harness.records import TurnRecord, TurnWriter
 from harness.selfreport import SelfReport
@@ -192,6 +193,7 @@ async def _drive(
         limit=limit,
         on_turn=turn_done,
         board=board,
+        dialect_lock=DialectLock() if scenario.dialect == AUTO else None,
     )
     # each session is built in its own task, when it starts: the first requests leave
     # while later sessions still build their first prompt (an 80k-token prompt takes ~10 ms)

@@ -20,11 +20,11 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness import sequential
+from harness import dialect_choice, sequential
 from harness.client import ChatClient
 from harness.config import Scenario
 from harness.confirm import after_load, after_load_left
@@ -34,7 +34,7 @@ from harness.launch import Target, make_target
 from harness.matrix import Variant
 from harness.metrics import MetricsScraper, flush_cache, warm_up
 from harness.plan import run_order
-from harness.rawmode import RawClient
+from harness.rawmode import RawClient, check_api
 from harness.records import TURNS_FILE, TurnWriter
 from harness.selfreport import save_row
 from harness.session import ACTIVE_TRANSCRIPTS, Session, SessionPlan, Shared, make_plans
@@ -87,6 +87,7 @@ class RunOptions:
     max_sessions: int | None = None  # --until-significant: the budget per variant
     workers: int = 1  # processes driving each variant's sessions (harness.workers)
     alpha: float = 0.05
+    dialect_from_option: bool = False  # the scenario's dialect came from --dialect
     args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
 
     def schedule(self) -> list[tuple[Variant, int]]:
@@ -121,12 +122,29 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "stream": opts.stream,
         "endpoint": opts.endpoint,
         "model": opts.model,
+        "dialect": opts.scenario.dialect,
+        "dialects": {},  # per variant, once its server answers (record_dialect)
         "variants": [{"label": v.label, "factors": v.as_dict()} for v in opts.variants],
         "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
         "python": sys.version.split()[0],
     }
     (opts.out_dir / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def record_dialect(out_dir: Path, variant: str, choice: dialect_choice.DialectChoice) -> None:
+    """Add the variant's dialect to run.json (written at the start, before any server)."""
+    path = out_dir / "run.json"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(meta, dict):
+        return
+    dialects = meta.get("dialects")
+    dialects = dialects if isinstance(dialects, dict) else {}
+    meta["dialects"] = {**dialects, variant: choice.to_dict()}
+    path.write_text(json.dumps(meta, indent=2) + "\n")
 
 
 @dataclass
@@ -195,6 +213,16 @@ async def _run_variant(
                 await warm_up(base_url, opts.model or spec.model, api_key=opts.api_key)
         announce(f"{name}: {len(plans)} sessions on {base_url}")
         model = opts.model or await served_model(base_url, opts.api_key)
+        choice = dialect_choice.choose(
+            opts.scenario.dialect,
+            await dialect_choice.model_names(base_url, model, opts.api_key),
+            from_option=opts.dialect_from_option,
+        )
+        announce(f"{name}: dialect {choice.describe()}")
+        record_dialect(opts.out_dir, variant.label, choice)
+        scenario = replace(opts.scenario, dialect=choice.name)
+        if opts.api != "chat":
+            check_api(opts.api, scenario.dialect)
         client = ChatClient(
             base_url,
             model=model,
@@ -204,12 +232,14 @@ async def _run_variant(
         )
         sessions_client: Any = client  # raw mode: the prompt rendered here, the output parsed here
         if opts.api != "chat":
-            sessions_client = RawClient(client, opts.api, opts.scenario.dialect)
+            sessions_client = RawClient(client, opts.api, scenario.dialect)
         base = {
             "run_id": run_id,
             "variant": variant.label,
             "factors": variant.as_dict(),
             "repeat": repeat,
+            "dialect_from": choice.source,
+            "workload": scenario.workload,
         }
 
         def session_done(index: int, why: str | None) -> None:
@@ -223,7 +253,7 @@ async def _run_variant(
             base,
             model=model,
             stream=opts.stream,
-            dialect=opts.scenario.dialect,
+            dialect=scenario.dialect,
             keep_all=opts.keep_transcripts,
         )
         scrape = spec is None or spec.metrics
@@ -250,7 +280,7 @@ async def _run_variant(
                     load: asyncio.Task[Any] = asyncio.create_task(
                         drive(
                             sessions_client,
-                            opts.scenario,
+                            scenario,
                             plans,
                             writer,
                             base,
@@ -275,7 +305,7 @@ async def _run_variant(
                                 opts.request_timeout,
                                 opts.api,
                             ),  # fmt: skip
-                            opts.scenario,
+                            scenario,
                             plans,
                             writer,
                             base,

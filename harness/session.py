@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from harness import labels as L
 from harness.client import ChatClient
 from harness.config import Scenario
+from harness.dialect_choice import DialectLock
 from harness.output import Failure, TurnOutput
 from harness.records import TurnRecord, TurnWriter
 from harness.tools import document_chunk, estimate_tokens, padding_text, run_tool
@@ -154,6 +155,12 @@ class Shared:
     transcripts: TranscriptLog | None = field(default_factory=ACTIVE_TRANSCRIPTS.get)
     workload: Workload = field(default_factory=Workload)
     board: InflightBoard | None = None  # the other workers' in flight (harness.workers)
+    #: the scenario's dialect is "auto" and the model name did not tell: the first markup does
+    dialect_lock: DialectLock | None = None
+
+    @property
+    def dialect(self) -> str:
+        return self.dialect_lock.name if self.dialect_lock is not None else self.scenario.dialect
 
 
 def first_messages(scenario: Scenario, plan: SessionPlan) -> list[dict[str, Any]]:
@@ -245,10 +252,12 @@ class Session:
                 tool_calls=out.tool_calls,
                 tools=self.tools or None,
                 finish_reason=out.finish_reason,
-                dialect=sh.scenario.dialect,
+                dialect=sh.dialect,
                 source=out.source,  # "raw": the harness parses the calls
                 context=self.context_text or None,
             )
+            if sh.dialect_lock is not None:
+                sh.dialect_lock.observe(verdict.evidence)
         record = self._record(turn, attempt, inflight, sent_at, out, verdict)
         if sh.transcripts is not None and entry is not None:
             sh.transcripts.answered(entry, response_of(out, verdict), verdict.corrupted)
@@ -288,6 +297,7 @@ class Session:
             "reasoning": out.reasoning,
             "tool_calls": verdict.tool_calls if verdict.tool_calls else out.tool_calls,
             "evidence": verdict.evidence,
+            "dialect": sh.dialect,
         }
         self._workload_fields(cast(dict[str, Any], record))
         sh.writer.write(record)
