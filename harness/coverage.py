@@ -3,6 +3,7 @@ whether a tool workload's sessions got any tool call (per-variant fields of summ
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -62,3 +63,24 @@ def tool_call_summary(ok: pd.DataFrame) -> dict[str, Any]:
             f"exercise tool calls{why}"
         ]
     return out
+
+
+def dialect_lines(summary: Mapping[str, Any]) -> list[str]:
+    """One line per variant, or one for all when they agree: the dialect and its source."""
+    said = [(v["label"], _dialect_text(v)) for v in summary.get("variants", ()) if v.get("dialect")]
+    if not said:
+        return []
+    if len({text for _, text in said}) == 1:
+        return [f"tool-call dialect: {said[0][1]}"]
+    return [f"tool-call dialect of {label}: {text}" for label, text in said]
+
+
+def _dialect_text(v: Mapping[str, Any]) -> str:
+    source = v.get("dialect_from")
+    turns = v.get("dialect_turns") or {}
+    where = {"option": "--dialect", "markup": "first markup"}.get(str(source), str(source))
+    text = str(v["dialect"]) + (f" (from the {where})" if source else "")
+    undecided = turns.get("auto", 0)
+    if undecided and v["dialect"] != "auto":
+        text += f"; the first {undecided} turns, before any markup, were read as auto"
+    return text

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import analysis, confirm, frames, plots, report_html, stats
+from harness import analysis, confirm, coverage, frames, plots, report_html, stats
 from harness.analysis import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
 from harness.report_html import METHOD, comparison_line
@@ -122,7 +122,9 @@ def format_table(summary: Summary) -> str:
         for r in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join([f"verdict: {summary['verdict']}", *lines])
+    said = [*coverage.dialect_lines(summary)]
+    said += [f"warning: {w}" for w in summary.get("warnings", ())]
+    return "\n".join([f"verdict: {summary['verdict']}", *said, *lines])
 
 
 def _fence(text: str) -> str:
@@ -141,6 +143,9 @@ def render_markdown(
         summary["verdict"],
         "",
     ]
+    out += [f"{line[0].upper()}{line[1:]}." for line in coverage.dialect_lines(summary)]
+    if summary.get("warnings"):
+        out += ["", "**Warnings:**", ""] + [f"- {w}" for w in summary["warnings"]]
     sess = [c for c in summary["comparisons"] if c["unit"] == "session"]
     out += [f"- {comparison_line(c)}" for c in sess]
     out += ["", f"Baseline: `{summary['baseline']}`. {METHOD.format(summary['confidence'])}",

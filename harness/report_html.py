@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness import coverage
 from harness.analysis import fmt_p, fmt_pct
 
 CSS = """
@@ -135,6 +136,9 @@ def render_html(
         f"<style>{CSS}</style></head><body>",
         f"<h1>Corruption report: run {_e(summary['run_id'])}</h1>",
         f"<div class='verdict{' clean' if clean else ''}'>{_e(summary['verdict'])}</div>",
+        *(f"<p class='meta'>{_e(line[0].upper() + line[1:])}.</p>"
+          for line in coverage.dialect_lines(summary)),
+        *(f"<p><b>Warning:</b> {_e(w)}</p>" for w in summary.get("warnings", ())),
         "<ul>" + "".join(f"<li>{_e(comparison_line(c))}</li>" for c in sess) + "</ul>",
         f"<p class='meta'>Baseline: <code>{_e(summary['baseline'])}</code>. "
         f"{_e(METHOD.format(summary['confidence']))}</p>",

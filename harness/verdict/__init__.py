@@ -14,7 +14,12 @@ from harness import labels as L
 from harness.dialects import dsml, registry
 from harness.dialects.base import ParseResult, ToolCall
 from harness.verdict.text import score_text
-from harness.verdict.toolcheck import check_calls, check_server_calls, server_calls_as_dicts
+from harness.verdict.toolcheck import (
+    check_calls,
+    check_server_calls,
+    schema_problems,
+    server_calls_as_dicts,
+)
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,9 @@ def classify_turn(
         evidence["dialect"] = parsed.dialect
         return _verdict(L.MALFORMED_TOOL_CALL, [], evidence, False)
 
+    unusable = schema_problems(tools)
+    if unusable:
+        evidence["schema_problems"] = unusable
     calls: list[dict[str, Any]]
     if source == "raw":
         calls = [c.to_dict() for c in parsed.calls]
