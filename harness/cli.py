@@ -79,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a [vars] entry of the target file; repeatable",
     )
     run.add_argument("--endpoint", help="base URL of one server already up (no --ab)")
+    run.add_argument(
+        "--dialect",
+        metavar="auto|NAME",
+        help="the tool-call dialect the model writes (default: the scenario's; 'auto' in the "
+        "shipped ones: decided from the served model's name, else settled by the first turn "
+        "with markup; the names are in docs/dialects.md)",
+    )
     run.add_argument("--model", help="model name sent in requests (default: the target's)")
     run.add_argument(
         "--repeats",
