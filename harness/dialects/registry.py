@@ -1,23 +1,42 @@
 """The dialect registry: one small interface, one module per dialect, "auto" detection.
 
-A dialect is anything with a ``name``, ``first_marker(text) -> int`` (offset of its first
-markup, exact or near-miss, or -1) and ``parse(text, *, server_content=False) ->
-ParseResult``. ``register`` adds one; ``parse(text, "auto")`` picks the dialect whose
-markup appears first, and refuses a turn that mixes the markup of two dialects.
+A dialect has a ``name``, ``first_marker(text) -> int`` (offset of its first markup, exact
+or near-miss, or -1), ``parse(text, *, server_content=False, tools=None) -> ParseResult``,
+``encode(content, calls) -> str`` (the canonical raw text a model writes) and ``stream()``
+(an incremental parser with ``feed``/``flush``/``finish`` that ends in the same result).
+``get`` accepts the servers' ``--tool-call-parser`` names as aliases; ``dialect_for_model``
+names the dialect a served model's name implies.
 
-Names: "dsml" (V3.2 or V4, whichever appears), "dsml-v32", "dsml-v4", "hermes", "json"
-(near misses of a bare JSON tool call only: ``{...}{...}``, an unbalanced call object),
-"none".
+``parse(text, "auto")`` tries every auto dialect whose markup appears. The one that parses
+(earliest markup first) wins; markup of another dialect in the content before it makes the
+turn a near miss ("mixed dialects"). When none parses, the failure of the dialect whose
+markup comes first is returned (on a tie, the one that got furthest).
+
+Names besides the model dialects: "dsml" (V3.2 or V4, whichever appears), "json" (near
+misses of a bare JSON tool call only: ``{...}{...}``, an unbalanced call object), "none".
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Protocol
 
-from harness.dialects import dsml, hermes, jsoncall
-from harness.dialects.base import ParseResult
+from harness.dialects import dsml, hermes, jsoncall, qwen3_coder
+from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.markup import Tools
+from harness.dialects.stream import Event, MarkupStream, StreamParser
 from harness.errors import UsageError
+
+
+class Stream(Protocol):
+    def feed(self, delta: str) -> list[Event]: ...
+
+    def flush(self) -> list[Event]: ...
+
+    def finish(self) -> ParseResult: ...
 
 
 class Dialect(Protocol):
@@ -26,7 +45,13 @@ class Dialect(Protocol):
 
     def first_marker(self, text: str) -> int: ...
 
-    def parse(self, text: str, *, server_content: bool = False) -> ParseResult: ...
+    def parse(
+        self, text: str, *, server_content: bool = False, tools: Tools = None
+    ) -> ParseResult: ...
+
+    def encode(self, content: str, calls: Sequence[ToolCall]) -> str: ...
+
+    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream: ...
 
 
 @dataclass(frozen=True)
@@ -37,19 +62,41 @@ class DsmlDialect:
     def first_marker(self, text: str) -> int:
         return dsml.first_marker(text)
 
-    def parse(self, text: str, *, server_content: bool = False) -> ParseResult:
+    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
         return dsml.parse(text, self.version, server_content=server_content)
+
+    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
+        return dsml.encode_turn(content, calls, "v32" if self.version == "v32" else "v4")
+
+    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream:
+        return StreamParser(self.version, server_content=server_content)
 
 
 @dataclass(frozen=True)
-class HermesDialect:
-    name: str = "hermes"
+class MarkupDialect:
+    """A dialect made of a module's functions (its stream is a ``MarkupStream``)."""
+
+    name: str
+    marker_fn: Callable[[str], int]
+    parse_fn: Callable[..., ParseResult]
+    encode_fn: Callable[[str, Sequence[ToolCall]], str]
+    calls_fn: Callable[[str, Tools], tuple[ToolCall, ...]]
+    holds: tuple[str, ...] = ()
 
     def first_marker(self, text: str) -> int:
-        return hermes.first_marker(text)
+        return self.marker_fn(text)
 
-    def parse(self, text: str, *, server_content: bool = False) -> ParseResult:
-        return hermes.parse(text, server_content=server_content)
+    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
+        return self.parse_fn(text, server_content=server_content, tools=tools)
+
+    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
+        return self.encode_fn(content, calls)
+
+    def complete_calls(self, text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
+        return self.calls_fn(text, tools)
+
+    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream:
+        return MarkupStream(self, server_content=server_content, tools=tools, holds=self.holds)
 
 
 @dataclass(frozen=True)
@@ -61,8 +108,17 @@ class JsonCallDialect:
     def first_marker(self, text: str) -> int:
         return jsoncall.first_marker(text)
 
-    def parse(self, text: str, *, server_content: bool = False) -> ParseResult:
+    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
         return jsoncall.parse(text, server_content=server_content)
+
+    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
+        raise UsageError("the json dialect only finds near misses: it has no encoding")
+
+    def complete_calls(self, text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
+        return ()
+
+    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream:
+        return MarkupStream(self, server_content=server_content)
 
 
 @dataclass(frozen=True)
@@ -74,11 +130,23 @@ class NoDialect:
     def first_marker(self, text: str) -> int:
         return -1
 
-    def parse(self, text: str, *, server_content: bool = False) -> ParseResult:
+    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
         return ParseResult(content=text)
+
+    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
+        if calls:
+            raise UsageError("the none dialect cannot write tool calls")
+        return content
+
+    def complete_calls(self, text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
+        return ()
+
+    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream:
+        return MarkupStream(self, server_content=server_content)
 
 
 _DIALECTS: dict[str, Dialect] = {}
+_ALIASES: dict[str, str] = {}
 #: Dialects tried by "auto", in order of preference on a tie.
 _AUTO: list[str] = []
 #: Dialects tried by "auto" only when no other one finds markup (bare JSON is what every
@@ -86,70 +154,128 @@ _AUTO: list[str] = []
 _FALLBACK: list[str] = []
 
 
-def register(dialect: Dialect, *, auto: bool = False, fallback: bool = False) -> None:
+def register(
+    dialect: Dialect, *, auto: bool = False, fallback: bool = False, aliases: Sequence[str] = ()
+) -> None:
     _DIALECTS[dialect.name] = dialect
+    for alias in aliases:
+        _ALIASES[alias] = dialect.name
     group = _FALLBACK if fallback else _AUTO
     if (auto or fallback) and dialect.name not in group:
         group.append(dialect.name)
 
 
+def _module(name: str, module: object, *, holds: tuple[str, ...] = (), **fixed: str) -> Dialect:
+    def bind(fn_name: str) -> Callable[..., object]:
+        fn: Callable[..., object] = getattr(module, fn_name)
+        return partial(fn, **fixed) if fixed else fn
+
+    return MarkupDialect(
+        name,
+        bind("first_marker"),  # type: ignore[arg-type]
+        bind("parse"),  # type: ignore[arg-type]
+        bind("encode"),  # type: ignore[arg-type]
+        bind("complete_calls"),  # type: ignore[arg-type]
+        holds,
+    )
+
+
+register(DsmlDialect("dsml-v4", "v4"), aliases=("deepseek_v4", "deepseekv4"))
+register(DsmlDialect("dsml-v32", "v32"), aliases=("deepseek_v32", "deepseekv32"))
 register(DsmlDialect("dsml", "auto"), auto=True)
-register(DsmlDialect("dsml-v4", "v4"))
-register(DsmlDialect("dsml-v32", "v32"))
-register(HermesDialect(), auto=True)
+register(
+    _module("hermes", hermes),
+    auto=True,
+    aliases=("qwen3_json", "qwen25", "qwen"),
+)
+register(_module(qwen3_coder.NAME, qwen3_coder), auto=True, aliases=("qwen3_coder", "qwen3_xml"))
 register(JsonCallDialect(), fallback=True)
 register(NoDialect())
+
+
+def _canonical(name: str) -> str:
+    return _ALIASES.get(name, name) if name not in _DIALECTS else name
 
 
 def names() -> list[str]:
     return ["auto", *_DIALECTS]
 
 
+def aliases() -> dict[str, str]:
+    """Every alias (the servers' parser names) and the dialect it stands for."""
+    return dict(_ALIASES)
+
+
 def get(name: str) -> Dialect:
     try:
-        return _DIALECTS[name]
+        return _DIALECTS[_canonical(name)]
     except KeyError:
         raise UsageError(f"unknown dialect {name!r}: use one of {', '.join(names())}") from None
 
 
 def detect(text: str) -> str:
-    """The name of the auto dialect whose markup appears first in ``text``, or "none"."""
-    marks = _marks(text)
-    return marks[0][1] if marks else "none"
+    """The name of the auto dialect that explains the markup in ``text``, or "none"."""
+    return _auto(text, False, None)[0]
 
 
 def _marks(text: str) -> list[tuple[int, str]]:
     """(offset of the first markup, name) of the auto dialects present, earliest first."""
     for group in (_AUTO, _FALLBACK):
-        marks = sorted(
-            (off, name) for name in group if (off := _DIALECTS[name].first_marker(text)) >= 0
-        )
+        marks = [(off, name) for name in group if (off := _DIALECTS[name].first_marker(text)) >= 0]
         if marks:
-            return marks
+            order = {name: i for i, name in enumerate(group)}
+            return sorted(marks, key=lambda m: (m[0], order[m[1]]))
     return []
 
 
-def parse(text: str, dialect: str = "auto", *, server_content: bool = False) -> ParseResult:
-    """Parse ``text`` with the named dialect ("auto": the one whose markup appears).
-
-    With "auto", markup of two dialects in one turn is a near miss ("mixed dialects") at
-    the first markup of the later one.
-    """
+def parse(
+    text: str, dialect: str = "auto", *, server_content: bool = False, tools: Tools = None
+) -> ParseResult:
+    """Parse ``text`` with the named dialect ("auto": see the module doc)."""
     if dialect != "auto":
-        return get(dialect).parse(text, server_content=server_content)
+        return get(dialect).parse(text, server_content=server_content, tools=tools)
+    return _auto(text, server_content, tools)[1]
+
+
+def _auto(text: str, server_content: bool, tools: Tools) -> tuple[str, ParseResult]:
     marks = _marks(text)
     if not marks:
-        return _DIALECTS["none"].parse(text, server_content=server_content)
-    result = _DIALECTS[marks[0][1]].parse(text, server_content=server_content)
-    if len(marks) > 1:
-        (_, first), (off, second) = marks[0], marks[1]
-        return replace(
-            result,
-            content=text,
-            calls=(),
-            found=True,
-            ok=False,
-            error=f"mixed dialects: {second} markup after {first} markup",
-            offset=off,
-        )
-    return result
+        return "none", ParseResult(content=text)
+    results = [
+        (off, name, _DIALECTS[name].parse(text, server_content=server_content, tools=tools))
+        for off, name in marks
+    ]
+    good = [r for r in results if r[2].ok and r[2].found]
+    if good:
+        off, name, result = min(good, key=lambda r: (r[0], len(r[2].noncanonical)))
+        before = [(o, n) for o, n, _ in results if o < off and _family(n) != _family(name)]
+        if before:
+            return name, replace(
+                result,
+                content=text,
+                calls=(),
+                ok=False,
+                error=f"mixed dialects: {name} markup after {before[0][1]} markup",
+                offset=off,
+            )
+        return name, result
+    first = marks[0][0]
+    tied = [r for r in results if r[0] == first and r[2].found] or results[:1]
+    best = max(tied, key=lambda r: r[2].offset if r[2].offset is not None else -1)
+    return best[1], best[2]
+
+
+def _family(name: str) -> str:
+    return "dsml" if name.startswith("dsml") else name
+
+
+_MODELS: list[tuple[re.Pattern[str], str | Callable[[str], str]]] = []
+
+
+def dialect_for_model(model_id: str) -> str | None:
+    """The dialect a served model's name (or path) implies, or None when it names none."""
+    base = model_id.rstrip("/").rsplit("/", 1)[-1]
+    for pattern, dialect in _MODELS:
+        if pattern.search(base):
+            return dialect if isinstance(dialect, str) else dialect(base)
+    return None
