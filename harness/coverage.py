@@ -78,8 +78,8 @@ def dialect_lines(summary: Mapping[str, Any]) -> list[str]:
 def _dialect_text(v: Mapping[str, Any]) -> str:
     source = v.get("dialect_from")
     turns = v.get("dialect_turns") or {}
-    where = {"option": "--dialect", "markup": "first markup"}.get(str(source), str(source))
-    text = str(v["dialect"]) + (f" (from the {where})" if source else "")
+    where = {"option": "--dialect", "markup": "the first markup"}.get(str(source), f"the {source}")
+    text = str(v["dialect"]) + (f" (from {where})" if source else "")
     undecided = turns.get("auto", 0)
     if undecided and v["dialect"] != "auto":
         text += f"; the first {undecided} turns, before any markup, were read as auto"

@@ -72,13 +72,14 @@ def for_model(model_names: Sequence[str]) -> str | None:
     for model in model_names:
         if not model:
             continue
-        found = lookup(model) if lookup is not None else _known_model(model)
+        found = (lookup(model) if lookup is not None else None) or _known_model(model)
         if found:
             return str(found)
     return None
 
 
 def _known_model(model: str) -> str | None:
+    """The families the registry's table may not hold yet (DeepSeek DSML, Qwen Hermes)."""
     low = model.lower()
     if "deepseek" in low and ("v4" in low or "v3.2" in low or "v3-2" in low):
         return "dsml-v4" if "v4" in low else "dsml-v32"

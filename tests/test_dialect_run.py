@@ -48,7 +48,9 @@ def test_every_dialect_end_to_end(
     clean = [r for r in rows if r["sim_injected"] == "none"]
     injected = [r for r in rows if r["sim_injected"] not in ("none", None)]
     envelope = [r for r in injected if r["sim_injected"] in ("envelope", "json")]
-    assert len(clean) >= 40 and len(envelope) >= 5, Counter(r["sim_injected"] for r in rows)
+    kinds = Counter(r["sim_injected"] for r in rows)
+    assert len(clean) >= 40, kinds
+    assert len(envelope) >= 5, kinds
     # no false corruption: every clean turn is a healthy tool call or answer
     assert [r["label"] for r in clean if r["corrupted"]] == []
     assert {r["label"] for r in clean} <= {L.OK_TOOL_CALL, L.OK_TEXT}
@@ -57,8 +59,10 @@ def test_every_dialect_end_to_end(
         (r["sim_injected"], r["label"], r["content"][-200:]) for r in envelope if not r["corrupted"]
     ]
     v = _summary(out)["variants"][0]
-    assert v["sim_recall"] >= 0.95 and v["sim_precision"] >= 0.95
-    assert v["dialect"] == dialect and v["dialect_from"] == "option"
+    assert v["sim_recall"] >= 0.95
+    assert v["sim_precision"] >= 0.95
+    assert v["dialect"] == dialect
+    assert v["dialect_from"] == "option"
     assert all(r["dialect"] == dialect for r in rows)
 
 
@@ -148,13 +152,15 @@ def test_a_qwen_server_whose_parser_leaks(leaking_qwen: str, tmp_path: Path) -> 
         code = main(args)
     assert code == 1  # the gate on sessions without tool calls fails the run
     rows = read_turns(out / "turns.jsonl")
-    assert rows and {r["label"] for r in rows} == {L.PARSER_LEAK}
+    assert rows
+    assert {r["label"] for r in rows} == {L.PARSER_LEAK}
     assert all(r["evidence"]["dialect"] == "hermes" for r in rows)
     assert all("hermes" in r["evidence"]["reason"] for r in rows)
     summary = _summary(out)
     v = summary["variants"][0]
     assert (v["dialect"], v["dialect_from"]) == ("hermes", "model name")
-    assert v["sessions_without_tool_calls"] == 4 and v["tool_call_share"] == 0.0
+    assert v["sessions_without_tool_calls"] == 4
+    assert v["tool_call_share"] == 0.0
     assert any("4 of 4 sessions got no tool call" in w for w in summary["warnings"])
     said = err.getvalue() + printed.getvalue()
     assert "dialect hermes (from the model name Qwen/Qwen3-8B)" in said

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from harness.dialects import registry
@@ -26,12 +26,20 @@ from harness.sim.speaker import Speaker
 _TOKEN = re.compile(r"<[^<>\n]{1,80}>|\[[A-Z_]{3,20}\]")
 _CLOSER = re.compile(r"^</|end|\|call\|", re.I)
 
+Tools = Sequence[Mapping[str, Any]] | None
 Mutation = Callable[[str, int, Sequence[ToolCall], random.Random], str | None]
 
 
 def _tokens(text: str, start: int, eos: str) -> list[re.Match[str]]:
     end = len(text) - len(eos) if eos and text.endswith(eos) else len(text)
     return [m for m in _TOKEN.finditer(text, start, end)]
+
+
+def _structural(tokens: list[re.Match[str]], calls: Sequence[ToolCall]) -> list[re.Match[str]]:
+    """The tokens that are the envelope itself, not a name or a key written in a tag
+    (``<parameter=city>`` misspelt is another parameter: no envelope damage)."""
+    words = {c.name for c in calls} | {k for c in calls for k in c.arguments}
+    return [m for m in tokens if "=" not in m[0] and not any(w in m[0] for w in words)]
 
 
 def _replace(text: str, m: re.Match[str], new: str) -> str:
@@ -56,7 +64,8 @@ def _opener_lost(eos: str) -> Mutation:
 
 def _misspelt(eos: str) -> Mutation:
     def mutate(text: str, start: int, calls: Sequence[ToolCall], rng: random.Random) -> str | None:
-        tokens = [m for m in _tokens(text, start, eos) if re.search(r"[A-Za-z_\u2581]{4}", m[0])]
+        tokens = _structural(_tokens(text, start, eos), calls)
+        tokens = [m for m in tokens if re.search(r"[A-Za-z_\u2581]{4}", m[0])]
         if not tokens:
             return None
         m = rng.choice(tokens)
@@ -76,7 +85,7 @@ def _misspelt(eos: str) -> Mutation:
 
 def _spaced(eos: str) -> Mutation:
     def mutate(text: str, start: int, calls: Sequence[ToolCall], rng: random.Random) -> str | None:
-        tokens = _tokens(text, start, eos)
+        tokens = _structural(_tokens(text, start, eos), calls)
         if not tokens:
             return None
         m = rng.choice(tokens)
@@ -88,7 +97,8 @@ def _spaced(eos: str) -> Mutation:
 
 def _bars(eos: str) -> Mutation:
     def mutate(text: str, start: int, calls: Sequence[ToolCall], rng: random.Random) -> str | None:
-        tokens = [m for m in _tokens(text, start, eos) if "|" in m[0] or "\uff5c" in m[0]]
+        tokens = _structural(_tokens(text, start, eos), calls)
+        tokens = [m for m in tokens if "|" in m[0] or "\uff5c" in m[0]]
         if not tokens:
             return None
         m = rng.choice(tokens)
@@ -117,11 +127,18 @@ def _doubled_name(
 
 
 def _cut_inside(eos: str) -> Mutation:
+    """The output ends inside the call, at a token boundary (never inside a marker: a
+    marker is one token, or a few, of the model's vocabulary), after the opener."""
+
     def mutate(text: str, start: int, calls: Sequence[ToolCall], rng: random.Random) -> str | None:
         body = text[: len(text) - len(eos)] if eos and text.endswith(eos) else text
-        if len(body) - start < 8:
+        tokens = _tokens(body, start, "")
+        if not tokens:
             return None
-        return body[: rng.randint(start + 4, len(body) - 2)]
+        inside = [i for m in tokens for i in range(m.start() + 1, m.end())]
+        after = tokens[0].end()
+        cuts = sorted(set(range(after, len(body) - 1)) - set(inside))
+        return body[: rng.choice(cuts)] if cuts else None
 
     return mutate
 
@@ -139,8 +156,10 @@ def mutations(eos: str) -> dict[str, Mutation]:
     }
 
 
-def _reads_differently(sp: Speaker, text: str, calls: Sequence[ToolCall]) -> bool:
-    parsed = sp.parse(text)
+def _reads_differently(
+    sp: Speaker, text: str, calls: Sequence[ToolCall], tools: Tools = None
+) -> bool:
+    parsed = sp.parse(text, tools)
     return not (parsed.ok and parsed.found and list(parsed.calls) == list(calls))
 
 
@@ -155,7 +174,12 @@ def _first_marker(sp: Speaker, text: str) -> int:
 
 
 def broken_envelope(
-    sp: Speaker, clean: str, content: str, calls: Sequence[ToolCall], rng: random.Random
+    sp: Speaker,
+    clean: str,
+    content: str,
+    calls: Sequence[ToolCall],
+    rng: random.Random,
+    tools: Tools = None,
 ) -> str | None:
     """``clean`` with one piece of its envelope damaged, or None when nothing applies."""
     start = markup_start(sp, clean, content)
@@ -164,7 +188,7 @@ def broken_envelope(
     rng.shuffle(names)
     for name in names:
         text = table[name](clean, start, calls, rng)
-        if text is not None and text != clean and _reads_differently(sp, text, calls):
+        if text is not None and text != clean and _reads_differently(sp, text, calls, tools):
             return text
     return None
 
@@ -194,7 +218,12 @@ def _broken(value: str, rng: random.Random) -> str | None:
 
 
 def broken_values(
-    sp: Speaker, clean: str, content: str, calls: Sequence[ToolCall], rng: random.Random
+    sp: Speaker,
+    clean: str,
+    content: str,
+    calls: Sequence[ToolCall],
+    rng: random.Random,
+    tools: Tools = None,
 ) -> str | None:
     """``clean`` with the JSON of a call's arguments (or of one non-string value) broken."""
     start = markup_start(sp, clean, content)
@@ -214,6 +243,6 @@ def broken_values(
         if broken is None:
             continue
         text = clean[:i] + broken + clean[i + len(form) :]
-        if _reads_differently(sp, text, calls):
+        if _reads_differently(sp, text, calls, tools):
             return text
     return None

@@ -44,6 +44,8 @@ def inject(
     sp = sp or speaker("dsml-v4")
     dsml_turn = sp.name.startswith("dsml")
     clean = sp.encode(turn.content, turn.calls)
+    declared = [{"type": "function", "function": {"name": t.name, "parameters": t.parameters}}
+                for t in tools]  # fmt: skip
     limit = max_tokens * CHARS_PER_TOKEN
     if kind in ("envelope", "json", "schema") and not turn.calls:
         kind = "salad"
@@ -51,7 +53,7 @@ def inject(
         raw = (
             broken_json(turn, tools, rng, maker, sp)
             if dsml_turn
-            else envelopes.broken_values(sp, clean, turn.content, turn.calls, rng)
+            else envelopes.broken_values(sp, clean, turn.content, turn.calls, rng, declared)
         )
         if raw is not None:
             return Injected(raw, "json")
@@ -59,7 +61,7 @@ def inject(
     if kind == "envelope":
         if dsml_turn:
             return Injected(broken_envelope(clean, rng), "envelope")
-        raw = envelopes.broken_envelope(sp, clean, turn.content, turn.calls, rng)
+        raw = envelopes.broken_envelope(sp, clean, turn.content, turn.calls, rng, declared)
         if raw is not None:
             return Injected(raw, "envelope")
         kind = "salad"
