@@ -339,7 +339,10 @@ async def _run_variant(
                     announce(f"{name}: {error}")
                 if error is None:
                     chosen = plans[: opts.reference_sessions] if reference is None else reference
-                    await after_load(opts, run_id, variant, repeat, chosen, client, base, announce)
+                    settled = replace(opts, scenario=scenario)  # the variant's dialect
+                    await after_load(
+                        settled, run_id, variant, repeat, chosen, client, base, announce
+                    )
         finally:
             transcripts.close()
             await client.aclose()

@@ -31,16 +31,19 @@ class Verdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def _parse_markup(text: str, dialect: str, server_content: bool) -> ParseResult:
+def _parse_markup(
+    text: str, dialect: str, server_content: bool, tools: list[dict[str, Any]] | None = None
+) -> ParseResult:
     """The markup of ``dialect`` in ``text``; without it, the markup of any other known
-    dialect (a turn in a dialect nobody expected is still tool-call markup)."""
-    parsed = registry.parse(text, dialect, server_content=server_content)
+    dialect (a turn in a dialect nobody expected is still tool-call markup). ``tools``: the
+    declared tools, whose schemas type the values of the dialects that write them raw."""
+    parsed = registry.parse(text, dialect, server_content=server_content, tools=tools)
     if parsed.found or dialect in ("auto", "none"):
         return replace(parsed, dialect=parsed.dialect or dialect) if parsed.found else parsed
     other = registry.detect(text)
     if other == "none":
         return parsed
-    found = registry.get(other).parse(text, server_content=server_content)
+    found = registry.get(other).parse(text, server_content=server_content, tools=tools)
     if not found.found:
         return parsed
     name = found.dialect or other
@@ -95,7 +98,7 @@ def classify_turn(
         label = L.TRUNCATED if finish_reason == "length" else L.EMPTY
         return _verdict(label, [], evidence, False)
 
-    parsed = _parse_markup(content, dialect, server_content=(source == "server"))
+    parsed = _parse_markup(content, dialect, source == "server", tools)
     noncanonical = bool(parsed.ok and parsed.found and parsed.noncanonical)
     if noncanonical:
         evidence["noncanonical"] = list(parsed.noncanonical)
@@ -116,7 +119,7 @@ def classify_turn(
             evidence["in_reasoning"] = finding.offset < shift
         return _verdict(finding.label, server_calls_as_dicts(server_calls), evidence, noncanonical)
 
-    reasoning_markup = _parse_markup(reasoning, dialect, server_content=True) if reasoning else None
+    reasoning_markup = _parse_markup(reasoning, dialect, True, tools) if reasoning else None
     if reasoning_markup is not None and reasoning_markup.found:
         evidence.update(reason="tool-call markup in the reasoning", offset=reasoning_markup.offset)
         evidence["dialect"] = reasoning_markup.dialect

@@ -15,6 +15,7 @@ from harness import labels as L
 from harness.classify import classify_stream
 from harness.dialects import dsml, hermes
 from harness.dialects.base import ToolCall
+from harness.sim.speaker import speaker, spoken
 from harness.verdict import classify_text, classify_turn
 
 CALL = ToolCall("list_dir", {"path": "src"})
@@ -159,3 +160,19 @@ def test_classify_dialect_applies_to_lines_without_their_own() -> None:
     rows = {r["id"]: r for r in map(json.loads, out.getvalue().splitlines())}
     assert rows["a"]["label"] == L.MALFORMED_TOOL_CALL  # DSML where Hermes was expected
     assert rows["b"]["label"] == L.OK_TOOL_CALL
+
+
+TYPED_TOOLS = [_tool("read_file", {
+    "type": "object", "required": ["path"],
+    "properties": {"path": {"type": "string"}, "limit": {"type": "integer"},
+                   "label": {"type": "string"}, "flags": {"type": "array"}}})]  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", spoken())
+def test_raw_calls_are_typed_by_the_declared_schemas(dialect: str) -> None:
+    # a string that looks like a number stays a string where the schema says so
+    call = ToolCall("read_file", {"path": "a.py", "limit": 40, "label": "123", "flags": ["x"]})
+    text = speaker(dialect).encode("Reading.", [call])
+    v = classify_turn(text, tools=TYPED_TOOLS, source="raw", dialect=dialect)
+    assert v.label == L.OK_TOOL_CALL, v.evidence
+    assert v.tool_calls == [call.to_dict()]
