@@ -24,7 +24,16 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
 
-from harness.dialects import dsml, hermes, jsoncall, qwen3_coder
+from harness.dialects import (
+    deepseek_v3,
+    dsml,
+    glm,
+    harmony,
+    hermes,
+    jsoncall,
+    kimi_k2,
+    qwen3_coder,
+)
 from harness.dialects.base import ParseResult, ToolCall
 from harness.dialects.markup import Tools
 from harness.dialects.stream import Event, MarkupStream, StreamParser
@@ -189,6 +198,24 @@ register(
     aliases=("qwen3_json", "qwen25", "qwen"),
 )
 register(_module(qwen3_coder.NAME, qwen3_coder), auto=True, aliases=("qwen3_coder", "qwen3_xml"))
+register(
+    _module(harmony.NAME, harmony, holds=("to=functions.",)),
+    auto=True,
+    aliases=("openai", "gpt_oss", "harmony"),
+)
+register(_module("glm45", glm, version="glm45"), auto=True, aliases=("glm4_moe", "glm-4.5"))
+register(_module("glm47", glm, version="glm47"), auto=True, aliases=("glm-4.7",))
+register(_module(kimi_k2.NAME, kimi_k2), auto=True, aliases=("kimi_k2", "kimi"))
+register(
+    _module("deepseek-v3", deepseek_v3, version="v3"),
+    auto=True,
+    aliases=("deepseek_v3", "deepseekv3", "deepseek-r1"),
+)
+register(
+    _module("deepseek-v31", deepseek_v3, version="v31"),
+    auto=True,
+    aliases=("deepseek_v31", "deepseekv31"),
+)
 register(JsonCallDialect(), fallback=True)
 register(NoDialect())
 
