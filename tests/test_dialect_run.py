@@ -66,6 +66,19 @@ def test_every_dialect_end_to_end(
     assert all(r["dialect"] == dialect for r in rows)
 
 
+@pytest.mark.parametrize("dialect", spoken())
+def test_a_leaking_parser_is_parser_leaks_in_every_dialect(
+    dialect: str, make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    url = make_sim(dialect=dialect, model="m", fault_scale=0.0, tool_parser="off")
+    out = tmp_path / "run"
+    assert _run(url, out, "--dialect", dialect, sessions=4, turns=2) == 0
+    rows = read_turns(out / "turns.jsonl")
+    assert [(r["label"], r["evidence"].get("signals")) for r in rows if r["corrupted"]] == []
+    assert {r["label"] for r in rows} == {L.PARSER_LEAK}
+    assert {r["evidence"]["dialect"] for r in rows} <= {dialect, "glm45", "glm47"}
+
+
 @pytest.mark.parametrize("dialect", ["dsml-v4", "hermes"])
 def test_auto_decides_from_the_served_model_name(
     dialect: str, make_sim: Callable[..., str], tmp_path: Path

@@ -14,7 +14,7 @@ import hashlib
 import random
 from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -180,6 +180,8 @@ class Engine:
         rng = _seed(seed_bytes, prompt.digest)
         tools = parse_tools(tools_json) if call_tools else []
         turn = self.agent.next_turn(messages, tools, prompt, rng)
+        if self.speaker.single_call and len(turn.calls) > 1:
+            turn = replace(turn, calls=turn.calls[:1])
         limit = max_tokens or config.default_max_tokens
 
         fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())

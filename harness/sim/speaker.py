@@ -53,7 +53,8 @@ _NOT_SPOKEN = {"auto", "dsml", "json", "none"}
 class Speaker:
     name: str
     encode: Encode
-    eos: str  # the end-of-turn token the encoder ends a turn with ("" if none)
+    eos: str  # the token that ends a prose answer ("" if none; gpt-oss ends a call otherwise)
+    single_call: bool = False  # one call per completion (gpt-oss: ``<|call|>`` stops it)
 
     @property
     def coerces(self) -> bool:
@@ -98,4 +99,12 @@ def speaker(name: str) -> Speaker:
     if encode is None:
         raise UsageError(f"dialect {name!r} has no encoder: the simulator writes "
                          f"{', '.join(spoken())}")  # fmt: skip
-    return Speaker(name, encode, encode("", []))
+    probe = ToolCall("probe", {})
+    try:
+        encode("", [probe, probe])
+    except ValueError:
+        single = True
+    else:
+        single = False
+    answer = encode("zq", [])  # a prose answer: what follows its text ends the turn
+    return Speaker(name, encode, answer[answer.rfind("zq") + 2 :], single)

@@ -75,7 +75,7 @@ def remote_refs(schema: Any) -> list[str]:
     return sorted(set(found))
 
 
-def _validator(schema: Mapping[str, Any], tool: str) -> Any:
+def _validator(schema: Mapping[str, Any]) -> Any:
     """The schema's validator, or a string saying why it cannot be used (a schema the
     validator rejects, a remote ``$ref``: the classifier never goes on the network)."""
     seen = _BY_ID.get(id(schema))
@@ -89,17 +89,11 @@ def _validator(schema: Mapping[str, Any], tool: str) -> Any:
         try:
             cls.check_schema(schema)
         except js_exceptions.SchemaError as exc:
-            validator = (
-                f"the parameters schema of tool {tool!r} is not a valid JSON schema "
-                f"({exc.message}): its arguments are not checked"
-            )
+            validator = f"is not a valid JSON schema ({exc.message})"
         else:
             if remote:
                 validator = (
-                    f"the parameters schema of tool {tool!r} refers to a remote schema "
-                    f"({', '.join(remote)}), which is never fetched: its arguments are not "
-                    "checked; put the definitions in the schema ($defs) and refer to them "
-                    "with '#/...'"
+                    f"refers to a remote schema ({', '.join(remote)}), which is never fetched"
                 )
             else:
                 validator = cls(schema, registry=_NO_NETWORK)
@@ -116,8 +110,14 @@ def schema_problems(tools: Sequence[Mapping[str, Any]] | None) -> list[str]:
         return []
     out = []
     for name, schema in tool_schemas(tools).items():
-        if schema is not None and isinstance(found := _validator(schema, name), str):
-            out.append(found)
+        if schema is not None and isinstance(why := _validator(schema), str):
+            fix = (
+                "; put the definitions in the schema ($defs) and refer to them with '#/...'"
+                if "remote" in why
+                else ""
+            )
+            out.append(f"the parameters schema of tool {name!r} {why}: its arguments are not "
+                       f"checked{fix}")  # fmt: skip
     return out
 
 
@@ -148,7 +148,7 @@ def _check_args(
     schema = schemas[name]
     if schema is None:
         return []
-    validator = _validator(schema, name)
+    validator = _validator(schema)
     if isinstance(validator, str):
         return []  # the schema cannot be used: schema_problems() says why
     try:
