@@ -3,8 +3,8 @@
 Input, one JSON object per line::
 
     {"id": str, "text": str, "reasoning"?: str, "tool_calls"?: [{"name", "arguments"}],
-     "tools"?: [OpenAI tool definitions], "dialect"?: "auto"|"dsml"|"dsml-v32"|"dsml-v4"|
-     "hermes"|"none", "source"?: "raw"|"server"}
+     "tools"?: [OpenAI tool definitions], "dialect"?: "auto" or a registered dialect
+     (harness.dialects.registry.names()), "source"?: "raw"|"server"}
 
 ``source: "raw"`` (the default): ``text`` is the raw model output and the calls are
 extracted from it. ``"server"``: ``text`` is a server's ``content`` next to its
