@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.records import read_turns
+from harness.analysis.stats import wilson
+from harness.record.turns import read_turns
 from harness.sim.speaker import spoken
-from harness.stats import wilson
 
 
 def _sim(dialect: str, seed: int, port_file: Path) -> subprocess.Popen[bytes]:
@@ -97,9 +97,9 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--dialects", default=",".join(spoken()))
     args = p.parse_args()
-    print(
-        "| dialect | clean turns called corrupted | envelope damage found | every injected kind found |"
-    )
+    head = ("dialect", "clean turns called corrupted", "envelope damage found",
+            "every injected kind found")  # fmt: skip
+    print("| " + " | ".join(head) + " |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for dialect in args.dialects.split(","):

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from harness import labels as L
-from harness.classify import classify_stream
 from harness.dialects import dsml, hermes
 from harness.dialects.base import ToolCall
 from harness.sim.speaker import speaker, spoken
 from harness.verdict import classify_text, classify_turn
+from harness.verdict.batch import classify_stream
 
 CALL = ToolCall("list_dir", {"path": "src"})
 WRITE = ToolCall("write_file", {"path": "a.py", "content": "x = '<think>'\nprint('</think>')\n"})
