@@ -52,7 +52,7 @@ EOS = f"<{BAR}end{SP}of{SP}sentence{BAR}>"
 VERSIONS = {"v3": "deepseek-v3", "v31": "deepseek-v31"}
 
 _OPENER = re.compile(re.escape(CALLS_BEGIN))
-_FRAGMENT = re.compile(
+FRAGMENT = re.compile(
     rf"<?[{BAR}|][ \t]?tool[{SP}_ ]?(?:calls?[{SP}_ ]?)?(?:begin|end|sep)[ \t]?[{BAR}|]?>?"
     rf"|<[ \t]?tool{SP}[^<>\n]{{0,20}}?(?:begin|end|sep)[^<>\n]{{0,3}}>",
     re.IGNORECASE,
@@ -100,7 +100,7 @@ def _scanner(version: str) -> Scanner:
             p += len(CALL_BEGIN)
             end = body.find(CALL_END, p)
             sep = body.find(SEP, p, end if end >= 0 else len(body))
-            stray = _FRAGMENT.search(
+            stray = FRAGMENT.search(
                 body, sep + len(SEP) if sep >= 0 else p, end if end >= 0 else len(body)
             )
             if stray is not None:
@@ -157,9 +157,7 @@ def _v3_call(
 
 
 GRAMMARS = {
-    v: BlockGrammar(
-        name, _OPENER, _FRAGMENT, _scanner(v), eos=(EOS,), separator="", what="DeepSeek"
-    )
+    v: BlockGrammar(name, _OPENER, FRAGMENT, _scanner(v), eos=(EOS,), separator="", what="DeepSeek")
     for v, name in VERSIONS.items()
 }
 

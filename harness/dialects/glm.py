@@ -45,7 +45,7 @@ EOS = ("<|observation|>", "<|user|>", "<|endoftext|>")
 VERSIONS = {"glm45": "\n", "glm47": ""}  # version -> the newline it writes between tags
 
 _OPENER = re.compile(re.escape(OPEN))
-_FRAGMENT = re.compile(
+FRAGMENT = re.compile(
     r"<[ \t]{0,2}/?[ \t]{0,2}tool[ _-]?call[ \t]{0,2}>"
     r"|<[ \t]{0,2}/?[ \t]{0,2}arg[_ -]?(?:key|value)[ \t]{0,2}>",
     re.IGNORECASE,
@@ -135,7 +135,7 @@ def _scanner(version: str) -> Scanner:
 
 
 GRAMMARS = {
-    v: BlockGrammar(v, _OPENER, _FRAGMENT, _scanner(v), eos=EOS, separator=nl, what="GLM")
+    v: BlockGrammar(v, _OPENER, FRAGMENT, _scanner(v), eos=EOS, separator=nl, what="GLM")
     for v, nl in VERSIONS.items()
 }
 

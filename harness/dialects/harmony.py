@@ -54,7 +54,7 @@ NC_FINAL_END = "final message ended by <|end|>"
 
 _WORDS = "start|end|message|channel|constrain|return|call"
 _TOKEN = re.compile(rf"<\|(?:{_WORDS})\|>")
-_FRAGMENT = re.compile(
+FRAGMENT = re.compile(
     rf"<\|[ \t]?(?:{_WORDS})[ \t]?\|?>|<[ \t]?(?:{_WORDS})[ \t]?\|>"
     rf"|(?<!<)\|(?:{_WORDS})\|"
     r"|to=functions\.",
@@ -69,7 +69,7 @@ _ENDS = re.compile(r"<\|(end|call|return)\|>")
 
 def first_marker(text: str) -> int:
     masked = mask_fences(text, _TOKEN)
-    offs = [m.start() for m in (_TOKEN.search(masked), _FRAGMENT.search(masked)) if m]
+    offs = [m.start() for m in (_TOKEN.search(masked), FRAGMENT.search(masked)) if m]
     return min(offs) if offs else -1
 
 
@@ -86,14 +86,14 @@ def complete_calls(text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
 def _analyse(text: str, server_content: bool) -> tuple[ParseResult, tuple[ToolCall, ...]]:
     masked = mask_fences(text, _TOKEN)
     tok = _TOKEN.search(masked)
-    frag = _FRAGMENT.search(masked, 0, tok.start() if tok else len(masked))
+    frag = FRAGMENT.search(masked, 0, tok.start() if tok else len(masked))
     if frag is not None:
         reason = f"Harmony-like token {frag.group(0)!r} outside a well-formed message"
         return failed(text, reason, frag.start(), NAME), ()
     if tok is None:
         return ParseResult(content=text), ()
     if text[: tok.start()].strip():
-        return failed(text, "text before the first Harmony message", 0, NAME), ()
+        return failed(text, "text before the first Harmony message", tok.start(), NAME), ()
     nc: list[str] = []
     if tok.start():
         nc.append(NC_BETWEEN)

@@ -33,7 +33,7 @@ EOS = "<|im_end|>"
 NC_NO_PREFIX = "call header without functions."
 
 _OPENER = re.compile(re.escape(SECTION_BEGIN))
-_FRAGMENT = re.compile(
+FRAGMENT = re.compile(
     r"(?:<\|?|\|)[ \t]?tool[_ ]?calls?[_ ]?(?:section[_ ]?|argument[_ ]?)?(?:begin|end)"
     r"[ \t]?(?:\|>?|>)",
     re.IGNORECASE,
@@ -59,7 +59,7 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
             raise _need(body, p, f"{CALL_BEGIN} or {SECTION_END}", calls)
         p = expect_ws(body, p + len(CALL_BEGIN), "", nc)
         args_at = body.find(ARGS_BEGIN, p)
-        stray = _FRAGMENT.search(body, p, args_at if args_at >= 0 else len(body))
+        stray = FRAGMENT.search(body, p, args_at if args_at >= 0 else len(body))
         if stray is not None:
             raise Fail(f"call header broken by {stray.group(0)!r}", stray.start(), calls)
         if args_at < 0:
@@ -76,7 +76,7 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
             nc.append(NC_NEWLINES)  # whitespace around the header
         p = args_at + len(ARGS_BEGIN)
         end = body.find(CALL_END, p)
-        stray = _FRAGMENT.search(body, p, end if end >= 0 else len(body))
+        stray = FRAGMENT.search(body, p, end if end >= 0 else len(body))
         if stray is not None:
             raise Fail(f"call not closed before {stray.group(0)!r}", stray.start(), calls)
         if end < 0:
@@ -92,7 +92,7 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
         p = expect_ws(body, end + len(CALL_END), "", nc)
 
 
-GRAMMAR = BlockGrammar(NAME, _OPENER, _FRAGMENT, _scan, eos=(EOS,), separator="", what="Kimi-K2")
+GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), separator="", what="Kimi-K2")
 
 
 def first_marker(text: str) -> int:

@@ -48,7 +48,7 @@ FUNC_CLOSE, PARAM_CLOSE = "</function>", "</parameter>"
 EOS = "<|im_end|>"
 
 _OPENER = re.compile(re.escape(OPEN))
-_FRAGMENT = re.compile(
+FRAGMENT = re.compile(
     r"<[ \t]{0,2}/?[ \t]{0,2}tool[_-]?call[ \t]{0,2}>"
     r"|<[ \t]{0,2}/[ \t]{0,2}(?:function|parameter)[ \t]{0,2}>"
     r"|<[ \t]{0,2}(?:function|parameter)[ \t]{0,2}=",
@@ -116,7 +116,7 @@ def _scan(body: str, pos: int, nc: list[str], tools: Tools) -> tuple[list[ToolCa
         pos = nxt
 
 
-GRAMMAR = BlockGrammar(NAME, _OPENER, _FRAGMENT, _scan, eos=(EOS,), what="Qwen3-Coder")
+GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), what="Qwen3-Coder")
 
 
 def first_marker(text: str) -> int:

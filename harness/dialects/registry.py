@@ -32,6 +32,9 @@ from harness.dialects import (
     hermes,
     jsoncall,
     kimi_k2,
+    llama,
+    minimax_m2,
+    mistral,
     qwen3_coder,
 )
 from harness.dialects.base import ParseResult, ToolCall
@@ -91,6 +94,8 @@ class MarkupDialect:
     encode_fn: Callable[[str, Sequence[ToolCall]], str]
     calls_fn: Callable[[str, Tools], tuple[ToolCall, ...]]
     holds: tuple[str, ...] = ()
+    #: any piece of the markup, exact or mangled (``markup_spans`` masks them)
+    tokens: re.Pattern[str] | None = None
 
     def first_marker(self, text: str) -> int:
         return self.marker_fn(text)
@@ -174,7 +179,14 @@ def register(
         group.append(dialect.name)
 
 
-def _module(name: str, module: object, *, holds: tuple[str, ...] = (), **fixed: str) -> Dialect:
+def _module(
+    name: str,
+    module: object,
+    *,
+    holds: tuple[str, ...] = (),
+    tokens: re.Pattern[str] | None = None,
+    **fixed: str,
+) -> MarkupDialect:
     def bind(fn_name: str) -> Callable[..., object]:
         fn: Callable[..., object] = getattr(module, fn_name)
         return partial(fn, **fixed) if fixed else fn
@@ -186,6 +198,7 @@ def _module(name: str, module: object, *, holds: tuple[str, ...] = (), **fixed: 
         bind("encode"),  # type: ignore[arg-type]
         bind("complete_calls"),  # type: ignore[arg-type]
         holds,
+        tokens if tokens is not None else getattr(module, "FRAGMENT", None),
     )
 
 
@@ -216,6 +229,23 @@ register(
     auto=True,
     aliases=("deepseek_v31", "deepseekv31"),
 )
+register(
+    _module("mistral", mistral, holds=mistral.HOLDS, version="v3"),
+    auto=True,
+    aliases=("mistral-v3",),
+)
+register(_module("mistral-v11", mistral, holds=mistral.HOLDS, version="v11"), auto=True)
+register(
+    _module("llama3-json", llama, tokens=llama.FRAGMENT3, version="json"),
+    auto=True,
+    aliases=("llama3_json", "llama4_json", "llama3"),
+)
+# (not auto: an answer starting with a markdown link "[f(x)](url)" would look like one)
+register(
+    _module("llama4-pythonic", llama, tokens=llama.FRAGMENT4, version="pythonic"),
+    aliases=("pythonic", "llama4_pythonic"),
+)
+register(_module(minimax_m2.NAME, minimax_m2), auto=True, aliases=("minimax_m2", "minimax"))
 register(JsonCallDialect(), fallback=True)
 register(NoDialect())
 
@@ -292,16 +322,88 @@ def _auto(text: str, server_content: bool, tools: Tools) -> tuple[str, ParseResu
     return best[1], best[2]
 
 
+#: Substrings one of which the markup of the dialects besides DSML and Hermes holds in its
+#: canonical or usual broken shapes: a text with none of them has none (``in`` runs at
+#: memory speed; DSML and Hermes texts hold none of them).
+_NEEDLES = (
+    "<|", "|>", "<\uff5ctool", "\uff5ctool", "[TOOL_CALL", "TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
+    "<function=", "</function>", "<parameter=", "</parameter>", "<arg_", "</arg_",
+    "<invoke ", "</invoke>", "minimax:", "to=functions.", '"parameters"',
+)  # fmt: skip
+
+
+def markup_spans(text: str) -> list[tuple[int, int]]:
+    """Where the text holds tool-call markup of the dialects besides DSML and Hermes.
+
+    The dialect "auto" settles on (the one whose markup parses, or the one blamed for the
+    broken markup) contributes everything from its first marker on: the calls are judged
+    by the parser and the argument checks, not as prose, and a near miss reads as a near
+    miss rather than as special-token debris or symbol soup. Any other dialect contributes
+    its tokens only (a broken Hermes block is also a broken Qwen3-Coder or GLM one: its
+    text stays readable). A Llama 4 call list (never guessed) counts when it parses. For
+    the salad detector's masking; a text holding none of ``_NEEDLES`` costs a few scans.
+    """
+    spans: list[tuple[int, int]] = []
+    if text.lstrip()[:1] == "[":
+        pythonic = _DIALECTS["llama4-pythonic"]
+        if pythonic.first_marker(text) >= 0 and pythonic.parse(text, server_content=True).ok:
+            spans.append((pythonic.first_marker(text), len(text)))
+    if not any(needle in text for needle in _NEEDLES):
+        return spans
+    chosen, result = _auto(text, True, None)
+    for name in _AUTO:
+        dialect = _DIALECTS[name]
+        if not isinstance(dialect, MarkupDialect) or dialect.tokens is None or name == "hermes":
+            continue
+        if name == chosen and result.found:
+            spans.append((dialect.first_marker(text), len(text)))
+        else:
+            spans.extend(m.span() for m in dialect.tokens.finditer(text))
+    return spans
+
+
 def _family(name: str) -> str:
     return "dsml" if name.startswith("dsml") else name
 
 
-_MODELS: list[tuple[re.Pattern[str], str | Callable[[str], str]]] = []
+def _mistral(base: str) -> str:
+    """v11 and later tokenizers (compact calls) from the mid-2025 releases on."""
+    dates = [int(d) for d in re.findall(r"(?<!\d)(2[3-9][01]\d)(?!\d)", base)]
+    if dates:
+        return "mistral-v11" if max(dates) >= 2506 else "mistral"
+    return "mistral-v11" if "magistral" in base else "mistral"
+
+
+#: (pattern on the lower-case model name, dialect), first match wins.
+_MODELS: list[tuple[re.Pattern[str], str | Callable[[str], str]]] = [
+    (re.compile(p), d)
+    for p, d in [
+        (r"qwen3-?coder|qwen3\.5", "qwen3-coder"),
+        (r"qwen2\.5|qwen3|qwq", "hermes"),
+        (r"glm-?4\.[56]", "glm45"),
+        (r"glm-?(?:4\.7|5)", "glm47"),
+        (r"kimi-?k2", "kimi-k2"),
+        (r"gpt-?oss", "gpt-oss"),
+        (r"llama-?4", "llama4-pythonic"),
+        (r"llama-?3", "llama3-json"),
+        (r"deepseek-?v4", "dsml-v4"),
+        (r"deepseek-?v3\.2", "dsml-v32"),
+        (r"deepseek-?v3\.1", "deepseek-v31"),
+        (r"deepseek-?(?:v3|r1)", "deepseek-v3"),
+        (r"minimax-?m2", "minimax-m2"),
+    ]
+] + [(re.compile(r"mistral|mixtral|ministral|devstral|magistral|codestral"), _mistral)]
 
 
 def dialect_for_model(model_id: str) -> str | None:
-    """The dialect a served model's name (or path) implies, or None when it names none."""
-    base = model_id.rstrip("/").rsplit("/", 1)[-1]
+    """The dialect a served model's name (or path) implies, or None when it names none.
+
+    From the family names of the servers' docs: Qwen3-Coder and Qwen3.5 speak
+    qwen3-coder, other Qwen2.5/Qwen3/QwQ hermes, GLM-4.5/4.6 glm45, GLM-4.7/5 glm47, and
+    so on; Mistral models released from mid-2025 on (a date code of 2506 or later, and
+    Magistral) mistral-v11, older ones mistral.
+    """
+    base = model_id.rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-")
     for pattern, dialect in _MODELS:
         if pattern.search(base):
             return dialect if isinstance(dialect, str) else dialect(base)

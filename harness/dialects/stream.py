@@ -41,7 +41,7 @@ from harness.dialects.dsml_grammar import (
     skip_indent,
     split_eos,
 )
-from harness.dialects.markup import Tools, open_fence
+from harness.dialects.markup import Tools, mask_fences, open_fence
 
 
 @dataclass(frozen=True)
@@ -134,16 +134,26 @@ class StreamParser:
         if self._state == "text":
             self._text_step(final, events)
         if self._state == "block":
-            self._block_step(events)
+            self._block_step(events, final)
         return events
 
     def _text_step(self, final: bool, events: list[Event]) -> None:
         text = self._text
-        start, version = find_opener(text[self._emitted :])
+        probe = text
+        if not final:  # a last line that may yet close a fence (or open one) is not read
+            line = text.rfind("\n") + 1
+            if text[line:].lstrip(" ")[:1] in ("`", "~"):
+                probe = text[:line]
+        scan = mask_fences(probe, dsml.OPENER)  # markup in fenced code is content
+        start, version = find_opener(scan[self._emitted :])
         if start >= 0:
             start += self._emitted
-        body_end = len(split_eos(text)[0]) if final else len(text)
-        frag = find_fragment(text, self._emitted, start if start >= 0 else body_end)
+        body_end = len(split_eos(text)[0]) if final else len(probe)
+        frag = find_fragment(scan, self._emitted, start if start >= 0 else body_end)
+        first = frag.start() if frag is not None else start
+        if not final and first >= 0 and open_fence(text[:first]):
+            self._emit_to(min(first, self._safe_end()), events)  # it may be quoted: wait
+            return
         if frag is not None and not final and start < 0 and _opener_prefix(text, frag.start()):
             self._emit_to(min(frag.start(), self._safe_end()), events)
             return
@@ -161,18 +171,16 @@ class StreamParser:
             self._pos = start + len(OPENERS[version])
             self._need_newline = True
             return
-        self._emit_to(body_end if final else self._safe_end(), events)
+        self._emit_to(body_end if final else min(len(probe), self._safe_end()), events)
 
-    def _block_step(self, events: list[Event]) -> None:
+    def _block_step(self, events: list[Event], final: bool) -> None:
         text, version = self._text, self._block_version
         closer = f"</{MARK}{BLOCKS[version]}>"
         if self._need_newline:
             if len(text) <= self._pos:
                 return
-            if text[self._pos] != "\n":
-                self._state = "broken"
-                return
-            self._pos += 1
+            if text[self._pos] == "\n":  # (without it: non-canonical, still a block)
+                self._pos += 1
             self._need_newline = False
         while True:
             pos = skip_indent(text, self._pos, [])
@@ -183,6 +191,8 @@ class StreamParser:
                 call, end = parse_invoke(text, pos, version, [])
             except DsmlError:
                 return  # incomplete (or broken: finish() says which)
+            if end == len(text) and not text.endswith("\n") and not final:
+                return  # its newline may still come
             events.append(CallEvent(call, self._calls))
             self._calls += 1
             self._pos = end

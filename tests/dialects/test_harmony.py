@@ -107,7 +107,7 @@ CASES: list[Case] = [
     miss("text-after-call", DOC + " and then", "text after the call"),
     miss("message-after-call", DOC + S + FINAL, "text after the call"),
     miss("text-after-final", FINAL + "P.S.", "text after the final"),
-    miss("text-before", "Sure! " + DOC, "before the first", 0),
+    miss("text-before", "Sure! " + DOC, "before the first", 6),
     miss("unknown-channel", "<|channel|>thoughts<|message|>hm<|end|>", "unknown channel"),
     miss(
         "call-ended-by-end",
