@@ -182,6 +182,8 @@ class Engine:
         turn = self.agent.next_turn(messages, tools, prompt, rng)
         if self.speaker.single_call and len(turn.calls) > 1:
             turn = replace(turn, calls=turn.calls[:1])
+        if self.speaker.calls_only and turn.calls:
+            turn = replace(turn, content="")
         limit = max_tokens or config.default_max_tokens
 
         fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())

@@ -5,8 +5,8 @@ opener), a marker token misspelt (a letter or an underscore lost, a space inside
 bars for the fullwidth ones or the reverse), typographic quotes, a tool name written twice,
 the output ending inside the call; and, for the values, broken JSON (a bracket or a quote
 lost, a value written twice). A mangled turn is kept only when the server's parser reads it
-differently from the clean one (no calls, or other calls): damage that changes nothing is
-not damage.
+differently from the clean one (no calls, or other calls: damage that changes nothing is
+not damage) and some of the dialect's markup is left (an envelope erased whole is prose).
 """
 
 from __future__ import annotations
@@ -159,6 +159,11 @@ def mutations(eos: str) -> dict[str, Mutation]:
 def _reads_differently(
     sp: Speaker, text: str, calls: Sequence[ToolCall], tools: Tools = None
 ) -> bool:
+    """The server's parser reads ``text`` otherwise than the clean calls, and some of the
+    dialect's markup is left (an envelope erased whole, such as Mistral's one
+    ``[TOOL_CALLS]`` token lost, is prose that quotes JSON: not a damaged envelope)."""
+    if _first_marker(sp, text) < 0:
+        return False
     parsed = sp.parse(text, tools)
     return not (parsed.ok and parsed.found and list(parsed.calls) == list(calls))
 

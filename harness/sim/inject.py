@@ -90,7 +90,7 @@ def _salad(clean: str, rng: random.Random, limit: int, eos: str) -> Injected:
 
 def _debris(turn: Turn, clean: str, rng: random.Random, limit: int, sp: Speaker) -> Injected:
     burst = salad.debris_run(rng) + salad.salad(rng, rng.randint(30, 120), debris=0.15)
-    if turn.calls and rng.random() < 0.5:
+    if turn.calls and not sp.calls_only and rng.random() < 0.5:
         # debris inside the content, the block itself intact
         content = turn.content
         cut = salad.cut_point(rng, content, 0.3, 1.0, sp.eos) if content else 0

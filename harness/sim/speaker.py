@@ -55,6 +55,7 @@ class Speaker:
     encode: Encode
     eos: str  # the token that ends a prose answer ("" if none; gpt-oss ends a call otherwise)
     single_call: bool = False  # one call per completion (gpt-oss: ``<|call|>`` stops it)
+    calls_only: bool = False  # a tool-call turn holds the calls alone (Llama 3 JSON, pythonic)
 
     @property
     def coerces(self) -> bool:
@@ -99,12 +100,16 @@ def speaker(name: str) -> Speaker:
     if encode is None:
         raise UsageError(f"dialect {name!r} has no encoder: the simulator writes "
                          f"{', '.join(spoken())}")  # fmt: skip
-    probe = ToolCall("probe", {})
-    try:
-        encode("", [probe, probe])
-    except ValueError:
-        single = True
-    else:
-        single = False
     answer = encode("zq", [])  # a prose answer: what follows its text ends the turn
-    return Speaker(name, encode, answer[answer.rfind("zq") + 2 :], single)
+    eos = answer[answer.rfind("zq") + 2 :]
+    return Speaker(name, encode, eos, _refuses(encode, "", 2), _refuses(encode, "zq", 1))
+
+
+def _refuses(encode: Encode, content: str, calls: int) -> bool:
+    """Whether the dialect cannot write ``calls`` calls after ``content`` (its encoder says
+    so with a ValueError)."""
+    try:
+        encode(content, [ToolCall("probe", {})] * calls)
+    except ValueError:
+        return True
+    return False

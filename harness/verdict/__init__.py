@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from functools import cache
 from typing import Any
 
 from harness import labels as L
 from harness.dialects import dsml, registry
 from harness.dialects.base import ParseResult, ToolCall
-from harness.errors import UsageError
 from harness.verdict.text import score_text
 from harness.verdict.toolcheck import (
     check_calls,
@@ -60,42 +58,6 @@ def _parse_markup(
 #: ``<think>`` and ``</think>`` inside a well-formed call are literals of its arguments (a
 #: file that mentions the tags): hidden from the debris scan, same length, as plain tags.
 _THINK_TAG = re.compile(r"<(/?)think>")
-
-
-#: special tokens and tags of an envelope (``<|channel|>``, ``<｜tool▁sep｜>``, ``[TOOL_CALLS]``)
-_ENVELOPE_TOKEN = re.compile(r"<[^<>\n]{1,80}>|\[[A-Z_]{3,20}\]")
-#: the dialects whose well-formed markup the text scorer masks itself
-_MASKED = ("dsml", "dsml-v4", "dsml-v32", "hermes")
-
-
-@cache
-def _envelope_tokens(dialect: str) -> tuple[str, ...]:
-    """The fixed tokens of a dialect's envelope, from its own encoder (longest first)."""
-    if dialect in _MASKED or dialect == "auto" or dialect not in registry.names():
-        return ()
-    encode = getattr(registry.get(dialect), "encode", None)
-    if encode is None:
-        return ()
-    try:
-        sample = str(encode("zq prose", [ToolCall("zq_tool", {"zq_key": "zq value"})]))
-    except (UsageError, ValueError, TypeError):
-        return ()
-    found = {m[0] for m in _ENVELOPE_TOKEN.finditer(sample) if "zq" not in m[0]}
-    return tuple(sorted(found, key=len, reverse=True))
-
-
-def _blank_envelope(text: str, start: int, dialect: str) -> str:
-    """``text`` with the envelope's own special tokens after ``start`` blanked (same
-    length): a well-formed envelope is markup, not special-token debris or symbol soup;
-    its arguments and the prose are still scored."""
-    tokens = _envelope_tokens(dialect)
-    if not tokens:
-        return text
-    tail = text[start:]
-    for token in tokens:
-        if token in tail:
-            tail = tail.replace(token, " " * len(token))
-    return text[:start] + tail
 
 
 def _think_literals(text: str, start: int) -> str:
@@ -145,11 +107,7 @@ def classify_turn(
     visible = content  # score_text masks well-formed markup itself; debris in arguments counts
     if parsed.found and parsed.ok and parsed.calls:
         start = _markup_start(content, parsed)
-        visible = _blank_envelope(_think_literals(content, start), start, parsed.dialect)
-    elif parsed.found and parsed.dialect:
-        # a near miss: its envelope's tokens are the dialect's, not debris (the parser says
-        # what is wrong with them); the rest is scored as usual
-        visible = _blank_envelope(content, _markup_start(content, parsed), parsed.dialect)
+        visible = _think_literals(content, start)
     text = f"{reasoning}\n{visible}" if reasoning else visible
     finding = score_text(text, context)
     evidence["text_score"] = round(finding.score, 4)

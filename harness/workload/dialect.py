@@ -67,24 +67,11 @@ def check_name(name: str, where: str) -> str:
 
 
 def for_model(model_names: Sequence[str]) -> str | None:
-    """The dialect the first of ``model_names`` that a dialect is known for speaks."""
-    lookup = getattr(registry, "dialect_for_model", None)
+    """The dialect the first of ``model_names`` that names a known family speaks."""
     for model in model_names:
-        if not model:
-            continue
-        found = (lookup(model) if lookup is not None else None) or _known_model(model)
+        found = registry.dialect_for_model(model) if model else None
         if found:
-            return str(found)
-    return None
-
-
-def _known_model(model: str) -> str | None:
-    """The families the registry's table may not hold yet (DeepSeek DSML, Qwen Hermes)."""
-    low = model.lower()
-    if "deepseek" in low and ("v4" in low or "v3.2" in low or "v3-2" in low):
-        return "dsml-v4" if "v4" in low else "dsml-v32"
-    if "qwen" in low and "coder" not in low:
-        return "hermes"
+            return found
     return None
 
 

@@ -43,6 +43,17 @@ def _calls(dialect: str) -> tuple[ToolCall, ...]:
     return CALLS[:1] if speaker(dialect).single_call else CALLS
 
 
+def _text(dialect: str, text: str) -> str:
+    """The content before the calls (none where the dialect writes the calls alone)."""
+    return "" if speaker(dialect).calls_only else text
+
+
+@pytest.mark.parametrize("dialect", spoken())
+def test_the_sims_model_tells_its_dialect(dialect: str) -> None:
+    # a run's --dialect auto finds the simulator's dialect from the model it serves
+    assert registry.dialect_for_model(DEFAULT_MODELS[dialect]) == dialect
+
+
 def test_single_call_dialects_are_known() -> None:
     assert speaker("hermes").single_call is False
     if "gpt-oss" in spoken():
@@ -52,7 +63,7 @@ def test_single_call_dialects_are_known() -> None:
 @pytest.mark.parametrize("dialect", spoken())
 def test_a_clean_turn_parses_back_to_its_calls(dialect: str) -> None:
     sp = speaker(dialect)
-    raw = sp.encode("Reading the file.", _calls(dialect))
+    raw = sp.encode(_text(dialect, "Reading the file."), _calls(dialect))
     parsed = sp.parse(raw, TOOLS)
     assert parsed.ok
     assert parsed.found
@@ -64,19 +75,21 @@ def test_a_clean_turn_parses_back_to_its_calls(dialect: str) -> None:
 def test_damaged_envelopes_never_read_as_the_clean_calls(dialect: str) -> None:
     sp = speaker(dialect)
     calls = _calls(dialect)
-    clean = sp.encode("Reading the file.", calls)
+    content = _text(dialect, "Reading the file.")
+    clean = sp.encode(content, calls)
     seen: Counter[str] = Counter()
     for seed in range(60):
         rng = random.Random(seed)
         for damage in (envelopes.broken_envelope, envelopes.broken_values):
-            text = damage(sp, clean, "Reading the file.", calls, rng, TOOLS)
+            text = damage(sp, clean, content, calls, rng, TOOLS)
             if text is None:
                 continue
             seen[damage.__name__] += 1
             parsed = sp.parse(text, TOOLS)
             assert not (parsed.ok and list(parsed.calls) == list(calls)), text
             # and the harness sees markup there, whichever dialect it expected
-            assert registry.detect(text) != "none" or CALLS[0].name * 2 in text, text
+            seen_as_markup = registry.parse(text, dialect, tools=TOOLS).found
+            assert seen_as_markup or any(c.name * 2 in text for c in calls), text
     assert seen["broken_envelope"] == 60
     assert seen["broken_values"] > 0
 
@@ -85,8 +98,8 @@ def test_every_envelope_mutation_applies_somewhere() -> None:
     used: Counter[str] = Counter()
     for dialect in spoken():
         sp = speaker(dialect)
-        clean = sp.encode("Reading.", _calls(dialect))
-        start = envelopes.markup_start(sp, clean, "Reading.")
+        clean = sp.encode(_text(dialect, "Reading."), _calls(dialect))
+        start = envelopes.markup_start(sp, clean, _text(dialect, "Reading."))
         for name, mutate in envelopes.mutations(sp.eos).items():
             if mutate(clean, start, _calls(dialect), random.Random(1)) not in (None, clean):
                 used[name] += 1
