@@ -83,7 +83,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
 
     dialect = getattr(args, "dialect", None)
     if dialect is not None:
-        check_name(dialect, "--dialect")
+        dialect = check_name(dialect, "--dialect")
     scenario = load_scenario(args.scenario).with_overrides(
         sessions=args.sessions, max_turns=args.turns, max_context=args.max_context,
         dialect=dialect,

@@ -60,9 +60,12 @@ class DialectChoice:
 
 
 def check_name(name: str, where: str) -> str:
-    """``name`` if it is "auto" or a registered dialect; a ConfigError naming the choices."""
+    """The registered dialect ``name`` stands for ("auto", a name, or a server's parser name
+    such as ``qwen3_coder``); a ConfigError naming the choices."""
     if name in registry.names():
         return name
+    if name in registry.aliases():
+        return registry.aliases()[name]
     raise ConfigError(f"{where}: dialect {name!r} is not one of {', '.join(registry.names())}")
 
 

@@ -131,7 +131,7 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
     dialect = raw.get("dialect", "auto")
     if not isinstance(dialect, str):
         raise ConfigError(f"{source}: 'dialect' must be a string, got {dialect!r}")
-    check_name(dialect, source)
+    dialect = check_name(dialect, source)
     tasks = raw.get("tasks", ["Investigate the repository. Work in about {steps} steps."])
     if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
         raise ConfigError(f"{source}: 'tasks' must be a non-empty list of strings")

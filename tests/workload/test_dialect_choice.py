@@ -47,6 +47,8 @@ def test_the_scenario_dialect_is_checked() -> None:
     base = {"name": "x", "tools": [{"name": "t", "kind": "echo"}]}
     assert parse_scenario(base, "s.toml").dialect == "auto"
     assert parse_scenario({**base, "dialect": "hermes"}, "s.toml").dialect == "hermes"
+    # a server's parser name stands for its dialect
+    assert parse_scenario({**base, "dialect": "qwen3_coder"}, "s.toml").dialect == "qwen3-coder"
     with pytest.raises(ConfigError, match="dialect 'xml' is not one of auto"):
         parse_scenario({**base, "dialect": "xml"}, "s.toml")
 
