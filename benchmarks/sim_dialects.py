@@ -58,6 +58,11 @@ def one(dialect: str, seed: int, work: Path) -> list[dict[str, object]]:
             time.sleep(0.05)
         url = f"http://127.0.0.1:{int(port_file.read_text())}"
         out = work / f"{dialect}-{seed}"
+        # room for re-sends: at the capped odds a session with three corrupted sends in a row
+        # would end "attempts exhausted" (and a run with many such is exit 3)
+        scenario = work / "patient.toml"
+        shipped = Path(__file__).resolve().parents[1] / "scenarios" / "coding_agent.toml"
+        scenario.write_text(shipped.read_text().replace("max_attempts = 3 ", "max_attempts = 12 "))
         subprocess.run(
             [
                 sys.executable,

@@ -22,6 +22,7 @@ from harness.cli.main import main
 from harness.record.turns import read_turns
 from harness.sim.speaker import DEFAULT_MODELS, spoken
 
+ROOT = Path(__file__).resolve().parents[2]
 #: sure to corrupt about half the turns (the race's odds capped), with every kind drawn
 HEAVY = 1e6
 
@@ -37,13 +38,23 @@ def _summary(out: Path) -> dict[str, Any]:
     return json.loads((out / "summary.json").read_text())  # type: ignore[no-any-return]
 
 
+def _patient_scenario(tmp_path: Path) -> Path:
+    """The shipped scenario with room for re-sends: at the capped odds half the turns are
+    corrupted, and a session whose three sends all were would end "attempts exhausted"."""
+    shipped = (ROOT / "scenarios" / "coding_agent.toml").read_text()
+    path = tmp_path / "patient.toml"
+    path.write_text(shipped.replace("max_attempts = 3 ", "max_attempts = 12 "))
+    return path
+
+
 @pytest.mark.parametrize("dialect", spoken())
 def test_every_dialect_end_to_end(
     dialect: str, make_sim: Callable[..., str], tmp_path: Path
 ) -> None:
     url = make_sim(dialect=dialect, model=DEFAULT_MODELS[dialect], fault_scale=HEAVY, seed=3)
     out = tmp_path / "run"
-    assert _run(url, out, "--dialect", dialect) == 0
+    scenario = str(_patient_scenario(tmp_path))
+    assert _run(url, out, "--dialect", dialect, "--scenario", scenario) == 0
     rows = read_turns(out / "turns.jsonl")
     clean = [r for r in rows if r["sim_injected"] == "none"]
     injected = [r for r in rows if r["sim_injected"] not in ("none", None)]
