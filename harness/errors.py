@@ -44,6 +44,8 @@ class EndpointRefused(ConfigError):
 
 class ServerUnanswering(InfrastructureError):
     """A variant's server stopped answering: its recent requests all failed in transport."""
+
+
 class EnvironmentFailure(InfrastructureError):
     """Writing the run folder failed (disk full, read-only, too large a file)."""
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis import livecontext, stats
+from harness.analysis import coverage, livecontext, stats
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record.rundir import METRICS_FILE, RUN_FILE, TURNS_FILE
@@ -198,6 +198,8 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "latency_p50_s": _quantile(ok["latency_s"], 0.5),
     }
     out.update(livecontext.cache_summary(ok))
+    out.update(coverage.dialect_summary(g))
+    out.update(coverage.tool_call_summary(ok))
     kinds = ok["sim_injected"].astype(str)
     known = ok["sim_injected"].notna() & (kinds != "")
     # corruption the simulator injected: not "none", not a transport fault
@@ -331,6 +333,7 @@ def summarize(
         "alpha": alpha,
         "confidence": CONF,
         "verdict": _run_verdict(variants, comparisons),
+        "warnings": [f"{v['label']}: {w}" for v in variants for w in v.get("warnings", ())],
         "variants": variants,
         "comparisons": comparisons,
     }

@@ -64,7 +64,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_classify(args: argparse.Namespace) -> int:
     from harness.verdict.batch import classify_files  # numpy, jsonschema: not for --help
 
-    stats: Any = classify_files(args.input, args.output)
+    stats: Any = classify_files(args.input, args.output, dialect=args.dialect)
     for err in getattr(stats, "errors", []):
         print(f"harness classify: {err}", file=sys.stderr)
     return EXIT_USAGE if getattr(stats, "errors", None) else EXIT_OK

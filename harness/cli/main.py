@@ -127,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     cls = sub.add_parser("classify", help="classify saved outputs (JSONL) without a run")
     cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
     cls.add_argument("-o", "--output", type=Path, help="output JSONL (default: stdout)")
+    cls.add_argument(
+        "--dialect",
+        default="auto",
+        metavar="auto|NAME",
+        help='the dialect of lines without a "dialect" of their own (default: auto, the '
+        "one whose markup appears)",
+    )
     return parser
 
 

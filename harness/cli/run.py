@@ -42,6 +42,7 @@ from harness.run.stopsignals import StopSignals
 from harness.target.launch import check_variants
 from harness.target.readiness import normalize_endpoint
 from harness.target.spec import default_sim_target, is_secret_name, load_target
+from harness.workload.dialect import check_name
 from harness.workload.matrix import parse_ab, variants
 from harness.workload.scenario import load_scenario
 from harness.workload.trace import convert_log, load_trace
@@ -131,9 +132,13 @@ def _demo(args: argparse.Namespace) -> list[str]:
 
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     demo_args = _demo(args)
+    dialect = getattr(args, "dialect", None)
+    if dialect is not None:
+        dialect = check_name(dialect, "--dialect")
     scenario = load_scenario(args.scenario).with_overrides(
-        sessions=args.sessions, max_turns=args.turns, max_context=args.max_context
-    )
+        sessions=args.sessions, max_turns=args.turns, max_context=args.max_context,
+        dialect=dialect,
+    )  # fmt: skip
     factors = parse_ab(args.ab)
     vs = tuple(variants(factors))
     target = None
@@ -195,6 +200,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         start_at=start_at,
         args=saved,
         command=shlex.join(["harness", *(getattr(args, "argv", None) or sys.argv[1:])]),
+        dialect_from_option=dialect is not None,
         **_workload_options(args, scenario),
     )
 
@@ -236,7 +242,8 @@ def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]
     mode = getattr(args, "workload_mode", "replay")
     pace = getattr(args, "pace", "recorded")
     workload = getattr(args, "workload", None)
-    check_api(api, scenario.dialect)
+    if scenario.dialect != "auto":  # "auto" is checked once the model name decides it
+        check_api(api, scenario.dialect)
     check_options(mode, pace)
     if workload is not None:
         load_trace(workload)  # a bad line fails now, naming the file and line

@@ -75,6 +75,13 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         help="override a [vars] entry of the target file; repeatable",
     )
     v.add_argument("--endpoint", metavar="URL", help="base URL of one server already up (no --ab)")
+    v.add_argument(
+        "--dialect",
+        metavar="auto|NAME",
+        help="the tool-call dialect the model writes (default: the scenario's; 'auto' in the "
+        "shipped ones: decided from the served model's name, else settled by the first turn "
+        "with markup; the names are in docs/dialects.md)",
+    )
     v.add_argument("--model", help="model name sent in requests (default: the target's)")
     v.add_argument(
         "--api-key-env",

@@ -24,6 +24,7 @@ from harness.drive.selfreport import SelfReport
 from harness.drive.session import Session, SessionPlan, Shared
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
+from harness.workload.dialect import AUTO, DialectLock
 from harness.workload.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -323,6 +324,7 @@ async def _drive(
         board=board,
         watch=ServerWatch(str(base.get("variant", "")), str(getattr(client, "request_url", "?"))),
         transcripts=transcripts,
+        dialect_lock=DialectLock() if scenario.dialect == AUTO else None,
     )
     if gate is None:
         shared.limit = limit

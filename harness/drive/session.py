@@ -23,6 +23,7 @@ from harness.record.safejson import Unencodable
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
 from harness.verdict import Verdict, classify_turn
+from harness.workload.dialect import DialectLock
 from harness.workload.pressure import plan_pressure, server_capacity
 from harness.workload.scenario import Scenario
 from harness.workload.tools import document_chunk, estimate_tokens, padding_text, run_tool
@@ -155,6 +156,12 @@ class Shared:
     workload: Workload = field(default_factory=Workload)
     board: InflightBoard | None = None  # the other workers' in flight (harness.pool.parent)
     watch: ServerWatch | None = None  # refused, overloaded, no longer answering
+    #: the scenario's dialect is "auto" and the model name did not tell: the first markup does
+    dialect_lock: DialectLock | None = None
+
+    @property
+    def dialect(self) -> str:
+        return self.dialect_lock.name if self.dialect_lock is not None else self.scenario.dialect
 
 
 def harness_error(exc: BaseException, doing: str, session: int, turn: int) -> Verdict:
@@ -282,6 +289,8 @@ class Session:
                 with contextlib.suppress(EnvironmentFailure):
                     self._record(turn, attempt, inflight, sent_at, out, verdict)
                 raise
+            if sh.dialect_lock is not None:
+                sh.dialect_lock.observe(verdict.evidence)
         record = self._record(turn, attempt, inflight, sent_at, out, verdict)
         if sh.transcripts is not None and entry is not None:
             try:
@@ -302,7 +311,7 @@ class Session:
             tool_calls=out.tool_calls,
             tools=self.tools or None,
             finish_reason=out.finish_reason,
-            dialect=self.shared.scenario.dialect,
+            dialect=self.shared.dialect,
             source=out.source,  # "raw": the harness parses the calls
             context=self.context_text or None,
         )
@@ -349,6 +358,7 @@ class Session:
             "reasoning": out.reasoning,
             "tool_calls": verdict.tool_calls if verdict.tool_calls else out.tool_calls,
             "evidence": verdict.evidence,
+            "dialect": sh.dialect,
         }
         self._workload_fields(cast(dict[str, Any], record))
         try:

@@ -49,6 +49,9 @@ class TurnRecord(TypedDict, total=False):
     reasoning: str
     tool_calls: list[dict[str, Any]]  # [{"name": str, "arguments": object-or-raw-string}]
     evidence: dict[str, Any]
+    dialect: str  # the tool-call dialect the turn was classified with ("auto": undecided)
+    dialect_from: str  # where the variant's dialect came from (harness.workload.dialect)
+    workload: str  # the scenario's workload ("tools" | "chat")
 
 
 def open_append(path: Path) -> IO[bytes]:

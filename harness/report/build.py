@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import confirm, frames, stats
+from harness.analysis import confirm, coverage, frames, stats
 from harness.analysis import summary as analysis
 from harness.analysis.summary import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
@@ -141,7 +141,9 @@ def format_table(summary: Summary) -> str:
         for r in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join([f"verdict: {summary['verdict']}", *lines])
+    said = [*coverage.dialect_lines(summary)]
+    said += [f"warning: {w}" for w in summary.get("warnings", ())]
+    return "\n".join([f"verdict: {summary['verdict']}", *said, *lines])
 
 
 def _fence(text: str) -> str:
@@ -161,6 +163,9 @@ def render_markdown(
         summary["verdict"],
         "",
     ]
+    out += [f"{line[0].upper()}{line[1:]}." for line in coverage.dialect_lines(summary)]
+    if summary.get("warnings"):
+        out += ["", "**Warnings:**", ""] + [f"- {w}" for w in summary["warnings"]]
     sess = [c for c in summary["comparisons"] if c["unit"] == "session"]
     out += [f"- {comparison_line(c)}" for c in sess]
     out += ["", f"Baseline: `{summary['baseline']}`. {METHOD.format(summary['confidence'])}",

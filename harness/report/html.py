@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness.analysis import coverage
 from harness.analysis.summary import fmt_p, fmt_pct
 from harness.report.facts import cancelled_markdown
 
@@ -147,6 +148,9 @@ def render_html(
         opening,
         "<h2>Verdict</h2>",
         f"<div class='verdict{' clean' if clean else ''}'>{_e(summary['verdict'])}</div>",
+        *(f"<p class='meta'>{_e(line[0].upper() + line[1:])}.</p>"
+          for line in coverage.dialect_lines(summary)),
+        *(f"<p><b>Warning:</b> {_e(w)}</p>" for w in summary.get("warnings", ())),
         "<ul>" + "".join(f"<li>{_e(comparison_line(c))}</li>" for c in sess) + "</ul>",
         f"<p class='meta'>Baseline: <code>{_e(summary['baseline'])}</code>. "
         f"{_e(METHOD.format(summary['confidence']))}</p>",

@@ -65,6 +65,7 @@ from harness.run.shard import (
 from harness.target.launch import Target, make_target
 from harness.target.metrics import MetricsScraper, flush_cache, warm_up
 from harness.target.readiness import EndpointTarget, served_model, server_version, watch
+from harness.workload.dialect import DialectChoice, choose, model_names
 from harness.workload.matrix import Variant
 
 log = logging.getLogger(__name__)
@@ -90,12 +91,13 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "stream": opts.stream,
         "endpoint": opts.endpoint,
         "model": opts.model,
+        "dialect": opts.scenario.dialect,
+        "dialects": {},  # per variant, once its server answers (record_dialect)
         "variants": [{"label": v.label, "factors": v.as_dict()} for v in opts.variants],
         "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
         "command": opts.command,
         "harness_version": __version__,
-        "dialect": opts.scenario.dialect,
         "python": sys.version.split()[0],
         "plan_id": plan_id(opts),
         "shard": opts.shard.to_dict() if opts.shard is not None else None,
@@ -119,6 +121,17 @@ def _finally(action: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         action()
+
+
+def record_dialect(opts: RunOptions, variant: str, choice: DialectChoice) -> None:
+    """Add the variant's dialect to run.json (written at the start, before any server)."""
+    run_dir = RunDir(opts.out_dir)
+    if not run_dir.run_file.exists():
+        return
+    meta = run_dir.read_meta()
+    dialects = meta.get("dialects")
+    dialects = dialects if isinstance(dialects, dict) else {}
+    run_dir.write_meta({**meta, "dialects": {**dialects, variant: choice.to_dict()}})
 
 
 @dataclass
@@ -167,6 +180,7 @@ class _VariantRun:
     ended: dict[str, int] = field(default_factory=dict)
     code: int = 0
     stop_run: bool = False
+    dialect_from: str | None = None  # where the variant's dialect came from, once decided
 
     @property
     def name(self) -> str:
@@ -177,12 +191,15 @@ class _VariantRun:
     @property
     def base(self) -> dict[str, Any]:
         """The fields every record of this variant carries."""
-        return {
+        base = {
             "run_id": self.run_id,
             "variant": self.variant.label,
             "factors": self.variant.as_dict(),
             "repeat": self.repeat,
         }
+        if self.dialect_from is not None:
+            base.update(dialect_from=self.dialect_from, workload=self.opts.scenario.workload)
+        return base
 
     async def run(self) -> VariantOutcome:
         """Start the variant's server, drive ``plans``, then the after-load work (--confirm,
@@ -218,6 +235,7 @@ class _VariantRun:
             self.announce(f"{self.name}: {len(self.plans)} sessions on {base_url}")
             model = opts.model or await served_model(base_url, opts.api_key)
             version = await server_version(base_url, opts.api_key)
+            opts = await self._decide_dialect(base_url, model)
             client_spec = ClientSpec(
                 base_url,
                 model,
@@ -271,6 +289,21 @@ class _VariantRun:
             self.variant.label, self.repeat, len(self.plans), self.ended, wall, error, self.code,
             self.stop_run, version, model,
         )  # fmt: skip
+
+    async def _decide_dialect(self, base_url: str, model: str) -> RunOptions:
+        """The variant's dialect, from the option, the scenario or the served model's name
+        (harness.workload.dialect); announced, in run.json, and the one its sessions use."""
+        opts = self.opts
+        choice = choose(
+            opts.scenario.dialect,
+            await model_names(base_url, model, opts.api_key),
+            from_option=opts.dialect_from_option,
+        )
+        self.announce(f"{self.name}: dialect {choice.describe()}")
+        record_dialect(opts, self.variant.label, choice)
+        self.dialect_from = choice.source
+        self.opts = replace(opts, scenario=replace(opts.scenario, dialect=choice.name))
+        return self.opts
 
     async def _prepare_server(self, base_url: str) -> None:
         """A launched server's cache flush and warm-up, when its target file asks."""

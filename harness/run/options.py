@@ -55,6 +55,7 @@ class RunOptions:
     alpha: float = 0.05
     shard: Shard | None = None  # --shard I/K: this host drives the I-th of K slices
     start_at: float | None = None  # --start-at: wall time (unix seconds) the load starts
+    dialect_from_option: bool = False  # the scenario's dialect came from --dialect
     args: dict[str, Any] = field(default_factory=dict)  # the parsed options, for run.json
     command: str = ""  # the command line as typed, for run.json and the report
 

@@ -316,7 +316,7 @@ class SimApp:
                 "served_model_name": c.model,
                 "max_total_num_tokens": c.kv_capacity,
                 "max_running_requests": c.max_running,
-                "tool_call_parser": "deepseekv4",
+                "tool_call_parser": c.dialect if c.tool_parser == "on" else None,
                 "enable_hierarchical_cache": c.hicache == "on",
                 "hicache_ratio": c.hicache_ratio,
                 "index_k_dtype": c.index_k,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
+from harness.sim.speaker import speaker
 
 INDEX_K = ("bf16", "fp8")
 HICACHE = ("on", "off")
@@ -12,6 +13,9 @@ TOPK = ("v1", "v2")
 FAULT_KINDS = ("salad", "envelope", "json", "schema", "repetition", "debris")
 #: Transport faults, named like their knobs (``<kind>_rate``); see transport.py.
 TRANSPORT_KINDS = ("error", "disconnect", "stall", "error_event", "bad_json")
+#: the server's tool-call parser: "on" parses the calls into ``tool_calls``; "off" leaves the
+#: model's raw markup in ``content`` (a server whose parser is missing or fails)
+TOOL_PARSER = ("on", "off")
 
 DEFAULT_MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 
@@ -38,6 +42,9 @@ class SimConfig:
     ``crash_after`` ends the process abruptly on the chat request after that many;
     ``slow_start`` makes the health endpoints answer 503 for that many seconds; with
     ``api_key`` set every endpoint but health and metrics needs it as a bearer token.
+
+    ``dialect``: the tool-call markup the scripted model writes (any registered dialect with
+    an encoder); ``tool_parser="off"``: the server returns it raw in ``content``.
     """
 
     index_k: str = "bf16"
@@ -63,6 +70,8 @@ class SimConfig:
     crash_after: int | None = None
     slow_start: float = 0.0
     api_key: str | None = field(default=None, repr=False)  # never in logs
+    dialect: str = "dsml-v4"  # the tool-call dialect the model writes (harness.sim.speaker)
+    tool_parser: str = "on"
 
     @property
     def transport_rates(self) -> tuple[tuple[str, float], ...]:
@@ -80,6 +89,7 @@ class SimConfig:
             ("index_k", self.index_k, INDEX_K),
             ("hicache", self.hicache, HICACHE),
             ("topk", self.topk, TOPK),
+            ("tool_parser", self.tool_parser, TOOL_PARSER),
         ):
             if value not in allowed:
                 raise UsageError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
@@ -113,5 +123,6 @@ class SimConfig:
             raise UsageError(f"crash_after must be zero or more, not {self.crash_after}")
         if self.slow_start < 0:
             raise UsageError(f"slow_start must be zero or more seconds, not {self.slow_start}")
+        speaker(self.dialect)  # a UsageError naming the dialects it can write
         if self.api_key is not None and not self.api_key:
             raise UsageError("the API key is empty: set the variable named by --api-key-env")

@@ -14,14 +14,12 @@ import hashlib
 import random
 from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
-from harness.dialects import dsml
 from harness.dialects.base import ToolCall
-from harness.dialects.dsml import EOS, encode_turn
 from harness.sim.agent import Agent, parse_tools
 from harness.sim.args import ArgMaker, Seen
 from harness.sim.cache import Prompt, estimate_tokens, hash_prompt, message_key
@@ -30,6 +28,7 @@ from harness.sim.faults import FaultOdds, corruption_probability, draw_cause, lo
 from harness.sim.inject import CHARS_PER_TOKEN, inject
 from harness.sim.kvpool import KVPool
 from harness.sim.latency import Latency
+from harness.sim.speaker import speaker
 from harness.sim.transport import TransportFault
 from harness.sim.transport import draw as draw_transport
 
@@ -63,6 +62,7 @@ class Engine:
         host = int(config.kv_capacity * config.hicache_ratio) if config.hicache == "on" else 0
         self.pool = KVPool(config.kv_capacity, host)
         self.agent = Agent()
+        self.speaker = speaker(config.dialect)
         self.running = 0
         self.queued = 0
         self.requests = 0
@@ -180,6 +180,10 @@ class Engine:
         rng = _seed(seed_bytes, prompt.digest)
         tools = parse_tools(tools_json) if call_tools else []
         turn = self.agent.next_turn(messages, tools, prompt, rng)
+        if self.speaker.single_call and len(turn.calls) > 1:
+            turn = replace(turn, calls=turn.calls[:1])
+        if self.speaker.calls_only and turn.calls:
+            turn = replace(turn, content="")
         limit = max_tokens or config.default_max_tokens
 
         fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())
@@ -210,25 +214,29 @@ class Engine:
             if cause is not None:
                 self.causes[cause] += 1
         hit_limit = False
+        sp = self.speaker
         if kind is None:
-            raw = encode_turn(turn.content, turn.calls)
+            raw = sp.encode(turn.content, turn.calls)
         else:
             loop_limit = min(limit, config.default_max_tokens)
-            done = inject(kind, turn, tools, fault_rng, ArgMaker(fault_rng, Seen()), loop_limit)
+            maker = ArgMaker(fault_rng, Seen())
+            done = inject(kind, turn, tools, fault_rng, maker, loop_limit, sp)
             raw, kind, hit_limit = done.raw, done.kind, done.hit_limit
-        body = raw.removesuffix(EOS)
+        eos = sp.eos
+        body = raw.removesuffix(eos) if eos else raw
         if estimate_tokens(body) > limit:
             raw = body = body[: limit * CHARS_PER_TOKEN]
             hit_limit = True
-        parsed = dsml.parse(raw, "v4")
-        if parsed.ok and parsed.calls and not hit_limit:
+        parsed = sp.parse(raw, tools_json if call_tools and tools else None)
+        parses = config.tool_parser == "on" and parsed.ok and parsed.calls
+        if parses and not hit_limit:
             content: str | None = parsed.content or None
             calls = parsed.calls
             finish = "tool_calls"
         else:
             content, calls = body, ()
             finish = "length" if hit_limit else "stop"
-        completion_tokens = max(1, estimate_tokens(body) + (1 if raw.endswith(EOS) else 0))
+        completion_tokens = max(1, estimate_tokens(body) + (1 if eos and raw.endswith(eos) else 0))
         ids = tuple(
             "call_" + hashlib.blake2b(prompt.digest + bytes([i]), digest_size=12).hexdigest()
             for i in range(len(calls))

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from harness.dialects import dsml
 from harness.dialects.base import ToolCall
-from harness.dialects.dsml import EOS, MARK, encode_turn
-from harness.sim import salad
+from harness.dialects.dsml import MARK, encode_turn
+from harness.sim import envelopes, salad
 from harness.sim.agent import Tool, Turn
 from harness.sim.args import ArgMaker, schema_type
+from harness.sim.speaker import Speaker, speaker
 
 CHARS_PER_TOKEN = 4
 
@@ -37,52 +38,67 @@ def inject(
     rng: random.Random,
     maker: ArgMaker,
     max_tokens: int,
+    sp: Speaker | None = None,
 ) -> Injected:
-    clean = encode_turn(turn.content, turn.calls)
+    """``sp``: the dialect the turn is written in (default: DSML V4)."""
+    sp = sp or speaker("dsml-v4")
+    dsml_turn = sp.name.startswith("dsml")
+    clean = sp.encode(turn.content, turn.calls)
+    declared = [{"type": "function", "function": {"name": t.name, "parameters": t.parameters}}
+                for t in tools]  # fmt: skip
     limit = max_tokens * CHARS_PER_TOKEN
     if kind in ("envelope", "json", "schema") and not turn.calls:
         kind = "salad"
     if kind == "json":
-        raw = broken_json(turn, tools, rng, maker)
+        raw = (
+            broken_json(turn, tools, rng, maker, sp)
+            if dsml_turn
+            else envelopes.broken_values(sp, clean, turn.content, turn.calls, rng, declared)
+        )
         if raw is not None:
             return Injected(raw, "json")
         kind = "envelope"
     if kind == "envelope":
-        return Injected(broken_envelope(clean, rng), "envelope")
+        if dsml_turn:
+            return Injected(broken_envelope(clean, rng), "envelope")
+        raw = envelopes.broken_envelope(sp, clean, turn.content, turn.calls, rng, declared)
+        if raw is not None:
+            return Injected(raw, "envelope")
+        kind = "salad"
     if kind == "schema":
-        return Injected(schema_violation(turn, tools, rng), "schema")
+        return Injected(schema_violation(turn, tools, rng, sp), "schema")
     if kind == "repetition":
-        start = clean[: salad.cut_point(rng, turn.content or clean, 0.3, 1.0)]
+        start = clean[: salad.cut_point(rng, turn.content or clean, 0.3, 1.0, sp.eos)]
         if not turn.content:
             start = ""
         words = re.findall(r"`([^`]+)`", turn.content) or re.findall(r"[A-Za-z_]{5,}", clean)
         loop = salad.repetition(rng, turn.content, words, max(0, limit - len(start)))
         return Injected(start + loop, "repetition", hit_limit=True)
     if kind == "debris":
-        return _debris(turn, clean, rng, limit)
-    return _salad(clean, rng, limit)
+        return _debris(turn, clean, rng, limit, sp)
+    return _salad(clean, rng, limit, sp.eos)
 
 
-def _salad(clean: str, rng: random.Random, limit: int) -> Injected:
-    start = clean[: salad.cut_point(rng, clean, 0.15, 0.7)]
+def _salad(clean: str, rng: random.Random, limit: int, eos: str) -> Injected:
+    start = clean[: salad.cut_point(rng, clean, 0.15, 0.7, eos)]
     runs_out = rng.random() < 0.3
     n = limit - len(start) if runs_out else rng.randint(80, 400) * 3
     n = max(40, min(n, limit - len(start)))
     text = start + salad.salad(rng, n)
-    return Injected(text if runs_out else text + EOS, "salad", hit_limit=runs_out)
+    return Injected(text if runs_out else text + eos, "salad", hit_limit=runs_out)
 
 
-def _debris(turn: Turn, clean: str, rng: random.Random, limit: int) -> Injected:
+def _debris(turn: Turn, clean: str, rng: random.Random, limit: int, sp: Speaker) -> Injected:
     burst = salad.debris_run(rng) + salad.salad(rng, rng.randint(30, 120), debris=0.15)
-    if turn.calls and rng.random() < 0.5:
+    if turn.calls and not sp.calls_only and rng.random() < 0.5:
         # debris inside the content, the block itself intact
         content = turn.content
-        cut = salad.cut_point(rng, content, 0.3, 1.0) if content else 0
+        cut = salad.cut_point(rng, content, 0.3, 1.0, sp.eos) if content else 0
         dirty = content[:cut] + burst + content[cut:]
-        return Injected(encode_turn(dirty, turn.calls), "debris")
-    start = clean[: salad.cut_point(rng, clean, 0.1, 0.6)]
+        return Injected(sp.encode(dirty, turn.calls), "debris")
+    start = clean[: salad.cut_point(rng, clean, 0.1, 0.6, sp.eos)]
     tail = salad.salad(rng, min(rng.randint(200, 900), max(40, limit - len(start))), debris=0.1)
-    return Injected(start + burst + tail + EOS, "debris")
+    return Injected(start + burst + tail + sp.eos, "debris")
 
 
 # ----------------------------------------------------------------------------- envelope
@@ -166,7 +182,11 @@ def _broken_values(value: str, rng: random.Random) -> list[str]:
 
 
 def broken_json(
-    turn: Turn, tools: Sequence[Tool], rng: random.Random, maker: ArgMaker
+    turn: Turn,
+    tools: Sequence[Tool],
+    rng: random.Random,
+    maker: ArgMaker,
+    sp: Speaker | None = None,
 ) -> str | None:
     """A ``string="false"`` argument with broken JSON, or None when no call can have one."""
     by_name = {t.name: t for t in tools}
@@ -186,7 +206,7 @@ def broken_json(
                 break
         else:
             return None
-    text = encode_turn(turn.content, calls)
+    text = sp.encode(turn.content, calls) if sp is not None else encode_turn(turn.content, calls)
     spots = list(_JSON_PARAM.finditer(text))
     if not spots:
         return None
@@ -201,8 +221,10 @@ _PLAIN_TYPES = ("string", "integer", "number", "boolean", "array", "object")
 _OTHER_NAMES = ["execute_command", "open_file", "grep_repo", "read_files", "shell"]
 
 
-def schema_violation(turn: Turn, tools: Sequence[Tool], rng: random.Random) -> str:
-    """Well-formed DSML whose first call breaks the declared schema."""
+def schema_violation(
+    turn: Turn, tools: Sequence[Tool], rng: random.Random, sp: Speaker | None = None
+) -> str:
+    """A well-formed turn (DSML unless ``sp``) whose first call breaks the declared schema."""
     by_name = {t.name: t for t in tools}
     call = turn.calls[0]
     params = by_name[call.name].parameters if call.name in by_name else {}
@@ -210,6 +232,8 @@ def schema_violation(turn: Turn, tools: Sequence[Tool], rng: random.Random) -> s
     required = [k for k in params.get("required") or () if k in call.arguments]
     options = ["unknown tool"]
     typed = [k for k in call.arguments if k in props and schema_type(props[k]) in _PLAIN_TYPES]
+    if sp is not None and sp.coerces:  # its server turns a number for a string into the string
+        typed = [k for k in typed if schema_type(props[k]) != "string"]
     if typed:
         options.append("wrong type")
     if required:
@@ -227,4 +251,4 @@ def schema_violation(turn: Turn, tools: Sequence[Tool], rng: random.Random) -> s
     else:
         del args[rng.choice(required)]
     calls = [ToolCall(name, args), *turn.calls[1:]]
-    return encode_turn(turn.content, calls)
+    return sp.encode(turn.content, calls) if sp is not None else encode_turn(turn.content, calls)

@@ -22,7 +22,16 @@ from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import probability as _probability
 from harness.errors import HarnessError, InfrastructureError, UsageError
 from harness.sim.app import create_app
-from harness.sim.config import DEFAULT_MODEL, FAULT_KINDS, HICACHE, INDEX_K, TOPK, SimConfig
+from harness.sim.config import (
+    DEFAULT_MODEL,
+    FAULT_KINDS,
+    HICACHE,
+    INDEX_K,
+    TOOL_PARSER,
+    TOPK,
+    SimConfig,
+)
+from harness.sim.speaker import DEFAULT_MODELS, spoken
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="harness sim",
         description="An OpenAI-compatible endpoint that behaves like DeepSeek-V4 on SGLang "
-        "(deepseekv4 tool-call parser), with the incident's fault model.",
+        "(deepseekv4 tool-call parser), with the incident's fault model; --dialect makes its "
+        "model write another tool-call dialect.",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--host", default="127.0.0.1")
@@ -66,7 +76,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topk", choices=TOPK, default="v2", help="top-k kernel (no effect)")
     p.add_argument("--speed", type=_positive_float, default=1.0, help="divides every delay")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--model", default=DEFAULT_MODEL, help="served model name")
+    p.add_argument(
+        "--model",
+        default=None,
+        help=f"served model name (default: one that speaks --dialect; {DEFAULT_MODEL} for dsml-v4)",
+    )
+    p.add_argument(
+        "--dialect",
+        default="dsml-v4",
+        metavar="NAME",
+        help="the tool-call dialect the scripted model writes: "
+        + ", ".join(spoken())
+        + " (default: dsml-v4)",
+    )
+    p.add_argument(
+        "--tool-parser",
+        choices=TOOL_PARSER,
+        default="on",
+        help="on: the server parses the calls into tool_calls; off: it leaves the raw markup "
+        "in content (a missing or failing server-side parser)",
+    )
     p.add_argument(
         "--kv-capacity",
         type=_positive_int,
@@ -148,7 +177,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         topk=args.topk,
         speed=args.speed,
         seed=args.seed,
-        model=args.model,
+        model=args.model or DEFAULT_MODELS.get(args.dialect, DEFAULT_MODEL),
+        dialect=args.dialect,
+        tool_parser=args.tool_parser,
         kv_capacity=args.kv_capacity,
         hicache_ratio=args.hicache_ratio,
         calibrated_race=args.calibrated_race == "on",

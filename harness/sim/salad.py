@@ -108,9 +108,10 @@ def debris_run(rng: random.Random) -> str:
     return "".join(parts)
 
 
-def cut_point(rng: random.Random, text: str, lo: float, hi: float) -> int:
-    """A position in ``text`` between fractions ``lo`` and ``hi``, often at a word boundary."""
-    body = text.removesuffix(EOS)
+def cut_point(rng: random.Random, text: str, lo: float, hi: float, eos: str = EOS) -> int:
+    """A position in ``text`` (less its end-of-turn ``eos``) between fractions ``lo`` and
+    ``hi``, often at a word boundary."""
+    body = text.removesuffix(eos) if eos else text
     pos = int(len(body) * rng.uniform(lo, hi))
     if rng.random() < 0.5:
         space = body.rfind(" ", 0, pos)

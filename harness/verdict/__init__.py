@@ -6,14 +6,20 @@ It never reads the simulator's ground truth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness import labels as L
 from harness.dialects import dsml, registry
 from harness.dialects.base import ParseResult, ToolCall
 from harness.verdict.text import TextFinding, score_text
-from harness.verdict.toolcheck import check_calls, check_server_calls, server_calls_as_dicts
+from harness.verdict.toolcheck import (
+    check_calls,
+    check_server_calls,
+    schema_problems,
+    server_calls_as_dicts,
+)
 
 #: Past this many characters a text is scored on bounded windows (``score_bounded``): the
 #: head, the tail and evenly spaced samples between, so one answer's verdict takes bounded
@@ -34,8 +40,39 @@ class Verdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def _parse_markup(text: str, dialect: str, server_content: bool) -> ParseResult:
-    return registry.parse(text, dialect, server_content=server_content)
+def _parse_markup(
+    text: str, dialect: str, server_content: bool, tools: list[dict[str, Any]] | None = None
+) -> ParseResult:
+    """The markup of ``dialect`` in ``text``; without it, the markup of any other known
+    dialect (a turn in a dialect nobody expected is still tool-call markup). ``tools``: the
+    declared tools, whose schemas type the values of the dialects that write them raw."""
+    parsed = registry.parse(text, dialect, server_content=server_content, tools=tools)
+    if parsed.found or dialect in ("auto", "none"):
+        return replace(parsed, dialect=parsed.dialect or dialect) if parsed.found else parsed
+    other = registry.detect(text)
+    if other == "none":
+        return parsed
+    found = registry.get(other).parse(text, server_content=server_content, tools=tools)
+    if not found.found:
+        return parsed
+    name = found.dialect or other
+    if not server_content and found.ok:
+        # a raw output in another dialect: the calls a server of ``dialect`` would not see
+        reason = f"{name} tool-call markup where {dialect} was expected"
+        return replace(found, content=text, calls=(), ok=False, error=reason, dialect=name,
+                       offset=registry.get(other).first_marker(text))  # fmt: skip
+    return replace(found, dialect=name)
+
+
+#: ``<think>`` and ``</think>`` inside a well-formed call are literals of its arguments (a
+#: file that mentions the tags): hidden from the debris scan, same length, as plain tags.
+_THINK_TAG = re.compile(r"<(/?)think>")
+
+
+def _think_literals(text: str, start: int) -> str:
+    if "think>" not in text[start:]:
+        return text
+    return text[:start] + _THINK_TAG.sub(r"<\1xhink>", text[start:])
 
 
 def _windows(n: int) -> list[tuple[int, int]]:
@@ -110,13 +147,16 @@ def classify_turn(
         label = L.TRUNCATED if finish_reason == "length" else L.EMPTY
         return _verdict(label, [], evidence, False)
 
-    parsed = _parse_markup(content, dialect, server_content=(source == "server"))
+    parsed = _parse_markup(content, dialect, source == "server", tools)
     noncanonical = bool(parsed.ok and parsed.found and parsed.noncanonical)
     if noncanonical:
         evidence["noncanonical"] = list(parsed.noncanonical)
 
     # Salad and loops first: they are the root symptom, and often break the envelope too.
     visible = content  # score_text masks well-formed markup itself; debris in arguments counts
+    if parsed.found and parsed.ok and parsed.calls:
+        start = _markup_start(content, parsed)
+        visible = _think_literals(content, start)
     text = f"{reasoning}\n{visible}" if reasoning else visible
     finding, windowed = score_bounded(text, context)
     evidence["text_score"] = round(finding.score, 4)
@@ -130,17 +170,22 @@ def classify_turn(
             evidence["in_reasoning"] = finding.offset < shift
         return _verdict(finding.label, server_calls_as_dicts(server_calls), evidence, noncanonical)
 
-    reasoning_markup = _parse_markup(reasoning, dialect, server_content=True) if reasoning else None
+    reasoning_markup = _parse_markup(reasoning, dialect, True, tools) if reasoning else None
     if reasoning_markup is not None and reasoning_markup.found:
         evidence.update(reason="tool-call markup in the reasoning", offset=reasoning_markup.offset)
+        evidence["dialect"] = reasoning_markup.dialect
         evidence["in_reasoning"] = True
         label = L.PARSER_LEAK if reasoning_markup.ok else L.MALFORMED_TOOL_CALL
         return _verdict(label, [], evidence, noncanonical)
 
     if parsed.found and not parsed.ok:
         evidence.update(reason=parsed.error, offset=parsed.offset)
+        evidence["dialect"] = parsed.dialect
         return _verdict(L.MALFORMED_TOOL_CALL, [], evidence, False)
 
+    unusable = schema_problems(tools)
+    if unusable:
+        evidence["schema_problems"] = unusable
     calls: list[dict[str, Any]]
     if source == "raw":
         calls = [c.to_dict() for c in parsed.calls]
@@ -149,7 +194,9 @@ def classify_turn(
         if parsed.found:
             # Well-formed markup left in content: the server's parser failed, not the model.
             evidence.update(
-                reason="well-formed tool-call markup in content", calls=len(parsed.calls)
+                reason=f"well-formed {parsed.dialect} tool-call markup in content",
+                calls=len(parsed.calls),
+                dialect=parsed.dialect,
             )
             leaked = [c.to_dict() for c in parsed.calls]
             return _verdict(
@@ -165,6 +212,14 @@ def classify_turn(
         return _verdict(L.TRUNCATED, calls, evidence, noncanonical)
     label = L.OK_TOOL_CALL if calls else L.OK_TEXT
     return _verdict(label, calls, evidence, noncanonical)
+
+
+def _markup_start(content: str, parsed: ParseResult) -> int:
+    """Where the markup of a well-formed parse starts (the content before it is prose)."""
+    if parsed.dialect in ("", "auto") or parsed.dialect not in registry.names():
+        return 0
+    off = registry.get(parsed.dialect).first_marker(content)
+    return off if off >= 0 else len(content)
 
 
 def classify_text(

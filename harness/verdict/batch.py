@@ -3,8 +3,8 @@
 Input, one JSON object per line::
 
     {"id": str, "text": str, "reasoning"?: str, "tool_calls"?: [{"name", "arguments"}],
-     "tools"?: [OpenAI tool definitions], "dialect"?: "auto"|"dsml"|"dsml-v32"|"dsml-v4"|
-     "hermes"|"none", "source"?: "raw"|"server"}
+     "tools"?: [OpenAI tool definitions], "dialect"?: "auto" or a registered dialect
+     (harness.dialects.registry.names()), "source"?: "raw"|"server"}
 
 ``source: "raw"`` (the default): ``text`` is the raw model output and the calls are
 extracted from it. ``"server"``: ``text`` is a server's ``content`` next to its
@@ -117,8 +117,9 @@ def classify_record(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def classify_stream(in_lines: Iterable[str], out: TextIO) -> ClassifyStats:
-    """Classify every line of ``in_lines``, writing one JSON line per valid input line."""
+def classify_stream(in_lines: Iterable[str], out: TextIO, dialect: str = "auto") -> ClassifyStats:
+    """Classify every line of ``in_lines``, writing one JSON line per valid input line
+    (``dialect`` for the lines without a ``"dialect"``)."""
     stats = ClassifyStats()
     for lineno, line in enumerate(in_lines, start=1):
         if not line.strip():
@@ -126,6 +127,7 @@ def classify_stream(in_lines: Iterable[str], out: TextIO) -> ClassifyStats:
         stats.lines += 1
         try:
             rec = parse_line(line)
+            rec.setdefault("dialect", dialect)
             result = classify_record(rec)
         except HarnessError as exc:
             msg = f"line {lineno}: {exc}"
@@ -156,7 +158,12 @@ def _open(path: Path | None, mode: str, default: TextIO) -> Iterator[TextIO]:
         yield fh
 
 
-def classify_files(input_path: Path | None, output_path: Path | None) -> ClassifyStats:
-    """The CLI entry: paths, or stdin/stdout when None (or "-")."""
+def classify_files(
+    input_path: Path | None, output_path: Path | None, dialect: str = "auto"
+) -> ClassifyStats:
+    """The CLI entry: paths, or stdin/stdout when None (or "-"); ``dialect`` for the lines
+    that do not name one."""
+    if dialect not in registry.names():
+        raise UsageError(f"--dialect {dialect!r}: use one of {', '.join(registry.names())}")
     with _open(input_path, "r", sys.stdin) as fin, _open(output_path, "w", sys.stdout) as fout:
-        return classify_stream(fin, fout)
+        return classify_stream(fin, fout, dialect=dialect)

@@ -16,6 +16,8 @@ from typing import Any
 
 from jsonschema import exceptions as js_exceptions
 from jsonschema import validators
+from referencing import Registry, Resource
+from referencing.exceptions import NoSuchResource, Unresolvable
 
 from harness.dialects.base import ToolCall
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
@@ -41,6 +43,7 @@ class Problem:
         return asdict(self)
 
 
+#: key of a schema -> its validator, or the reason it cannot be used (a string)
 _VALIDATORS: dict[str, Any] = {}
 #: the validator of a schema object seen before (a run's tools are the same objects every turn:
 #: no need to encode the schema again to find its validator); the schema is kept, so its id
@@ -48,7 +51,33 @@ _VALIDATORS: dict[str, Any] = {}
 _BY_ID: dict[int, tuple[Mapping[str, Any], Any]] = {}
 
 
-def _validator(schema: Mapping[str, Any], tool: str) -> Any:
+def _refuse(uri: str) -> Resource[Any]:
+    """The registry's retrieval of a ``$ref`` the schema does not hold: never fetched."""
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
+
+
+_NO_NETWORK: Registry[Any] = Registry(retrieve=_refuse)  # type: ignore[call-arg]
+
+
+def remote_refs(schema: Any) -> list[str]:
+    """The ``$ref`` values of ``schema`` that point outside it (not ``#...``)."""
+    found: list[str] = []
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#"):
+                found.append(ref)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return sorted(set(found))
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    """The schema's validator, or a string saying why it cannot be used (a schema the
+    validator rejects, a remote ``$ref``: the classifier never goes on the network)."""
     seen = _BY_ID.get(id(schema))
     if seen is not None and seen[0] is schema:
         return seen[1]
@@ -56,18 +85,40 @@ def _validator(schema: Mapping[str, Any], tool: str) -> Any:
     validator = _VALIDATORS.get(key)
     if validator is None:
         cls = validators.validator_for(schema)
+        remote = remote_refs(schema)
         try:
             cls.check_schema(schema)
         except js_exceptions.SchemaError as exc:
-            raise UsageError(
-                f"the parameters schema of tool {tool!r} is not a valid JSON schema: {exc.message}"
-            ) from None
-        validator = cls(schema)
+            validator = f"is not a valid JSON schema ({exc.message})"
+        else:
+            if remote:
+                validator = (
+                    f"refers to a remote schema ({', '.join(remote)}), which is never fetched"
+                )
+            else:
+                validator = cls(schema, registry=_NO_NETWORK)
         _VALIDATORS[key] = validator
     if len(_BY_ID) >= 256:
         _BY_ID.clear()
     _BY_ID[id(schema)] = (schema, validator)
     return validator
+
+
+def schema_problems(tools: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """Why some declared schemas cannot be used (their calls' arguments go unchecked)."""
+    if not tools:
+        return []
+    out = []
+    for name, schema in tool_schemas(tools).items():
+        if schema is not None and isinstance(why := _validator(schema), str):
+            fix = (
+                "; put the definitions in the schema ($defs) and refer to them with '#/...'"
+                if "remote" in why
+                else ""
+            )
+            out.append(f"the parameters schema of tool {name!r} {why}: its arguments are not "
+                       f"checked{fix}")  # fmt: skip
+    return out
 
 
 def tool_schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any] | None]:
@@ -97,7 +148,13 @@ def _check_args(
     schema = schemas[name]
     if schema is None:
         return []
-    errors = sorted(_validator(schema, name).iter_errors(args), key=lambda e: list(e.path))
+    validator = _validator(schema)
+    if isinstance(validator, str):
+        return []  # the schema cannot be used: schema_problems() says why
+    try:
+        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+    except Unresolvable:
+        return []  # a local "#/..." pointer to nothing: the schema's fault, not the call's
     return [
         Problem(SCHEMA, f"{'/'.join(map(str, e.path)) or '(arguments)'}: {e.message}", index, name)
         for e in errors[:5]

@@ -11,8 +11,8 @@ from typing import Any
 import jsonschema
 
 from harness.errors import ConfigError
+from harness.workload.dialect import check_name
 
-DIALECTS = ("dsml-v4", "dsml-v32", "hermes", "none", "auto")
 TOOL_KINDS = ("list_dir", "read_file", "search", "run_tests", "echo")
 
 
@@ -39,7 +39,7 @@ class ToolSpec:
 class Scenario:
     name: str
     description: str = ""
-    dialect: str = "dsml-v4"
+    dialect: str = "auto"  # a registered dialect name, or "auto" (harness.workload.dialect)
     sessions: int = 80
     steps: int = 26
     max_turns: int = 40
@@ -132,9 +132,10 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
         )
     if not isinstance(raw.get("name"), str) or not raw["name"]:
         raise ConfigError(f"{source}: 'name' must be a non-empty string")
-    dialect = raw.get("dialect", "dsml-v4")
-    if dialect not in DIALECTS:
-        raise ConfigError(f"{source}: dialect {dialect!r} is not one of {', '.join(DIALECTS)}")
+    dialect = raw.get("dialect", "auto")
+    if not isinstance(dialect, str):
+        raise ConfigError(f"{source}: 'dialect' must be a string, got {dialect!r}")
+    dialect = check_name(dialect, source)
     tasks = raw.get("tasks", ["Investigate the repository. Work in about {steps} steps."])
     if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
         raise ConfigError(f"{source}: 'tasks' must be a non-empty list of strings")

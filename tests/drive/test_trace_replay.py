@@ -33,7 +33,8 @@ async def _drive(
     api: str = "chat",
     trace: Path = EXAMPLE,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    scenario = load_scenario()
+    # raw mode renders the DeepSeek prompt: the dialect is named (the shipped one is "auto")
+    scenario = load_scenario().with_overrides(dialect=None if api == "chat" else "dsml-v4")
     conversations = load_trace(trace)
     client = ChatClient(url, model="m", request_timeout=20)
     sessions_client: Any = client if api == "chat" else RawClient(client, api, scenario.dialect)
