@@ -262,7 +262,7 @@ class ChatClient:
         choice = doc["choices"][0]
         msg = choice.get("message") or {}
         out.content = msg.get("content") or ""
-        out.reasoning = msg.get("reasoning_content") or ""
+        out.reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""  # vLLM's name
         out.tool_calls = [
             {
                 "id": c.get("id"),
