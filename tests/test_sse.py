@@ -142,8 +142,10 @@ async def _vllm_like_server(gap_s: float) -> tuple[Any, str]:
         if not body.get("stream"):
             message = {"role": "assistant", "content": "Done.", "reasoning": "The file is small."}
             return web.json_response(
-                {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": 9, "completion_tokens": 6}}  # fmt: skip
+                {
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 9, "completion_tokens": 6},
+                }  # fmt: skip
             )
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
@@ -182,6 +184,7 @@ async def test_vllm_reasoning_is_read_and_counts_for_the_first_token(stream: boo
     assert out.prompt_tokens == 9
     if stream:
         assert out.events == 4
-        assert out.ttft_s is not None and out.latency_s is not None
+        assert out.ttft_s is not None
+        assert out.latency_s is not None
         # the first token is the first reasoning token, before the pause, not the content after
         assert out.latency_s - out.ttft_s >= gap * 0.9
