@@ -56,6 +56,7 @@ class ClientSpec:
     max_connections: int = 256
     request_timeout: float = 120.0
     api: str = "chat"
+    drop_bos: bool = False  # raw mode: the server adds its own BOS (rawmode.check_rendering)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ async def work(job: Job, channel: Channel, limit: asyncio.Semaphore) -> None:
     if spec.api != "chat":
         from harness.rawmode import RawClient
 
-        sessions_client = RawClient(client, spec.api, job.scenario.dialect)
+        sessions_client = RawClient(client, spec.api, job.scenario.dialect, spec.drop_bos)
     src = job.source
     plans = list(job.plans)
     _, make = sessions_for(src.workload, src.mode, src.pace, src.api, job.scenario, src.seed, plans)

@@ -191,7 +191,7 @@ class SimApp:
             await asyncio.sleep(engine.latency.ttft(uncached) + per_token * gen.completion_tokens)
         finally:
             done()
-        use = openai.usage(gen.prompt_tokens, gen.completion_tokens, gen.cached_tokens)
+        use = openai.usage(gen.prompt_tokens, gen.completion_tokens, self._cached(gen))
         body = openai.completion(
             rid,
             int(time.time()),
@@ -205,6 +205,9 @@ class SimApp:
         if fault is None:
             return _json(body, headers=headers)
         return self._faulty_body(orjson.dumps(body), headers, fault)
+
+    def _cached(self, gen: Generation) -> int | None:
+        return gen.cached_tokens if self.config.cache_report else None
 
     def _faulty_body(self, data: bytes, headers: dict[str, str], fault: TransportFault) -> Response:
         """A non-streamed body that is invalid JSON, or cut or stalled part-way."""
@@ -254,7 +257,7 @@ class SimApp:
                 event = transport.broken(event)
             yield event
         if include_usage:
-            use = openai.usage(gen.prompt_tokens, gen.completion_tokens, gen.cached_tokens)
+            use = openai.usage(gen.prompt_tokens, gen.completion_tokens, self._cached(gen))
             yield openai.chunk(rid, created, model, None, use=use)
         yield openai.DONE
 
@@ -321,12 +324,24 @@ class SimApp:
                 "hicache_ratio": c.hicache_ratio,
                 "index_k_dtype": c.index_k,
                 "topk": c.topk,
+                "calibrated_race": c.calibrated_race,
+                "enable_cache_report": c.cache_report,
+                "speed": c.speed,
+                "random_seed": c.seed,
                 "version": "sim",
             }
         )
 
     async def flush_cache(self, request: Request) -> Response:
-        self.engine.flush()
+        """As SGLang: refused (400) while any request runs or waits."""
+        engine = self.engine
+        if engine.running or engine.queued:
+            return PlainTextResponse(
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {engine.queued}, #running-req: {engine.running}\n",
+                status_code=400,
+            )
+        engine.flush()
         return PlainTextResponse("Cache flushed.\n")
 
 

@@ -38,6 +38,11 @@ class SimConfig:
     ``crash_after`` ends the process abruptly on the chat request after that many;
     ``slow_start`` makes the health endpoints answer 503 for that many seconds; with
     ``api_key`` set every endpoint but health and metrics needs it as a bearer token.
+
+    As upstream servers: ``cache_report`` off leaves the cached-token count out of ``usage``
+    (SGLang without ``--enable-cache-report``); the raw endpoints strip special tokens from
+    their text unless a request sends ``skip_special_tokens: false``; ``raw_add_bos`` counts
+    the BOS a tokenizer adds before a raw prompt that already starts with one.
     """
 
     index_k: str = "bf16"
@@ -62,6 +67,8 @@ class SimConfig:
     bad_json_rate: float = 0.0
     crash_after: int | None = None
     slow_start: float = 0.0
+    cache_report: bool = True
+    raw_add_bos: bool = False
     api_key: str | None = field(default=None, repr=False)  # never in logs
 
     @property
