@@ -153,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulator only: divide its latencies by this factor",
     )
     run.add_argument("--no-progress", action="store_true", help="no live progress display")
+    run.add_argument(
+        "--strict-variants",
+        action="store_true",
+        help="stop (exit 2) when a variant's server does not confirm its levels: a failed "
+        "verify rule, or the same reported configuration as a variant that differs in one "
+        "factor (default: a warning in the summary and report)",
+    )
     _add_followup_args(run)
     _add_gate_args(run)
     from harness.cli_run import add_trace_args, add_trace_parser
@@ -295,7 +302,9 @@ def apply_gates(args: argparse.Namespace, summary: Any) -> int:
         if not r.passed:
             print(f"gate failed: {r.message}", file=sys.stderr)
     if args.junit is not None:
-        write_junit(args.junit, results)
+        from harness.report_servers import junit_properties
+
+        write_junit(args.junit, results, properties=junit_properties(summary))
     print(result_line(summary, results))
     return EXIT_OK if all_passed(results) else EXIT_GATE
 

@@ -133,6 +133,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         keep_transcripts=bool(getattr(args, "keep_transcripts", False)),
         confirm=bool(getattr(args, "confirm", False)),
         reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
+        strict_variants=bool(getattr(args, "strict_variants", False)),
         args=saved,
         **_workload_options(args, scenario),
     )
@@ -384,6 +385,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if nothing_ran:
         return 3
     summary = write_report(opts.out_dir)
+    for warning in summary.get("server_warnings") or []:
+        print(f"harness: warning: {warning}", file=sys.stderr)
     print(format_table(summary))
     print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
     code = apply_gates(args, summary)

@@ -169,13 +169,23 @@ def all_passed(results: Sequence[GateResult]) -> bool:
     return all(r.passed for r in results)
 
 
-def write_junit(path: Path | str, results: Sequence[GateResult], suite: str = "harness") -> Path:
-    """JUnit XML: one testcase per (gate, variant); failed gates carry a <failure>."""
+def write_junit(
+    path: Path | str,
+    results: Sequence[GateResult],
+    suite: str = "harness",
+    properties: Sequence[tuple[str, str]] = (),
+) -> Path:
+    """JUnit XML: one testcase per (gate, variant); failed gates carry a <failure>;
+    ``properties`` (the model, the server warnings) as the suite's <properties>."""
     failures = sum(not r.passed for r in results)
     skipped = sum(r.skipped for r in results)
     root = ET.Element("testsuites", name=suite, tests=str(len(results)), failures=str(failures))
     ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(results)),
                        failures=str(failures), errors="0", skipped=str(skipped))  # fmt: skip
+    if properties:
+        props = ET.SubElement(ts, "properties")
+        for name, value in properties:
+            ET.SubElement(props, "property", name=name, value=value)
     for r in results:
         case = ET.SubElement(ts, "testcase", classname=f"{suite}.{r.variant}", name=r.name)
         if r.skipped:

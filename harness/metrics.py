@@ -3,8 +3,8 @@
 ``parse_prometheus`` reads the text exposition format; ``normalize`` maps SGLang, vLLM and
 llama.cpp names onto one vocabulary (``running``, ``queued``, ``cache_usage``,
 ``cache_hit_rate``, ``hicache_host_used_tokens``, ``spec_accept_rate``). ``MetricsScraper``
-polls ``<base_url>/metrics`` and appends rows ``{"variant", "repeat", "t", "name", "value"}``
-to ``metrics.jsonl``; a server without
+polls ``<base_url>/metrics`` and appends rows
+``{"variant", "repeat", "t", "wall", "name", "value"}`` to ``metrics.jsonl``; a server without
 ``/metrics`` is noted once and left alone. Nothing here raises into the run.
 """
 
@@ -275,12 +275,14 @@ class MetricsScraper:
         return True
 
     def _write(self, out: IO[bytes], t: float, values: Mapping[str, float]) -> None:
+        wall = round(time.time(), 3)  # to line the rows up with the turns' sent_at
         lines = b"".join(
             orjson.dumps(
                 {
                     "variant": self.variant,
                     "repeat": self.repeat,
                     "t": round(t, 3),
+                    "wall": wall,
                     "name": name,
                     "value": value,
                 }

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import analysis, confirm, frames, plots, report_html, stats
+from harness import analysis, confirm, frames, plots, report_html, report_servers, stats
 from harness.analysis import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
 from harness.report_html import METHOD, comparison_line
@@ -140,6 +140,7 @@ def render_markdown(
         "",
         summary["verdict"],
         "",
+        *report_servers.warning_lines(summary),
     ]
     sess = [c for c in summary["comparisons"] if c["unit"] == "session"]
     out += [f"- {comparison_line(c)}" for c in sess]
@@ -159,6 +160,7 @@ def render_markdown(
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
     out += confirm.markdown(summary)
     out += cache_markdown(summary)
+    out += report_servers.markdown(summary)
     if any(v.get("harness_self") for v in summary["variants"]):
         out += self_report_lines(summary)
     if plot_files:
@@ -270,6 +272,7 @@ def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summa
     summary = analysis.summarize(run.turns, run.run_id, run.variants, alpha=alpha)
     confirm.attach(summary, run.run_dir)  # confirm.jsonl / reference.jsonl, when recorded
     _attach_self_report(summary, run.run_dir)
+    report_servers.attach(summary, run)  # server_facts.jsonl, metrics beside corruption
     for key in ("started_at", "finished_at"):
         if key in run.meta:
             summary[key] = run.meta[key]

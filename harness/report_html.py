@@ -149,6 +149,9 @@ def render_html(
             "reported, and the server saw less concurrency than asked (summary.json: "
             "harness_self).</p>"
         )
+    from harness.report_servers import html as servers_html
+
+    parts += servers_html(summary)
     if plot_paths:
         parts.append("<h2>Plots</h2>")
         parts += [_img(p, name) for name, p in plot_paths.items() if p.is_file()]
