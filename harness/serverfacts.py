@@ -8,14 +8,15 @@ effective configuration where the server exposes it (``SOURCES``):
 * ``props``: llama.cpp's ``/props`` (slots, context, generation defaults);
 * ``models``: the first card of ``/v1/models`` (the served model; vLLM's ``max_model_len``,
   ``root``);
-* ``launch``: the command and added environment the harness started (launch mode; recorded,
-  never compared: the port differs by design).
+* ``launch``: the command and added environment the harness started (launch mode; never
+  compared whole: the port differs by design). A rule on ``launch.env.NAME`` checks only what
+  the harness sent, for a knob the server cannot report (a variable it reads at start).
 
 Each (variant, repeat) gets one row in ``server_facts.jsonl``: the model, the configuration,
 the target file's ``verify`` rules checked against it, the cache flush and whether the
 server's ``usage`` reports cached tokens. ``unapplied`` compares the variants: two that
 differ in one factor only but whose servers report the same configuration (for the rules'
-keys, or all of it when the factor has no rule) did not get what the factor says.
+keys, or all of ``/server_info`` when the factor has no rule) did not get what the factor says.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ CACHE_REPORT_FLAG = {
     "llamacpp": "use a llama.cpp build that reports usage.prompt_tokens_details",
     "sim": "drop --cache-report off from the simulator's arguments",
 }
+
+#: The source that lists every server argument: compared whole when a factor has no rule.
+FULL_SOURCE = "server_info"
 
 _MISSING = object()
 
@@ -192,12 +196,17 @@ def comparable(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _full(flat: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in flat.items() if k.startswith(FULL_SOURCE + ".")}
+
+
 def unapplied(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Pairs of variants that differ in one factor only and whose servers report the same
     configuration for it: ``{"factor", "variants", "keys", "message"}``.
 
-    The keys compared are those the ``verify`` rules of that factor name; without rules,
-    everything the servers report (a server that reports nothing cannot be judged)."""
+    The keys compared are those the ``verify`` rules of that factor name; without rules, all
+    of ``/server_info`` (SGLang's lists every server argument; ``/props`` and ``/v1/models``
+    show too little to say a factor changed nothing, so only rules judge them)."""
     first: dict[str, Mapping[str, Any]] = {}
     for row in rows:
         if comparable(row.get("config") or {}):
@@ -223,11 +232,15 @@ def unapplied(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             )
             ca, cb = comparable(first[a]["config"]), comparable(first[b]["config"])
             if keys:
-                same = all(ca.get(k, _MISSING) == cb.get(k, _MISSING) for k in keys)
+                ra, rb = first[a]["config"], first[b]["config"]
+                same = all(lookup(ra, k) == lookup(rb, k) for k in keys)
                 what = ", ".join(keys)
-            else:
+            else:  # only a full dump of the server's arguments says a factor changed nothing
+                ca, cb = _full(ca), _full(cb)
+                if not ca:
+                    continue
                 same = ca == cb
-                what = f"all {len(ca)} reported settings"
+                what = f"all {len(ca)} settings of its /server_info"
             if same:
                 found.append({
                     "factor": factor, "variants": [a, b], "keys": keys,

@@ -79,7 +79,7 @@ def test_same_configuration_for_one_factor_is_caught_volatile_keys_aside() -> No
     ]
     found = serverfacts.unapplied(rows)
     assert [u["variants"] for u in found] == [["index_k=fp8", "index_k=bf16"]]
-    assert "report the same configuration (all 1 reported settings)" in found[0]["message"]
+    assert "same configuration (all 1 settings of its /server_info)" in found[0]["message"]
     rows[1]["config"]["server_info"]["kv_cache_dtype"] = "fp8_e4m3"
     assert serverfacts.unapplied(rows) == []
     # a rule names the keys that matter: the rest may differ
@@ -90,6 +90,10 @@ def test_same_configuration_for_one_factor_is_caught_volatile_keys_aside() -> No
     rows[1]["factors"] = {"index_k": "bf16", "hicache": "on"}
     assert serverfacts.unapplied(rows) == []
     assert serverfacts.unapplied([{**r, "config": {}} for r in rows]) == []
+    # /props alone shows too little: without a rule, no judgement
+    props = [{**r, "config": {"props": {"total_slots": 8}}, "verify": []} for r in rows[:1]]
+    props.append({**props[0], "variant": "index_k=bf16", "factors": {"index_k": "bf16"}})
+    assert serverfacts.unapplied(props) == []
 
 
 def test_rule_values_match_by_type() -> None:
