@@ -221,3 +221,36 @@ def test_an_endpoint_run_names_the_model_it_discovered_and_warns_of_no_cache_rep
     assert "Model: `served-by-sim`" in (out / "report.md").read_text()
     rows = serverfacts.load(out)
     assert rows[0]["cached_tokens_reported"] is False
+
+
+@pytest.mark.slow
+def test_raw_mode_checks_its_rendering_and_leaves_out_a_bos_the_server_adds(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "target.toml"
+    target.write_text(TARGET.format(extra=', "--raw-bos", "add"'))
+    out = tmp_path / "run"
+    proc = harness(
+        "run", "--target", str(target), "--api", "generate", "--sessions", "4", "--turns", "3",
+        "--speed", "100", "--workers", "2", "--seed", "9183", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "the server adds its own BOS to a prompt" in proc.stderr
+    [row] = serverfacts.load(out)
+    assert row["rendering"]["ok"] is True
+    assert row["rendering"]["drop_bos"] is True
+    assert row["rendering"]["raw_prompt_tokens"] == row["rendering"]["chat_prompt_tokens"]
+    assert json.loads((out / "summary.json").read_text())["server_warnings"] == []
+    # the workers sent no double BOS either: the first turns count as on the chat path
+    chat = harness(
+        "run", "--target", str(target), "--sessions", "4", "--turns", "1", "--speed", "100",
+        "--seed", "9183", "--out", str(tmp_path / "chat"), "--no-progress",
+    )  # fmt: skip
+    assert chat.returncode == 0, chat.stderr
+
+    def first_turns(run: Path) -> dict[int, int]:
+        rows = [json.loads(line) for line in (run / "turns.jsonl").read_text().splitlines()]
+        return {r["session"]: r["prompt_tokens"] for r in rows if r["turn"] == 0}
+
+    assert len(first_turns(out)) == 4
+    assert first_turns(out) == first_turns(tmp_path / "chat")
