@@ -254,3 +254,26 @@ def test_raw_mode_checks_its_rendering_and_leaves_out_a_bos_the_server_adds(
 
     assert len(first_turns(out)) == 4
     assert first_turns(out) == first_turns(tmp_path / "chat")
+
+
+def test_warnings_gather_rules_flushes_renderings_and_the_cache_report_once() -> None:
+    failed = {"key": "server_info.x", "factor": "f", "expected": "1", "actual": 2, "ok": False}
+    flush = {"ok": False, "status": 400, "message": "HTTP 400: the server was busy"}
+    rows = [
+        _row("f=a", {"f": "a"}, {"x": 1}, verify=[], flush_cache=flush,
+             cached_tokens_reported=False, kind="vllm"),
+        _row("f=b", {"f": "b"}, {"x": 2}, verify=[failed], cached_tokens_reported=None,
+             rendering={"ok": False, "message": "raw mode: the prompt the harness renders"}),
+    ]  # fmt: skip
+    said = serverfacts.warnings(rows)
+    assert said[0].startswith("variant f=b: the server reports server_info.x = 2")
+    assert (
+        "variant f=a (repeat 0): the cache flush failed (HTTP 400: the server was busy)"
+        in (said[1])
+    )
+    assert said[2] == "variant f=b: raw mode: the prompt the harness renders"
+    assert said[3].endswith("start vLLM with --enable-prompt-tokens-details")
+    assert len(said) == 4
+    part = serverfacts.summary_part(rows)
+    assert part["warnings"] == said
+    assert part["variants"]["f=a"]["repeats"][0]["flush_cache"] == flush
