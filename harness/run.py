@@ -24,22 +24,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import sequential, serverfacts
+from harness import sequential
 from harness.client import ChatClient
 from harness.config import Scenario
 from harness.confirm import after_load, after_load_left
 from harness.driver import DriveOptions, Progress, drive
-from harness.errors import ConfigError, UsageError
+from harness.errors import UsageError
 from harness.launch import Target, make_target
 from harness.matrix import Variant
 from harness.metrics import MetricsScraper, flush_cache, warm_up
 from harness.plan import run_order
-from harness.rawmode import RawClient, check_rendering, probe_body
+from harness.rawmode import RawClient
 from harness.records import TURNS_FILE, TurnWriter
 from harness.selfreport import save_row
+from harness.serverprobe import Contact, first_contact, model_source
 from harness.session import ACTIVE_TRANSCRIPTS, Session, SessionPlan, Shared, make_plans
 from harness.targetfile import TargetSpec
-from harness.targets import EndpointTarget, served_model, watch
+from harness.targets import EndpointTarget, watch
 from harness.trace_session import sessions_for
 from harness.transcripts import TRANSCRIPTS_FILE, TranscriptLog
 from harness.workers import (
@@ -122,96 +123,13 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "stream": opts.stream,
         "endpoint": opts.endpoint,
         "model": opts.model,
-        "model_source": model_source(opts),
+        "model_source": model_source(opts.model, opts.args),
         "variants": [{"label": v.label, "factors": v.as_dict()} for v in opts.variants],
         "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
         "python": sys.version.split()[0],
     }
     (opts.out_dir / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
-
-
-def model_source(opts: RunOptions) -> str:
-    if opts.model is None:
-        return "discovered: the first model of /v1/models"
-    return "--model" if opts.args.get("model") else "the target file"
-
-
-def _note_model(run_dir: Path, model: str) -> None:
-    """run.json gets the model the server named when none was asked."""
-    path = run_dir / "run.json"
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return
-    if meta.get("model") is None:
-        meta["model"] = model
-        path.write_text(json.dumps(meta, indent=2) + "\n")
-
-
-async def _server_facts(
-    opts: RunOptions,
-    variant: Variant,
-    repeat: int,
-    target: Target,
-    base_url: str,
-    flush: dict[str, Any] | None,
-    say: Callable[[str], None],
-) -> dict[str, Any]:
-    """Read the variant's server back (harness.serverfacts), check the target file's rules,
-    record the row, say what is wrong; with --strict-variants a ConfigError."""
-    config = await serverfacts.read_config(base_url, api_key=opts.api_key)
-    shown = target.describe()
-    if shown.get("mode") == "launch":
-        config["launch"] = {"command": shown.get("command"), "env": shown.get("env")}
-    card = config.get("models") or {}
-    served = str(card["id"]) if card.get("id") is not None else None
-    model = opts.model or served or await served_model(base_url, opts.api_key)
-    earlier = serverfacts.load(opts.out_dir)
-    if not any(r.get("model") == model for r in earlier):
-        say(f"model: {model} ({model_source(opts)})")
-        if served is not None and served != model:
-            say(f"note: the server lists the model as {served}")
-        _note_model(opts.out_dir, model)
-    spec = opts.target if not opts.endpoint else None
-    results = serverfacts.check(config, spec.rules_for(variant) if spec is not None else {})
-    kind = serverfacts.server_kind(config)
-    cached = None
-    if not any(r.get("cached_tokens_reported") is not None for r in earlier):
-        cached = await serverfacts.reports_cached_tokens(base_url, model, api_key=opts.api_key)
-    rendering = None
-    if opts.api != "chat":  # raw mode: one turn both ways, the same prompt_tokens?
-        probe = ChatClient(base_url, model=model, api_key=opts.api_key, request_timeout=120.0)
-        try:
-            raw = RawClient(probe, opts.api, opts.scenario.dialect)
-            rendering = await check_rendering(raw, probe_body(opts.scenario))
-        finally:
-            await probe.aclose()
-        say(("" if rendering["ok"] is not False else "warning: ") + rendering["message"])
-    row: dict[str, Any] = {
-        "variant": variant.label, "factors": variant.as_dict(), "repeat": repeat,
-        "base_url": base_url, "model": model, "served_model": served, "kind": kind,
-        "sources": sorted(config), "config": config, "verify": results,
-        "settings": serverfacts.settings_of(config, [r["key"] for r in results]),
-        "flush_cache": flush, "cached_tokens_reported": cached, "rendering": rendering,
-    }  # fmt: skip
-    serverfacts.append(opts.out_dir, row)
-    problems = serverfacts.rule_failures(variant.label, results)
-    problems += [
-        u["message"]
-        for u in serverfacts.unapplied([*earlier, row])
-        if variant.label in u["variants"]
-    ]
-    for text in problems:
-        say(f"warning: {text}")
-    if cached is False:
-        say(f"warning: {serverfacts.cache_report_warning(kind)}")
-    if problems and opts.strict_variants:
-        raise ConfigError(
-            f"{problems[0]} (--strict-variants: the run stops before this variant's load; "
-            "the turns of the variants before it are kept)"
-        )
-    return row
 
 
 @dataclass
@@ -283,7 +201,24 @@ async def _run_variant(
                     announce(f"{name}: warning: the cache flush failed: {flush['message']}")
             if spec.warm_up:
                 await warm_up(base_url, opts.model or spec.model, api_key=opts.api_key)
-        facts = await _server_facts(opts, variant, repeat, target, base_url, flush, announce)
+        facts = await first_contact(
+            Contact(
+                run_dir=opts.out_dir,
+                variant=variant,
+                repeat=repeat,
+                base_url=base_url,
+                described=target.describe(),
+                rules=spec.rules_for(variant) if spec is not None and not opts.endpoint else {},
+                model=opts.model,
+                model_source=model_source(opts.model, opts.args),
+                api_key=opts.api_key,
+                api=opts.api,
+                scenario=opts.scenario,
+                flush=flush,
+                strict=opts.strict_variants,
+            ),
+            announce,
+        )
         model = facts["model"]
         announce(f"{name}: {len(plans)} sessions on {base_url}")
         client = ChatClient(

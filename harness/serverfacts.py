@@ -339,30 +339,3 @@ def summary_part(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def settings_of(config: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
     """The reported values of ``keys`` (for the report: what each variant's server said)."""
     return {k: shown(lookup(config, k)) for k in keys}
-
-
-async def reports_cached_tokens(
-    base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120.0
-) -> bool | None:
-    """One tiny chat request: does ``usage`` carry ``prompt_tokens_details.cached_tokens``?
-    None when the request itself failed."""
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": "Reply with the word ok."}],
-        "max_tokens": 1,
-        "temperature": 0,
-        "stream": False,
-    }
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=headers) as http:
-            resp = await http.post(f"{base_url.rstrip('/')}/v1/chat/completions", json=body)
-        doc = resp.json() if resp.status_code == 200 else None
-    except (httpx.HTTPError, ValueError) as exc:
-        log.info("cache-report probe on %s failed: %s", base_url, exc)
-        return None
-    usage = doc.get("usage") if isinstance(doc, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    details = usage.get("prompt_tokens_details")
-    return isinstance(details, dict) and details.get("cached_tokens") is not None

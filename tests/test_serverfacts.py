@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness import serverfacts
+from harness import serverfacts, serverprobe
 from harness.errors import ConfigError
 from harness.matrix import Variant
 from harness.targetfile import load_target
@@ -117,8 +117,8 @@ async def test_read_config_from_the_simulator(make_sim: Callable[..., str]) -> N
     assert config["server_info"]["enable_hierarchical_cache"] is False
     assert config["models"]["id"] == "deepseek-ai/DeepSeek-V4-Flash"
     assert serverfacts.server_kind(config) == "sim"
-    assert await serverfacts.reports_cached_tokens(url, "m") is True
-    assert await serverfacts.reports_cached_tokens(make_sim(cache_report=False), "m") is False
+    assert await serverprobe.reports_cached_tokens(url, "m") is True
+    assert await serverprobe.reports_cached_tokens(make_sim(cache_report=False), "m") is False
 
 
 # ---- whole runs against the simulator -------------------------------------------------------
