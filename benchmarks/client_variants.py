@@ -1,4 +1,4 @@
-"""Prototypes of ``harness.client.ChatClient`` measured side by side with the shipped one.
+"""Prototypes of ``harness.client.chat.ChatClient`` measured side by side with the shipped one.
 
 ``perf_client.py --client NAME`` drives the harness with one of these instead of the shipped
 client. Each keeps the shipped interface and ``TurnOutput`` semantics:
@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from harness.client import SIM_HEADER, ChatClient
-from harness.output import Failure, TurnOutput
-from harness.sse import ChatEvents, LineSplitter, error_text
+from harness.client.chat import SIM_HEADER, ChatClient
+from harness.client.output import Failure, TurnOutput
+from harness.client.sse import ChatEvents, LineSplitter, error_text
 
 _loads = orjson.loads
 

@@ -33,14 +33,14 @@ from typing import Any
 
 import httpx
 
-from harness.client import ChatClient
-from harness.config import load_scenario
-from harness.driver import DriveOptions, drive
-from harness.llamacpp import MODEL_ALIAS
-from harness.metrics import parse_prometheus
-from harness.records import TurnRecord, TurnWriter, read_turns
-from harness.session import make_plans
-from harness.targets import stop_group
+from harness.client.chat import ChatClient
+from harness.drive.driver import DriveOptions, drive
+from harness.drive.session import make_plans
+from harness.record.turns import TurnRecord, TurnWriter, read_turns
+from harness.servers.llamacpp import MODEL_ALIAS
+from harness.target.metrics import parse_prometheus
+from harness.target.readiness import stop_group
+from harness.workload.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,10 +3,10 @@
     python benchmarks/perf_client.py --mode harness|raw --url URL --concurrency 80 \\
         --sessions 800 --turns 5 --context 2000 [--plain] [--memory] [--workers N]
 
-``harness``: ``harness.driver.drive()`` with the shipped scenario resized to the context, its
+``harness``: ``harness.drive.driver.drive()`` with the shipped scenario resized to the context, its
 own ``ChatClient``, ``TurnWriter`` to a temporary folder: everything a run does per turn
 (request body from the history, stream parsing, classification, the record, the tools).
-With ``--workers N`` the same over N worker processes (``harness.workers.drive_workers``),
+With ``--workers N`` the same over N worker processes (``harness.pool.parent.drive_workers``),
 this process the one writer of the records, as in ``harness run --workers N``.
 ``raw``: a minimal aiohttp client sending requests of the same size at the same concurrency,
 reading the bytes and counting events, nothing more (the transport's upper bound).
@@ -38,13 +38,13 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import driver as driver_module  # noqa: E402
-from harness.client import ChatClient  # noqa: E402
-from harness.config import Scenario, load_scenario  # noqa: E402
-from harness.driver import DriveOptions, Progress, drive  # noqa: E402
-from harness.records import TurnWriter  # noqa: E402
-from harness.session import SessionPlan, first_messages, make_plans  # noqa: E402
-from harness.workers import ClientSpec, WorkerPool, drive_workers  # noqa: E402
+from harness.client.chat import ChatClient  # noqa: E402
+from harness.drive import driver as driver_module  # noqa: E402
+from harness.drive.driver import DriveOptions, Progress, drive  # noqa: E402
+from harness.drive.session import SessionPlan, first_messages, make_plans  # noqa: E402
+from harness.pool.parent import ClientSpec, WorkerPool, drive_workers  # noqa: E402
+from harness.record.turns import TurnWriter  # noqa: E402
+from harness.workload.scenario import Scenario, load_scenario  # noqa: E402
 
 ROOT = str(Path(__file__).resolve().parent.parent) + "/"
 BASE = {"run_id": "bench", "variant": "bench", "factors": {}, "repeat": 0}

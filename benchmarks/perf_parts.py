@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import null_endpoint  # noqa: E402
 
-from harness.config import load_scenario  # noqa: E402
-from harness.output import TurnOutput  # noqa: E402
-from harness.records import TurnWriter  # noqa: E402
-from harness.session import SessionPlan, first_messages  # noqa: E402
-from harness.sse import ChatEvents, LineSplitter  # noqa: E402
-from harness.tools import run_tool  # noqa: E402
+from harness.client.output import TurnOutput  # noqa: E402
+from harness.client.sse import ChatEvents, LineSplitter  # noqa: E402
+from harness.drive.session import SessionPlan, first_messages  # noqa: E402
+from harness.record.turns import TurnWriter  # noqa: E402
 from harness.verdict import classify_turn  # noqa: E402
+from harness.workload.scenario import load_scenario  # noqa: E402
+from harness.workload.tools import run_tool  # noqa: E402
 
 
 def per_call_us(fn: Callable[[], object], seconds: float = 0.5) -> float:

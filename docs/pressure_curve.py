@@ -31,14 +31,14 @@ from typing import Any
 import httpx
 import uvicorn
 
-from harness.client import ChatClient
-from harness.config import load_scenario
-from harness.driver import DriveOptions, Progress, drive
-from harness.metrics import parse_prometheus
-from harness.records import TurnWriter, read_turns
-from harness.session import make_plans
+from harness.client.chat import ChatClient
+from harness.drive.driver import DriveOptions, Progress, drive
+from harness.drive.session import make_plans
+from harness.record.turns import TurnWriter, read_turns
 from harness.sim.app import create_app
 from harness.sim.config import SimConfig
+from harness.target.metrics import parse_prometheus
+from harness.workload.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "cache_pressure.toml"

@@ -1,0 +1,356 @@
+"""Turns -> per-variant summary (summary.json); the frames the plots draw are in frames.py.
+
+Units:
+- a *turn* is one request (one row of turns.jsonl, re-sends included). Turns that failed in
+  transport carry no verdict: they are counted in ``transport_errors`` and left out of the
+  turn-rate denominator.
+- a *session* is identified by (variant, repeat, session). It is corrupted if any of its turns
+  is. Sessions whose every turn failed in transport are left out of the session denominator.
+
+Comparisons put each variant (``b``) against the baseline (``a``, the first variant);
+``diff`` is rate(b) - rate(a). p-values are Holm-corrected across the comparisons of one unit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis import livecontext, stats
+from harness.errors import UsageError
+from harness.labels import ALL_LABELS, CORRUPTED_LABELS, TRANSPORT_ERROR
+from harness.record.turns import TURNS_FILE, read_turns
+
+log = logging.getLogger(__name__)
+
+Summary = dict[str, Any]
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+ALPHA = 0.05
+CONF = 0.95
+SESSION_KEY = ["variant", "repeat", "session"]
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    turns: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    metrics: pd.DataFrame | None = None
+
+    @property
+    def run_id(self) -> str:
+        if self.meta.get("run_id"):
+            return str(self.meta["run_id"])
+        if not self.turns.empty and "run_id" in self.turns:
+            return str(self.turns["run_id"].iloc[0])
+        return self.run_dir.name
+
+    @property
+    def variants(self) -> list[str | Mapping[str, Any]]:
+        order = self.meta.get("variants")
+        if isinstance(order, list) and order:
+            return list(order)
+        return list(pd.unique(self.turns["variant"])) if not self.turns.empty else []
+
+
+def parse_variant_label(label: str) -> dict[str, str]:
+    """ "index_k=bf16,hicache=on" -> {"index_k": "bf16", "hicache": "on"} (best effort)."""
+    out: dict[str, str] = {}
+    for part in label.split(","):
+        name, sep, level = part.partition("=")
+        if sep:
+            out[name.strip()] = level.strip()
+    return out
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                log.warning("%s:%d: unreadable line skipped", path, lineno)
+    return rows
+
+
+def load_run(run_dir: Path | str) -> RunData:
+    """Read turns.jsonl (required), run.json and metrics.jsonl (optional) of a run folder."""
+    run_dir = Path(run_dir)
+    turns_path = run_dir / TURNS_FILE
+    if not turns_path.is_file():
+        raise UsageError(f"{run_dir}: no {TURNS_FILE} here; give the folder of a harness run")
+    meta: dict[str, Any] = {}
+    if (run_dir / RUN_FILE).is_file():
+        try:
+            loaded = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+            meta = loaded if isinstance(loaded, dict) else {}
+        except json.JSONDecodeError as exc:
+            log.warning("%s: unreadable, ignored (%s)", run_dir / RUN_FILE, exc)
+    metrics = None
+    if (run_dir / METRICS_FILE).is_file():
+        mrows = _read_jsonl(run_dir / METRICS_FILE)
+        if mrows:
+            metrics = pd.DataFrame.from_records(mrows)
+    turns = prepare(pd.DataFrame.from_records(read_turns(turns_path)))
+    return RunData(run_dir=run_dir, turns=turns, meta=meta, metrics=metrics)
+
+
+def prepare(df: pd.DataFrame) -> pd.DataFrame:
+    """Fill optional columns and add the derived booleans ``is_transport`` and ``is_corrupted``."""
+    df = df.copy()
+    defaults: dict[str, Any] = {
+        "variant": "default", "repeat": 0, "session": 0, "turn": 0, "attempt": 0,
+        "label": "", "transport_error": None, "inflight": np.nan, "prompt_tokens": np.nan,
+        "completion_tokens": np.nan, "ttft_s": np.nan, "itl_s": np.nan, "latency_s": np.nan,
+        "content": "", "evidence": None, "sim_injected": None, "noncanonical": False,
+        "sent_at": np.nan,
+    }  # fmt: skip
+    for col, value in defaults.items():
+        if col not in df:
+            df[col] = value
+    for col in ("repeat", "session", "turn", "attempt"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").fillna(0).astype(int)
+    for col in ("inflight", "prompt_tokens", "completion_tokens", "ttft_s", "itl_s", "latency_s",
+                "sent_at"):  # fmt: skip
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    df["label"] = df["label"].fillna("").astype(str)
+    df["content"] = df["content"].fillna("").astype(str)
+    df["variant"] = df["variant"].astype(str)
+    df["is_transport"] = df["transport_error"].notna() | (df["label"] == TRANSPORT_ERROR)
+    if "corrupted" in df:
+        flagged = df["corrupted"].fillna(False).astype(bool)
+    else:
+        flagged = df["label"].isin(CORRUPTED_LABELS)
+    df["is_corrupted"] = flagged & ~df["is_transport"]
+    return df
+
+
+def _rate(k: int, n: int) -> tuple[float | None, list[float]]:
+    lo, hi = stats.wilson(k, n, CONF)
+    return (k / n if n else None), [lo, hi]
+
+
+def _quantile(s: pd.Series, q: float) -> float | None:
+    s = s.dropna()
+    return float(s.quantile(q)) if len(s) else None
+
+
+def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) -> dict[str, Any]:
+    ok = g[~g["is_transport"]]
+    per_session = ok.groupby(SESSION_KEY)["is_corrupted"].any()
+    n_sess, k_sess = int(per_session.size), int(per_session.sum())
+    n_turns, k_turns = int(len(ok)), int(ok["is_corrupted"].sum())
+    n_transport = int(g["is_transport"].sum())
+    s_rate, s_ci = _rate(k_sess, n_sess)
+    t_rate, t_ci = _rate(k_turns, n_turns)
+    counts = g["label"].value_counts()
+    labels = {lab: int(counts[lab]) for lab in ALL_LABELS if lab in counts}
+    labels.update({str(lab): int(c) for lab, c in counts.items() if lab not in labels})
+    first = ok[ok["is_corrupted"]].groupby(SESSION_KEY)["turn"].min()
+    out: dict[str, Any] = {
+        "label": label,
+        "factors": dict(factors),
+        "repeats": int(g["repeat"].nunique()),
+        "sessions": n_sess,
+        "sessions_seen": int(g.groupby(SESSION_KEY).ngroups) if len(g) else 0,
+        "turns": int(len(g)),
+        "classified_turns": n_turns,
+        "corrupted_sessions": k_sess,
+        "corrupted_turns": k_turns,
+        "session_corruption_rate": s_rate,
+        "session_corruption_ci": s_ci,
+        "turn_corruption_rate": t_rate,
+        "turn_corruption_ci": t_ci,
+        "session_corruption_ci_lo": s_ci[0],
+        "session_corruption_ci_hi": s_ci[1],
+        "turn_corruption_ci_lo": t_ci[0],
+        "turn_corruption_ci_hi": t_ci[1],
+        "labels": labels,
+        "transport_errors": n_transport,
+        "transport_error_rate": n_transport / len(g) if len(g) else None,
+        "retries": int((g["attempt"] > 0).sum()),
+        "noncanonical_turns": int(g["noncanonical"].fillna(False).astype(bool).sum()),
+        "first_corrupted_turn_median": float(first.median()) if len(first) else None,
+        "prompt_tokens_max": _quantile(ok["prompt_tokens"], 1.0),
+        "ttft_p50_s": _quantile(ok["ttft_s"], 0.5),
+        "ttft_p95_s": _quantile(ok["ttft_s"], 0.95),
+        "itl_p50_s": _quantile(ok["itl_s"], 0.5),
+        "itl_p95_s": _quantile(ok["itl_s"], 0.95),
+        "latency_p50_s": _quantile(ok["latency_s"], 0.5),
+    }
+    out.update(livecontext.cache_summary(ok))
+    kinds = ok["sim_injected"].astype(str)
+    known = ok["sim_injected"].notna() & (kinds != "")
+    # corruption the simulator injected: not "none", not a transport fault
+    injected = known & (kinds != "none") & ~kinds.str.startswith("transport:")
+    if known.any():
+        out["sim_injected_turns"] = int(injected.sum())
+        n_injected = int(injected.sum())
+        out["sim_recall"] = (
+            float((ok["is_corrupted"] & injected).sum() / n_injected) if n_injected else None
+        )
+        out["sim_false_alarms"] = int((ok["is_corrupted"] & ~injected).sum())
+        flagged = int(ok["is_corrupted"].sum())
+        out["sim_precision"] = (
+            float((ok["is_corrupted"] & injected).sum() / flagged) if flagged else None
+        )
+    return out
+
+
+def fmt_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def fmt_p(p: float | None) -> str:
+    return "n/a" if p is None else (f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}")
+
+
+def _hint(
+    ra: float, rb: float, na: int, nb: int, unit: str, alpha: float
+) -> tuple[int | None, str]:
+    if ra == rb:
+        if ra == 0.0:
+            ub = stats.upper_bound_zero(min(na, nb), CONF)
+            return None, (
+                f"no corruption in either; with {min(na, nb)} {unit}s each, a rate above "
+                f"{fmt_pct(ub)} would probably have shown ({CONF:.0%} upper bound)"
+            )
+        return None, f"identical observed rates; no {unit} count detects a zero difference"
+    n = stats.sample_size(rb, ra, alpha=alpha, power=0.8)
+    enough = "already enough" if min(na, nb) >= n else f"have {min(na, nb)}"
+    return n, (
+        f"about {n} {unit}s per variant would detect {fmt_pct(rb)} vs {fmt_pct(ra)} "
+        f"(alpha {alpha}, power 80%; {enough})"
+    )
+
+
+def _compare(base: dict[str, Any], v: dict[str, Any], unit: str, alpha: float) -> dict[str, Any]:
+    kname, nname = ("corrupted_sessions", "sessions") if unit == "session" else (
+        "corrupted_turns", "classified_turns")  # fmt: skip
+    ka, na, kb, nb = base[kname], base[nname], v[kname], v[nname]
+    p = stats.fisher_exact(kb, nb, ka, na)
+    d, lo, hi = stats.diff_ci(kb, nb, ka, na, CONF)
+    comp: dict[str, Any] = {
+        "a": base["label"], "b": v["label"], "unit": unit, "test": "fisher_exact",
+        "k_a": ka, "n_a": na, "k_b": kb, "n_b": nb,
+        "rate_a": ka / na if na else None, "rate_b": kb / nb if nb else None,
+        "p_value": p, "p_holm": p, "diff": d, "diff_ci": [lo, hi],
+    }  # fmt: skip
+    if na and nb:
+        comp["sample_size"], comp["hint"] = _hint(ka / na, kb / nb, na, nb, unit, alpha)
+    else:
+        comp["sample_size"], comp["hint"] = None, f"no classified {unit}s on one side"
+    return comp
+
+
+def _comparison_verdict(c: dict[str, Any], alpha: float) -> str:
+    a, b, unit = c["a"], c["b"], c["unit"]
+    if not c["n_a"] or not c["n_b"]:
+        return f"cannot compare {b} with {a}: no classified {unit}s in {b if not c['n_b'] else a}"
+    ra, rb = c["rate_a"], c["rate_b"]
+    d: float = c["diff"]
+    lo, hi = c["diff_ci"]
+    if rb < ra:  # state the difference as "more minus less"
+        d, lo, hi = -d, -hi, -lo
+    rates = (
+        f"{fmt_pct(max(ra, rb))} vs {fmt_pct(min(ra, rb))} of {unit}s (difference {100 * d:+.1f} "
+        f"points, {CONF:.0%} CI {100 * lo:+.1f} to {100 * hi:+.1f})"
+    )
+    if c["p_holm"] < alpha:
+        more, less = (b, a) if rb > ra else (a, b)
+        return f"{more} corrupts more than {less}: {rates}, p={fmt_p(c['p_holm'])}"
+    return (
+        f"no significant difference between {b} and {a}: {fmt_pct(rb)} vs {fmt_pct(ra)} "
+        f"of {unit}s, p={fmt_p(c['p_holm'])}"
+    )
+
+
+def _variant_order(
+    df: pd.DataFrame, order: Sequence[str | Mapping[str, Any]] | None
+) -> list[tuple[str, dict[str, str]]]:
+    seen: dict[str, dict[str, str]] = {}
+    for item in order or []:
+        if isinstance(item, Mapping):
+            seen.setdefault(str(item["label"]), dict(item.get("factors") or {}))
+        else:
+            seen.setdefault(str(item), {})
+    for label in pd.unique(df["variant"]) if len(df) else []:
+        seen.setdefault(str(label), {})
+    out = []
+    for label, factors in seen.items():
+        if not factors:
+            rows = df[df["variant"] == label]
+            first = rows["factors"].iloc[0] if "factors" in rows and len(rows) else None
+            factors = dict(first) if isinstance(first, Mapping) else parse_variant_label(label)
+        out.append((label, factors))
+    return out
+
+
+def summarize(
+    df: pd.DataFrame,
+    run_id: str,
+    variants_order: Sequence[str | Mapping[str, Any]] | None = None,
+    alpha: float = ALPHA,
+) -> Summary:
+    """The summary.json dict. ``variants_order``: labels or {"label", "factors"}; baseline first."""
+    df = prepare(df) if "is_corrupted" not in df else df
+    variants = [
+        _variant_summary(label, factors, df[df["variant"] == label])
+        for label, factors in _variant_order(df, variants_order)
+    ]
+    comparisons: list[dict[str, Any]] = []
+    for unit in ("session", "turn"):
+        comps = [_compare(variants[0], v, unit, alpha) for v in variants[1:]]
+        for c, adj in zip(comps, stats.holm([c["p_value"] for c in comps]), strict=True):
+            c["p_holm"] = adj
+            c["significant"] = bool(adj < alpha and c["n_a"] and c["n_b"])
+            c["verdict"] = _comparison_verdict(c, alpha)
+        comparisons.extend(comps)
+    return {
+        "run_id": run_id,
+        "baseline": variants[0]["label"] if variants else None,
+        "alpha": alpha,
+        "confidence": CONF,
+        "verdict": _run_verdict(variants, comparisons),
+        "variants": variants,
+        "comparisons": comparisons,
+    }
+
+
+def _run_verdict(variants: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
+    if not variants:
+        return "no turns recorded"
+    if len(variants) == 1:
+        v = variants[0]
+        lo, hi = v["session_corruption_ci"]
+        return (
+            f"{v['label']}: {v['corrupted_sessions']} of {v['sessions']} sessions corrupted "
+            f"({fmt_pct(v['session_corruption_rate'])}, {CONF:.0%} CI {fmt_pct(lo)} "
+            f"to {fmt_pct(hi)})"
+        )
+    session = [c for c in comparisons if c["unit"] == "session"]
+    hits = [c["verdict"] for c in session if c["significant"]]
+    if hits:
+        return "; ".join(hits)
+    if not any(v["sessions"] for v in variants):
+        return "no classified sessions: every turn failed in transport, or none ran"
+    worst = max(variants, key=lambda v: v["session_corruption_rate"] or 0.0)
+    if not worst["corrupted_sessions"]:
+        total = sum(v["sessions"] for v in variants)
+        return f"no corrupted sessions in any variant ({total} sessions)"
+    return (
+        f"no variant differs significantly from the baseline {variants[0]['label']}; highest "
+        f"session corruption: {worst['label']} {fmt_pct(worst['session_corruption_rate'])}"
+    )

@@ -1,0 +1,3 @@
+"""The commands: parser and main, run, the inspection commands, gate arguments."""
+
+from __future__ import annotations

@@ -1,0 +1,419 @@
+"""The ``harness`` command: parse, call, print, map errors to exit codes.
+
+Exit codes: 0 all gates passed; 1 a gate failed; 2 bad usage or configuration;
+3 infrastructure (a server would not start, an endpoint unreachable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from harness import __version__
+from harness.argtypes import positive_float as _positive_float
+from harness.argtypes import positive_int as _positive_int
+from harness.argtypes import workers as workers_arg
+from harness.errors import HarnessError, UsageError
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line that says what to fix, not the whole usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="harness",
+        description="Concurrency stress-test and corruption detector for LLM inference servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+
+    run = sub.add_parser("run", help="drive concurrent tool-call sessions and judge every turn")
+    run.add_argument(
+        "--scenario", type=Path, help="workload TOML (default: scenarios/coding_agent.toml)"
+    )
+    run.add_argument(
+        "--sessions", type=_positive_int, help="sessions per variant (default: the scenario's)"
+    )
+    run.add_argument(
+        "--concurrency", type=_positive_int, help="requests in flight at most (default: sessions)"
+    )
+    run.add_argument(
+        "--workers",
+        type=workers_arg,
+        metavar="N|auto",
+        help="processes driving each variant's sessions, each with its own event loop and "
+        "client (default: auto: one per core from 256 requests in flight on, one below)",
+    )
+    run.add_argument(
+        "--ab",
+        action="append",
+        default=[],
+        metavar="FACTOR=L1,L2",
+        help="a factor and its levels; repeat for a matrix (the first level is the baseline)",
+    )
+    run.add_argument(
+        "--target",
+        type=Path,
+        metavar="FILE",
+        help="target file: how each factor level becomes a server (launch, endpoint or hook "
+        "mode; default: scenarios/targets/sim.toml, the simulator)",
+    )
+    run.add_argument(
+        "--target-var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a [vars] entry of the target file; repeatable",
+    )
+    run.add_argument("--endpoint", help="base URL of one server already up (no --ab)")
+    run.add_argument("--model", help="model name sent in requests (default: the target's)")
+    run.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=1,
+        help="run each variant this many times, interleaved (ABAB...)",
+    )
+    run.add_argument(
+        "--order", choices=("abab", "abba"), default="abab", help="how repeats interleave"
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (variants, order, commands, URLs) and start nothing",
+    )
+    run.add_argument(
+        "--run-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="stop the whole run after this long (exit code 3)",
+    )
+    run.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue an interrupted run without redoing finished sessions",
+    )
+    run.add_argument(
+        "--until-significant",
+        action="store_true",
+        help="add --sessions more sessions per variant, round after round, until every "
+        "comparison with the baseline is decided or --max-sessions is spent",
+    )
+    run.add_argument(
+        "--max-sessions",
+        type=_positive_int,
+        metavar="N",
+        help="with --until-significant: the most sessions per variant",
+    )
+    run.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the API key (sent as a bearer token)",
+    )
+    run.add_argument("--turns", type=_positive_int, help="max turns per session")
+    run.add_argument(
+        "--max-context",
+        type=_positive_int,
+        help="end a session once its prompt has this many tokens",
+    )
+    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--out", type=Path, help="run folder (default: reports/<run-id>)")
+    run.add_argument("--no-stream", action="store_true", help="send non-streamed requests")
+    run.add_argument(
+        "--on-corruption",
+        choices=("retry", "stop"),
+        default="retry",
+        help="re-send a corrupted turn (keeps the load) or end its session",
+    )
+    run.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="a request with no byte for this long fails as a timeout",
+    )
+    run.add_argument(
+        "--speed",
+        type=_positive_float,
+        default=None,
+        help="simulator only: divide its latencies by this factor",
+    )
+    run.add_argument("--no-progress", action="store_true", help="no live progress display")
+    run.add_argument(
+        "--strict-variants",
+        action="store_true",
+        help="stop (exit 2) when a variant's server does not confirm its levels: a failed "
+        "verify rule, or the same reported configuration as a variant that differs in one "
+        "factor (default: a warning in the summary and report)",
+    )
+    _add_followup_args(run)
+    _add_gate_args(run)
+    from harness.cli.run import add_trace_args, add_trace_parser
+
+    add_trace_args(run)
+
+    sim = sub.add_parser("sim", help="serve the embedded DeepSeek-V4-like endpoint", add_help=False)
+    sim.add_argument("sim_args", nargs=argparse.REMAINDER)
+
+    rep = sub.add_parser("report", help="rebuild summary, plots and report from a run folder")
+    rep.add_argument("run_dir", type=Path)
+    _add_gate_args(rep)
+
+    cmp_ = sub.add_parser("compare", help="compare two runs variant by variant")
+    cmp_.add_argument("run_a", type=Path)
+    cmp_.add_argument("run_b", type=Path)
+
+    _add_replay_parser(sub)
+    add_trace_parser(sub)
+
+    cls = sub.add_parser("classify", help="classify saved outputs (JSONL) without a run")
+    cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
+    cls.add_argument("-o", "--output", type=Path, help="output JSONL (default: stdout)")
+    return parser
+
+
+def _add_followup_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("transcripts and lone re-runs (see docs/replay.md)")
+    g.add_argument(
+        "--keep-transcripts",
+        action="store_true",
+        help="keep the exact requests of every session in transcripts.jsonl "
+        "(corrupted sessions are always kept)",
+    )
+    g.add_argument(
+        "--confirm",
+        action="store_true",
+        help="after each variant's load, re-send every corrupted turn once alone and mark it "
+        "confirmed_under_load (clean alone) or reproduces_alone (confirm.jsonl)",
+    )
+    g.add_argument(
+        "--reference-sessions",
+        type=_positive_int,
+        default=0,
+        metavar="K",
+        help="after each variant's load, run K of its sessions again one at a time and report "
+        "how often a loaded tool call differs from the lone one (reference.jsonl)",
+    )
+
+
+def _add_replay_parser(sub: Any) -> None:
+    rp = sub.add_parser(
+        "replay",
+        help="re-send a recorded request of a run, alone and under load, and count corruption",
+    )
+    rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    rp.add_argument("--session", type=int, required=True, help="session index")
+    rp.add_argument("--variant", help="variant label (needed when several recorded the session)")
+    rp.add_argument(
+        "--repeat", type=int, help="which repeat of the variant (needed when several did)"
+    )
+    rp.add_argument("--turn", type=int, help="turn to re-send (default: the first corrupted turn)")
+    rp.add_argument(
+        "--attempt", type=int, help="which send of the turn (default: the first corrupted one)"
+    )
+    rp.add_argument(
+        "--count",
+        "--repeat-count",
+        dest="count",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="sends per condition (default 10)",
+    )
+    rp.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="C",
+        help="also send N times while C other sessions of the run's scenario load the server",
+    )
+    rp.add_argument(
+        "--endpoint",
+        help="server to replay against (default: relaunch the variant's server from the "
+        "run's target file)",
+    )
+    rp.add_argument("--model", help="model name (default: the one recorded)")
+    rp.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME")
+    rp.add_argument("--request-timeout", type=_positive_float, default=120.0, metavar="SECONDS")
+
+
+def _add_gate_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("CI gates (exit code 1 when one fails)")
+    g.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="fail when EXPR holds, e.g. 'session_corruption_rate > 0.01' or "
+        "'turn_corruption_rate[index_k=bf16] >= 0.05'; repeatable",
+    )
+    g.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="RUN_DIR",
+        help="fail a variant whose session corruption rose significantly against "
+        "the same variant of this earlier run",
+    )
+    g.add_argument("--junit", type=Path, metavar="FILE", help="write gate results as JUnit XML")
+
+
+def check_gate_args(args: argparse.Namespace) -> None:
+    """Validate gate expressions and the baseline before any work starts."""
+    from harness.analysis.gates import check_exprs
+
+    check_exprs(args.fail_if)
+    if args.baseline is not None and not (
+        (args.baseline / "summary.json").exists() or args.baseline.suffix == ".json"
+    ):
+        raise UsageError(
+            f"--baseline {args.baseline}: no summary.json there (run `harness report` on it)"
+        )
+
+
+def apply_gates(args: argparse.Namespace, summary: Any) -> int:
+    """Evaluate the gates on a summary, print the one-line result, return the exit code."""
+    from harness.analysis.gates import (
+        all_passed,
+        baseline_gate,
+        evaluate_gates,
+        result_line,
+        write_junit,
+    )
+    from harness.report.build import load_summary
+
+    results = evaluate_gates(summary, args.fail_if)
+    if args.baseline is not None:
+        results += baseline_gate(summary, load_summary(args.baseline))
+    for r in results:
+        if not r.passed:
+            print(f"gate failed: {r.message}", file=sys.stderr)
+    if args.junit is not None:
+        from harness.report.servers import junit_properties
+
+        write_junit(args.junit, results, properties=junit_properties(summary))
+    print(result_line(summary, results))
+    return EXIT_OK if all_passed(results) else EXIT_GATE
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sim"]:
+        from harness.sim.main import main as sim_main
+
+        return sim_main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "run":
+            from harness.cli.run import cmd_run
+
+            return cmd_run(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "compare":
+            return cmd_compare(args)
+        if args.command == "classify":
+            return cmd_classify(args)
+        if args.command == "replay":
+            return cmd_replay(args)
+        if args.command == "trace":
+            from harness.cli.run import cmd_trace
+
+            return cmd_trace(args)
+    except HarnessError as exc:
+        print(f"harness: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130
+    parser.error(f"unknown command {args.command}")
+    return EXIT_USAGE
+
+
+def _run_dir(path: Path) -> Path:
+    if not (path / "turns.jsonl").exists():
+        raise UsageError(f"{path} is not a run folder (no turns.jsonl in it)")
+    return path
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report.build import format_table, write_report
+
+    check_gate_args(args)
+    summary = write_report(_run_dir(args.run_dir))
+    print(format_table(summary))
+    print(f"report: {args.run_dir / 'report.md'} and {args.run_dir / 'report.html'}")
+    return apply_gates(args, summary)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.report.build import compare_markdown, compare_runs
+
+    result = compare_runs(_run_dir(args.run_a), _run_dir(args.run_b))
+    print(compare_markdown(result))
+    return EXIT_OK
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    from harness.verdict.batch import classify_files
+
+    stats: Any = classify_files(args.input, args.output)
+    for err in getattr(stats, "errors", []):
+        print(f"harness classify: {err}", file=sys.stderr)
+    return EXIT_USAGE if getattr(stats, "errors", None) else EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from harness.run.replay import ReplayOptions, format_replay, replay
+
+    if args.load < 0:
+        raise UsageError(f"--load must be 0 or more, got {args.load}")
+    result = asyncio.run(
+        replay(
+            ReplayOptions(
+                run_dir=args.run_dir,
+                session=args.session,
+                variant=args.variant,
+                repeat=args.repeat,
+                turn=args.turn,
+                attempt=args.attempt,
+                count=args.count,
+                load=args.load,
+                endpoint=args.endpoint,
+                model=args.model,
+                api_key=api_key_from_env(args.api_key_env),
+                request_timeout=args.request_timeout,
+            )
+        )
+    )
+    print(format_replay(result))
+    print(f"replay: {result['path']}")
+    return EXIT_OK
+
+
+def api_key_from_env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,414 @@
+"""The only HTTP client: one OpenAI chat request, streamed or not -> ``TurnOutput``.
+
+Chat and raw requests go straight to one aiohttp session (httpx's own pool serves a few hundred
+requests per second at high concurrency; httpx over the aiohttp transport costs 0.6 ms more
+CPU per streamed turn than aiohttp alone, and leaves every request in reference cycles that
+only the garbage collector frees, request body included: see docs/performance.md). ``get``
+keeps httpx's API over the same aiohttp session. Every failure of the endpoint becomes a
+``Failure`` value on the output; nothing raises out of ``chat``. Times come from
+``time.perf_counter()`` taken once per read from the socket, before parsing (``client.sse``):
+events that arrived in one read share its time.
+
+``observers``: objects with ``request_sent(now)``, ``pool_waited(seconds)`` and
+``resent_stale()``, called when a request's headers leave, when one waited for a pooled
+connection, and when a request was sent again because its pooled connection was dead (the run's
+self-report).
+
+A request written into a kept-alive connection that the server had already closed (llama.cpp
+closes the connection after a streamed response without saying so) fails before any byte of a
+response: the server never saw it. Such a request is sent once more on a new connection, as
+RFC 9112 section 9.3.1 allows for a request known not to have been applied; only a failure
+before the response headers on a *reused* connection qualifies, so a server that breaks a
+fresh connection, or cuts a response it started, is still recorded as a transport failure.
+When the new connection is refused (the server died, perhaps of that very request), the first
+send's failure is the one recorded.
+
+Deadlines: ``request_timeout`` is the longest wait for the next byte (connecting, the response
+headers, every read of the body or stream: the socket read timeout), so a slow stream that
+keeps sending lives while a stalled one fails as ``timeout``; ``total_timeout`` caps the whole
+request however it trickles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+from httpx_aiohttp import AiohttpTransport
+
+from harness.client.output import Failure, TurnOutput
+from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
+
+log = logging.getLogger(__name__)
+
+SIM_HEADER = "x-sim-injected"
+
+
+def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure:
+    """Map library exceptions to failure kinds (the one place that knows them).
+
+    The aiohttp transport maps some aiohttp errors to the wrong httpx class (a refused
+    connection, and a connection reset by the server, arrive as ``ConnectTimeout``), so the
+    aiohttp cause is looked at first. Chat requests raise aiohttp's errors themselves.
+    """
+    cause = exc if isinstance(exc, aiohttp.ClientError) else exc.__cause__ or exc.__context__
+    if isinstance(cause, aiohttp.ClientConnectorError | ConnectionRefusedError):
+        return Failure("connect", str(cause) or type(cause).__name__)
+    if isinstance(cause, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return Failure("cut", str(cause) or type(cause).__name__)
+    if isinstance(exc, httpx.ReadTimeout) or isinstance(cause, aiohttp.SocketTimeoutError):
+        wait = f" for {read_s:g}s" if read_s is not None else ""
+        return Failure("timeout", f"no byte from the server{wait} (--request-timeout)")
+    if isinstance(cause, TimeoutError):  # aiohttp's other timeouts (connect) are TimeoutErrors
+        return Failure("timeout", f"{type(cause).__name__}: {cause}")
+    if isinstance(cause, aiohttp.ClientConnectionError | ConnectionResetError | BrokenPipeError):
+        # reset by peer, or closed while the request was written: a connection that broke
+        return Failure("cut", f"{type(cause).__name__}: {cause}")
+    if isinstance(exc, httpx.TimeoutException | asyncio.TimeoutError | TimeoutError):
+        return Failure("timeout", f"no response within the deadline ({type(exc).__name__})")
+    if isinstance(exc, httpx.ConnectError | ConnectionRefusedError):
+        return Failure("connect", str(exc) or type(exc).__name__)
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        return Failure("cut", str(exc) or type(exc).__name__)
+    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+        return Failure("cut", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, httpx.HTTPError | OSError):
+        return Failure("connect", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, orjson.JSONDecodeError | ValueError | KeyError | TypeError):
+        return Failure("protocol", f"invalid response: {type(exc).__name__}: {exc}")
+    return Failure("protocol", f"{type(exc).__name__}: {exc}")
+
+
+def chat_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:
+    """The exact bytes sent for one chat request (transcripts rebuild them with this too)."""
+    payload = dict(body, model=body.get("model", model), stream=stream)
+    if stream:
+        payload["stream_options"] = {"include_usage": True}
+    return orjson.dumps(payload)
+
+
+class ChatClient:
+    """One pooled client for one endpoint, sized for the run's concurrency."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str,
+        api_key: str | None = None,
+        max_connections: int = 256,
+        request_timeout: float = 120.0,
+        total_timeout: float | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.request_timeout = request_timeout  # the longest wait for the next byte
+        self.total_timeout = total_timeout or max(4 * request_timeout, 600.0)
+        self.max_connections = max_connections
+        self.observers: list[Any] = []
+        self._url = self.base_url + "/v1/chat/completions"
+        self._headers = {"content-type": "application/json"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=request_timeout,  # a free pooled connection, then connecting
+            sock_connect=min(10.0, request_timeout),
+            sock_read=request_timeout,
+        )
+        self._session: aiohttp.ClientSession | None = None
+        self._http = httpx.AsyncClient(  # get() only, over the same aiohttp session
+            base_url=self.base_url,
+            transport=AiohttpTransport(client=self._aio),
+            headers=self._headers,
+            timeout=httpx.Timeout(request_timeout, connect=min(10.0, request_timeout)),
+        )
+
+    def _aio(self) -> aiohttp.ClientSession:
+        """The pooled session, made on first use (it needs the running loop)."""
+        if self._session is None or self._session.closed:
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(self._on_sent)
+            trace.on_connection_queued_start.append(self._on_queued)
+            trace.on_connection_queued_end.append(self._on_dequeued)
+            trace.on_connection_reuseconn.append(self._on_reused)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
+                headers=self._headers,
+                timeout=self._timeout,
+                trace_configs=[trace],
+                auto_decompress=False,
+                trust_env=False,
+            )
+        return self._session
+
+    async def _on_sent(self, _session: Any, _ctx: Any, _params: Any) -> None:
+        if self.observers:
+            now = time.perf_counter()
+            for observer in self.observers:
+                observer.request_sent(now)
+
+    async def _on_queued(self, _session: Any, ctx: Any, _params: Any) -> None:
+        ctx.queued_at = time.perf_counter()
+
+    async def _on_dequeued(self, _session: Any, ctx: Any, _params: Any) -> None:
+        waited = time.perf_counter() - getattr(ctx, "queued_at", time.perf_counter())
+        for observer in self.observers:
+            observer.pool_waited(waited)
+
+    async def _on_reused(self, _session: Any, ctx: Any, _params: Any) -> None:
+        if isinstance(ctx.trace_request_ctx, _Attempt):
+            ctx.trace_request_ctx.reused = True
+
+    async def _post(self, data: bytes, url: str | None = None) -> aiohttp.ClientResponse:
+        """POST a request; once more if a reused connection proved dead before any reply."""
+        url = url or self._url
+        attempt = _Attempt()
+        try:
+            return await self._aio().post(url, data=data, trace_request_ctx=attempt)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if not attempt.reused:
+                raise
+            first = exc
+        log.debug("pooled connection was closed by the server; sending the request again")
+        for observer in self.observers:
+            observer.resent_stale()
+        try:
+            return await self._aio().post(url, data=data)
+        except aiohttp.ClientConnectorError:
+            # nobody listens any more: the server died, maybe of this very request, and
+            # what happened to the first send is the failure to record
+            raise first from None
+
+    async def aclose(self) -> None:
+        await self._http.aclose()  # closes the shared aiohttp session when get() made it
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+
+    async def get(self, path: str, wait_s: float = 10.0) -> httpx.Response | Failure:
+        try:
+            return await self._http.get(path, timeout=wait_s)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes data
+            return _failure_from(exc)
+
+    async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
+        data = chat_payload(body, self.model, stream)
+        out = TurnOutput()
+        t0 = time.perf_counter()
+        if stream:
+            return await _own_task(self._guarded(partial(self._stream, data, out, t0), out, t0))
+        return await self._guarded(partial(self._plain, data, out, t0), out, t0)
+
+    async def raw(self, path: str, payload: dict[str, Any], *, stream: bool) -> TurnOutput:
+        """One raw-text request: ``/v1/completions`` or SGLang's ``/generate``.
+
+        The model's text lands in ``content`` unparsed (``source="raw"``); SGLang's streamed
+        ``/generate`` events carry the text so far, OpenAI's ``/v1/completions`` events a delta.
+        """
+        payload = dict(payload, stream=stream)
+        if path.endswith("/completions"):
+            payload.setdefault("model", self.model)
+            if stream:
+                payload["stream_options"] = {"include_usage": True}
+        out = TurnOutput(source="raw")
+        t0 = time.perf_counter()
+        read = partial(self._raw, path, orjson.dumps(payload), out, t0, stream)
+        work = self._guarded(read, out, t0)
+        return await (_own_task(work) if stream else work)
+
+    async def _guarded(
+        self, work: Callable[[], Awaitable[None]], out: TurnOutput, t0: float
+    ) -> TurnOutput:
+        """Run one request's work; every failure becomes ``out.failure``. (The work is made
+        here: a task cancelled before it started leaves no coroutine never awaited.)"""
+        cap = asyncio.timeout(self.total_timeout)
+        try:
+            async with cap:
+                await work()
+        except asyncio.CancelledError:
+            out.failure = Failure("cancelled", "the run was stopped")
+            out.latency_s = time.perf_counter() - t0
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes data
+            if cap.expired():
+                cap_s = self.total_timeout
+                out.failure = Failure("timeout", f"the request took longer than {cap_s:g}s")
+            else:
+                out.failure = _failure_from(exc, self.request_timeout)
+        if out.latency_s is None:
+            out.latency_s = time.perf_counter() - t0
+        return out
+
+    async def _plain(self, data: bytes, out: TurnOutput, t0: float) -> None:
+        async with await self._post(data) as resp:
+            out.status = resp.status
+            out.sim_injected = resp.headers.get(SIM_HEADER)
+            if resp.status >= 400:
+                out.failure = await _status_failure(resp)
+                return
+            raw = await resp.read()
+        out.latency_s = out.ttft_s = time.perf_counter() - t0
+        doc = orjson.loads(raw)
+        if "error" in doc:
+            out.failure = Failure("protocol", "an error body with status 200: " + error_text(raw))
+            return
+        choice = doc["choices"][0]
+        msg = choice.get("message") or {}
+        out.content = msg.get("content") or ""
+        out.reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""  # vLLM's name
+        out.tool_calls = [
+            {
+                "id": c.get("id"),
+                "name": c["function"]["name"],
+                "arguments": c["function"].get("arguments", ""),
+            }
+            for c in (msg.get("tool_calls") or [])
+        ]
+        out.finish_reason = choice.get("finish_reason")
+        note_usage(out, doc.get("usage"))
+
+    async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
+        events = ChatEvents(out, t0)
+        async with await self._post(data) as resp:
+            out.status = resp.status
+            out.sim_injected = resp.headers.get(SIM_HEADER)
+            if resp.status >= 400:
+                out.failure = await _status_failure(resp)
+                return
+            if resp.headers.get("content-type", "").startswith("application/json"):
+                out.failure = Failure("protocol", "a JSON body where an event stream was asked")
+                raw = await resp.read()
+                if b'"error"' in raw:
+                    out.failure = Failure("stream_error", error_text(raw))
+                return
+            with _ReadWatch(resp, self.request_timeout) as watch:
+                # everything buffered at once (not one HTTP chunk per iteration), stamped on read
+                async for chunk in resp.content.iter_any():
+                    watch.last = now = time.perf_counter()
+                    if events.read(chunk, now):
+                        break
+        events.finish()
+
+    async def _raw(self, path: str, data: bytes, out: TurnOutput, t0: float, stream: bool) -> None:
+        text = ""
+        last = None
+        gaps = 0.0
+        async with await self._post(data, self.base_url + path) as resp:
+            out.status = resp.status
+            out.sim_injected = resp.headers.get(SIM_HEADER)
+            if resp.status >= 400:
+                out.failure = await _status_failure(resp)
+                return
+            if not stream:
+                doc = orjson.loads(await resp.read())
+                out.latency_s = out.ttft_s = time.perf_counter() - t0
+                out.content = raw_piece(doc, out)
+                return
+            done = False
+            split = LineSplitter()  # a /generate event holds the whole text so far: no cap
+            with _ReadWatch(resp, self.request_timeout) as watch:
+                async for chunk in resp.content.iter_any():
+                    watch.last = now = time.perf_counter()
+                    for raw_line in split.lines(chunk):
+                        if not raw_line.startswith(b"data:"):
+                            continue
+                        payload = raw_line[5:].strip()
+                        if payload == b"[DONE]":
+                            done = True
+                            break
+                        piece = raw_piece(orjson.loads(payload), out)
+                        if out.failure is not None:
+                            return
+                        if piece.startswith(text) and b"meta_info" in payload:
+                            piece = piece[len(text) :]  # /generate: the text so far
+                        if piece:
+                            text += piece
+                            out.events += 1
+                            if last is None:
+                                out.ttft_s = now - t0
+                            else:
+                                gaps += now - last
+                            last = now
+                    if done:
+                        break
+        out.latency_s = time.perf_counter() - t0
+        out.content = text
+        if out.events > 1:
+            out.itl_s = gaps / (out.events - 1)
+        if not done:
+            out.failure = Failure("cut", "stream ended before [DONE]")
+
+
+class _ReadWatch:
+    """The read timeout of a stream's body: no byte for ``limit`` seconds fails the request
+    as aiohttp's ``sock_read`` does (``SocketTimeoutError``), but watched by one timer that
+    re-arms itself for the time left, where aiohttp cancels and re-arms a timer at every
+    read of the socket (3 us a read: at a hundred reads a turn, a fifth of what the harness
+    adds to a bare client against a server streaming token by token). ``sock_read`` still
+    covers the wait for the headers; this takes over from the response's headers on."""
+
+    __slots__ = ("limit", "last", "fired", "_task", "_handle", "_loop")
+
+    def __init__(self, resp: aiohttp.ClientResponse, limit: float) -> None:
+        protocol = resp.connection.protocol if resp.connection is not None else None
+        if protocol is not None:
+            protocol.read_timeout = None  # (each request on the connection sets its own again)
+        self.limit = limit
+        self.last = time.perf_counter()  # when the last byte came: the reader sets it
+        self.fired = False
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(limit, self._check)
+
+    def _check(self) -> None:
+        left = self.last + self.limit - time.perf_counter()
+        if left > 0:
+            self._handle = self._loop.call_later(left, self._check)
+        elif self._task is not None:
+            self.fired = True
+            self._task.cancel()
+
+    def __enter__(self) -> _ReadWatch:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """The reading ended: the timer goes; a cancel of the watch's own (and no one else's)
+        becomes the read timeout."""
+        self._handle.cancel()
+        cancelled = kind is not None and issubclass(kind, asyncio.CancelledError)
+        if cancelled and self.fired and self._task is not None and self._task.uncancel() == 0:
+            raise aiohttp.SocketTimeoutError("Timeout on reading data from socket")
+
+
+def _own_task(work: Coroutine[Any, Any, TurnOutput]) -> asyncio.Task[TurnOutput]:
+    """A streamed answer is read in a task of its own. Each read of the socket resumes the
+    task that waits for it through every coroutine between the two: in the caller's task
+    that is the whole session (driver, session, turn, attempt, client: ten frames, for each
+    of the hundred reads of a turn); in its own task, three. Cancelling the caller cancels
+    it too (an awaited task is cancelled with its awaiter)."""
+    return asyncio.ensure_future(work)
+
+
+class _Attempt:
+    """One send of a request, marked when aiohttp gave it a connection from the pool."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _status_failure(resp: aiohttp.ClientResponse) -> Failure:
+    """An HTTP error status, with the server's message when its body can be read."""
+    try:
+        text = error_text(await resp.read())
+    except Exception as exc:  # noqa: BLE001 - the status is the failure; the body is a bonus
+        text = f"(body unreadable: {type(exc).__name__})"
+    return Failure("http_status", text, resp.status)

@@ -1,0 +1,470 @@
+"""One session: its seeded plan, the turn loop, the history, tool execution, context growth."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
+
+from harness import labels as L
+from harness.client.chat import ChatClient
+from harness.client.output import Failure, TurnOutput
+from harness.record.transcripts import TranscriptLog
+from harness.record.turns import TurnRecord, TurnWriter
+from harness.verdict import Verdict, classify_turn
+from harness.workload.scenario import Scenario
+from harness.workload.tools import document_chunk, estimate_tokens, padding_text, run_tool
+
+if TYPE_CHECKING:
+    from harness.pool.child import InflightBoard
+
+log = logging.getLogger(__name__)
+
+_CONTEXT_CHARS = 8000  # how much of the latest tool results the verdict sees as context
+
+#: The transcript log new ``Shared`` values pick up when none is given (set by the run around
+#: the driver, which builds ``Shared`` itself).
+ACTIVE_TRANSCRIPTS: ContextVar[TranscriptLog | None] = ContextVar(
+    "active_transcripts", default=None
+)
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """One session's seeded plan.
+
+    Workload extras (docs/workloads.md): ``prefix_seed`` seeds the system prompt's notes
+    (shared by the sessions of one prefix group; the session's own seed otherwise); a fork
+    (``parent`` set) takes the parent's history at turn ``branch_at`` and goes on from there;
+    ``think_time_s`` is the pause before each next turn, drawn per turn from the session seed.
+    """
+
+    index: int
+    seed: int
+    task: str
+    steps: int
+    max_turns: int
+    start_context: int
+    max_context: int
+    prefix_seed: int | None = None
+    group: int | None = None
+    parent: int | None = None
+    parent_seed: int | None = None
+    branch_at: int = 0
+    think_time_s: tuple[float, float] = (0.0, 0.0)
+
+    def target_context(self, turn: int) -> int:
+        """Tokens the prompt should hold at ``turn`` (linear growth over the steps)."""
+        frac = min(1.0, turn / max(1, self.steps))
+        return int(self.start_context + (self.max_context - self.start_context) * frac)
+
+    def seed_for(self, turn: int) -> int:
+        """The seed of ``turn``'s request and tool results (a fork's history is its parent's)."""
+        if self.parent_seed is not None and turn < self.branch_at:
+            return self.parent_seed
+        return self.seed
+
+    def think_s(self, turn: int) -> float:
+        """Seconds to wait before sending ``turn`` (none before the first)."""
+        lo, hi = self.think_time_s
+        if turn == 0 or hi <= 0:
+            return 0.0
+        return random.Random(self.seed * 7919 + turn).uniform(lo, hi)
+
+
+def make_plans(scenario: Scenario, sessions: int, seed: int) -> list[SessionPlan]:
+    """Seeded plans; prefix groups and forks as the scenario says (none by default)."""
+    rng = random.Random(seed)
+    plans: list[SessionPlan] = []
+    family = scenario.branches
+    max_context = scenario.max_context
+    if scenario.pressure is not None and scenario.kv_capacity is not None:
+        from harness.workload.pressure import plan_pressure  # the capacity is known: size it now
+
+        max_context = plan_pressure(scenario, scenario.kv_capacity, scenario.sessions).max_context
+    for i in range(sessions):
+        own_seed = rng.randrange(1 << 31)
+        root = plans[i - i % family] if family > 1 and i % family else None
+        group = (i // family) % scenario.prefix_groups if scenario.prefix_groups else None
+        task_of = root.index if root is not None else i
+        task = scenario.tasks[task_of % len(scenario.tasks)].format(steps=scenario.steps)
+        if root is not None:
+            prefix_seed = root.prefix_seed
+        elif group is not None:
+            prefix_seed = random.Random(seed * 1_000_003 + group).randrange(1 << 31)
+        else:
+            prefix_seed = None
+        plans.append(
+            SessionPlan(
+                index=i,
+                seed=own_seed,
+                task=task,
+                steps=scenario.steps,
+                max_turns=scenario.max_turns,
+                start_context=scenario.start_context,
+                max_context=max_context,
+                prefix_seed=prefix_seed,
+                group=group,
+                parent=root.index if root is not None else None,
+                parent_seed=root.seed if root is not None else None,
+                branch_at=scenario.branch_at if root is not None else 0,
+                think_time_s=scenario.think_time_s,
+            )
+        )
+    return plans
+
+
+@dataclass
+class Workload:
+    """What the sessions of one variant coordinate on: the KV capacity and the forks."""
+
+    capacity: int | None = None
+    capacity_known: asyncio.Event | None = None
+    resolving: bool = False
+    plan: Any = None  # the PressurePlan applied, when the scenario states a pressure
+    members: set[int] = field(default_factory=set)
+    forks: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+
+    def fork_point(self, parent: int) -> asyncio.Future[Any]:
+        if parent not in self.forks:
+            self.forks[parent] = asyncio.get_running_loop().create_future()
+        return self.forks[parent]
+
+
+@dataclass
+class Shared:
+    """What the sessions of one variant share."""
+
+    client: ChatClient
+    scenario: Scenario
+    writer: TurnWriter
+    base: dict[str, Any]  # run_id, variant, factors, repeat
+    stream: bool = True
+    on_corruption: str = "retry"
+    limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1 << 30))
+    inflight: int = 0
+    on_turn: Callable[[TurnRecord], None] | None = None
+    retry_delay_s: float = 0.5
+    transcripts: TranscriptLog | None = field(default_factory=ACTIVE_TRANSCRIPTS.get)
+    workload: Workload = field(default_factory=Workload)
+    board: InflightBoard | None = None  # the other workers' in flight (harness.pool.parent)
+
+
+def first_messages(scenario: Scenario, plan: SessionPlan) -> list[dict[str, Any]]:
+    tools_tokens = estimate_tokens(json.dumps(scenario.openai_tools()))
+    base = estimate_tokens(scenario.system_prompt + plan.task) + tools_tokens
+    notes_seed = plan.seed if plan.prefix_seed is None else plan.prefix_seed
+    notes = padding_text(notes_seed, max(16, plan.start_context - base - 40))
+    system = f"{scenario.system_prompt}\n\n## Repository notes\n{notes}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": plan.task}]
+
+
+def response_of(out: TurnOutput, verdict: Verdict) -> dict[str, Any]:
+    """What a transcript keeps of a response: the output as received and its verdict."""
+    return {
+        "content": out.content,
+        "reasoning": out.reasoning,
+        "tool_calls": out.tool_calls,
+        "finish_reason": out.finish_reason,
+        "prompt_tokens": out.prompt_tokens,
+        "completion_tokens": out.completion_tokens,
+        "failure": str(out.failure) if out.failure else None,
+        "sim_injected": out.sim_injected,
+        "label": verdict.label,
+        "corrupted": verdict.corrupted,
+    }
+
+
+class Session:
+    def __init__(self, plan: SessionPlan, shared: Shared) -> None:
+        self.plan = plan
+        self.shared = shared
+        self.messages = first_messages(shared.scenario, plan)
+        self.tools = shared.scenario.openai_tools()
+        self.kinds = {t.name: t.kind for t in shared.scenario.tools}
+        self.context_text = ""
+        self.turns_sent = 0
+        self.ended: str | None = None
+        self.first_turn = 0  # a fork starts at its branch turn
+        self.think_s = 0.0  # the pause before the turn being sent
+        shared.workload.members.add(plan.index)
+
+    def body(self, turn: int = 0) -> dict[str, Any]:
+        s = self.shared.scenario
+        body: dict[str, Any] = {
+            "messages": self.messages,
+            "temperature": s.temperature,
+            "max_tokens": s.max_tokens,
+            "seed": self.plan.seed_for(turn),
+        }
+        if self.tools:
+            body["tools"] = self.tools
+        return body
+
+    async def send(self, turn: int, attempt: int) -> tuple[TurnOutput, Verdict, TurnRecord]:
+        sh = self.shared
+        async with sh.limit:
+            sh.inflight += 1
+            inflight = sh.inflight if sh.board is None else sh.board.publish(sh.inflight)
+            sent_at = time.time()
+            body = self.body(turn)
+            entry = None
+            if sh.transcripts is not None:
+                entry = sh.transcripts.sent(self.plan.index, turn, attempt, body, self.context_text)
+            t0 = time.perf_counter()
+            try:
+                out = await sh.client.chat(body, stream=sh.stream)
+            except asyncio.CancelledError:
+                # the run is stopping: the turn in flight is recorded as cancelled, not lost
+                out = TurnOutput(
+                    failure=Failure("cancelled", "the run was stopped"),
+                    latency_s=time.perf_counter() - t0,
+                )
+                verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": "cancelled"})
+                self._record(turn, attempt, inflight, sent_at, out, verdict)
+                if sh.transcripts is not None and entry is not None:
+                    sh.transcripts.answered(entry, response_of(out, verdict), False)
+                raise
+            finally:
+                sh.inflight -= 1
+                if sh.board is not None:
+                    sh.board.publish(sh.inflight)
+        self.turns_sent += 1
+        if out.failure is not None:
+            verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": str(out.failure)})
+        else:
+            verdict = classify_turn(
+                out.content,
+                reasoning=out.reasoning,
+                tool_calls=out.tool_calls,
+                tools=self.tools or None,
+                finish_reason=out.finish_reason,
+                dialect=sh.scenario.dialect,
+                source=out.source,  # "raw": the harness parses the calls
+                context=self.context_text or None,
+            )
+        record = self._record(turn, attempt, inflight, sent_at, out, verdict)
+        if sh.transcripts is not None and entry is not None:
+            sh.transcripts.answered(entry, response_of(out, verdict), verdict.corrupted)
+        return out, verdict, record
+
+    def _record(
+        self,
+        turn: int,
+        attempt: int,
+        inflight: int,
+        sent_at: float,
+        out: TurnOutput,
+        verdict: Verdict,
+    ) -> TurnRecord:
+        sh = self.shared
+        record: TurnRecord = {
+            **sh.base,  # type: ignore[typeddict-item]
+            "session": self.plan.index,
+            "turn": turn,
+            "attempt": attempt,
+            "inflight": inflight,
+            "sent_at": round(sent_at, 3),
+            "prompt_tokens": out.prompt_tokens,
+            "cached_tokens": out.cached_tokens,
+            "completion_tokens": out.completion_tokens,
+            "ttft_s": out.ttft_s,
+            "latency_s": out.latency_s,
+            "itl_s": out.itl_s,
+            "finish_reason": out.finish_reason,
+            "label": verdict.label,
+            "corrupted": verdict.corrupted,
+            "noncanonical": verdict.noncanonical,
+            "transport_error": str(out.failure) if out.failure else None,
+            "http_status": out.status,
+            "sim_injected": out.sim_injected,
+            "content": out.content,
+            "reasoning": out.reasoning,
+            "tool_calls": verdict.tool_calls if verdict.tool_calls else out.tool_calls,
+            "evidence": verdict.evidence,
+        }
+        self._workload_fields(cast(dict[str, Any], record))
+        sh.writer.write(record)
+        if sh.on_turn is not None:
+            sh.on_turn(record)
+        return record
+
+    def _workload_fields(self, record: dict[str, Any]) -> None:
+        """Workload facts on the turn record, only where the workload uses them."""
+        plan, wl = self.plan, self.shared.workload
+        if wl.capacity is not None:
+            record["kv_capacity"] = wl.capacity
+        if plan.think_time_s[1] > 0:
+            record["think_s"] = round(self.think_s, 3)
+        if plan.group is not None:
+            record["prefix_group"] = plan.group
+        if plan.parent is not None:
+            record["branch_of"] = plan.parent
+
+    async def run(self) -> None:
+        try:
+            await self._start()
+            if self.ended is None:
+                await self._run()
+        finally:
+            self._fork(None)  # forks still waiting for this session get nothing
+            if self.shared.transcripts is not None:
+                self.shared.transcripts.finished(self.plan.index)
+
+    async def _start(self) -> None:
+        """Resolve the KV capacity (and the pressure plan), then a fork's shared history."""
+        sh = self.shared
+        if sh.scenario.pressure is not None or sh.scenario.kv_capacity is not None:
+            await self._resolve_capacity()
+        if self.plan.parent is None or self.plan.parent not in sh.workload.members:
+            return  # a root; or a fork whose parent is not running here: it replays the history
+        history = await sh.workload.fork_point(self.plan.parent)
+        if history is None:
+            self.ended = "parent ended before the branch"
+            return
+        messages, context_text = history
+        self.messages = json.loads(json.dumps(messages))
+        self.context_text = context_text
+        self.first_turn = self.plan.branch_at
+
+    async def _resolve_capacity(self) -> None:
+        from harness.workload.pressure import plan_pressure, server_capacity
+
+        sh, wl = self.shared, self.shared.workload
+        if wl.capacity_known is None:
+            wl.capacity_known = asyncio.Event()
+        if not wl.resolving:  # the first session asks; the others wait for its answer
+            wl.resolving = True
+            try:
+                source = "scenario"
+                capacity = sh.scenario.kv_capacity
+                if capacity is None:
+                    capacity, source = await server_capacity(sh.client), "server"
+                if capacity is None:
+                    log.warning(
+                        "the server does not say its KV capacity and the scenario has no "
+                        "kv_capacity: the sessions keep the scenario's growth, pressure unknown"
+                    )
+                elif sh.scenario.pressure is not None:
+                    wl.plan = plan_pressure(sh.scenario, capacity, sh.scenario.sessions, source)
+                    log.info("%s", wl.plan.describe())
+                wl.capacity = capacity
+            finally:
+                wl.capacity_known.set()
+        await wl.capacity_known.wait()
+        if wl.plan is not None and self.plan.max_context != wl.plan.max_context:
+            self.plan = replace(self.plan, max_context=wl.plan.max_context)
+
+    def _fork(self, turn: int | None) -> None:
+        """A root hands its history to its forks at their branch turn (None: it ended)."""
+        scenario = self.shared.scenario
+        if scenario.branches <= 1 or self.plan.parent is not None:
+            return
+        if turn is not None and turn != scenario.branch_at:
+            return
+        fut = self.shared.workload.fork_point(self.plan.index)
+        if not fut.done():
+            history = (json.loads(json.dumps(self.messages)), self.context_text)
+            fut.set_result(None if turn is None else history)
+
+    async def _attempts(self, turn: int) -> tuple[TurnOutput, Verdict] | None:
+        """Send one turn until it comes back usable: transport failures are retried with
+        backoff, corrupted answers re-sent (``--on-corruption retry``); None when the
+        attempts run out. Every send is its own row."""
+        sh = self.shared
+        for attempt in range(sh.scenario.max_attempts):
+            out, verdict, _ = await self.send(turn, attempt)
+            if out.failure is not None:
+                if attempt + 1 < sh.scenario.max_attempts:
+                    await asyncio.sleep(sh.retry_delay_s * (2**attempt))
+                continue
+            if verdict.corrupted and sh.on_corruption == "retry":
+                continue
+            return out, verdict
+        return None
+
+    async def _run(self) -> None:
+        sh = self.shared
+        for turn in range(self.first_turn, self.plan.max_turns):
+            self._fork(turn)
+            self.think_s = self.plan.think_s(turn) if turn > self.first_turn else 0.0
+            if self.think_s > 0:
+                await asyncio.sleep(self.think_s)  # the tool takes its time; the session idles
+            result = await self._attempts(turn)
+            if result is None:
+                self.ended = "attempts exhausted"
+                return
+            out, verdict = result
+            if verdict.corrupted:
+                self.ended = "corrupted"
+                return
+            calls = verdict.tool_calls if verdict.label in (L.OK_TOOL_CALL, L.PARSER_LEAK) else []
+            if sh.scenario.workload == "chat" and verdict.label == L.OK_TEXT:
+                if turn + 1 >= self.plan.steps:
+                    self.ended = "answered"
+                    return
+                self._follow_up(turn, out)
+                if (out.prompt_tokens or 0) >= self.plan.max_context:
+                    self.ended = "max context"
+                    return
+                continue
+            if not calls:
+                self.ended = "answered" if verdict.label == L.OK_TEXT else verdict.label
+                return
+            self._extend(turn, out, calls)
+            if (out.prompt_tokens or 0) >= self.plan.max_context:
+                self.ended = "max context"
+                return
+        self.ended = "max turns"
+
+    def _budget(self, turn: int, out: TurnOutput) -> int:
+        """Tokens to add so the next prompt reaches the planned context size."""
+        prompt = out.prompt_tokens or estimate_tokens(json.dumps(self.messages))
+        return self.plan.target_context(turn + 1) - prompt - (out.completion_tokens or 0)
+
+    def _follow_up(self, turn: int, out: TurnOutput) -> None:
+        """Chat workload: the answer, then a user turn bringing a document and a question."""
+        questions = self.shared.scenario.questions
+        question = questions[(self.plan.index + turn) % len(questions)]
+        doc = document_chunk(self.plan.seed_for(turn) + turn, max(50, self._budget(turn, out) - 30))
+        self.messages.append({"role": "assistant", "content": out.content})
+        self.messages.append(
+            {"role": "user", "content": f"Document {turn + 2}:\n{doc}\n\n{question}"}
+        )
+        self.context_text = doc[-_CONTEXT_CHARS:]
+
+    def _extend(self, turn: int, out: TurnOutput, calls: list[dict[str, Any]]) -> None:
+        """Append the assistant turn and the results of its calls."""
+        budget = max(50, self._budget(turn, out) // max(1, len(calls)) - 20)
+        openai_calls = []
+        results = []
+        for i, call in enumerate(calls):
+            call_id = f"call_{self.plan.index}_{turn}_{i}"
+            raw_args = call.get("arguments")
+            args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
+            name = str(call.get("name"))
+            openai_calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+                }
+            )
+            kind = self.kinds.get(name, "echo")
+            text = run_tool(kind, args, seed=self.plan.seed_for(turn) + turn, budget_tokens=budget)
+            results.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        self.messages.append(
+            {
+                "role": "assistant",
+                "content": out.content or None,
+                "tool_calls": openai_calls,
+            }
+        )
+        self.messages.extend(results)
+        self.context_text = "\n".join(r["content"] for r in results)[-_CONTEXT_CHARS:]

@@ -1,0 +1,3 @@
+"""Worker processes: the parent, the child, dealing sessions to them."""
+
+from __future__ import annotations

@@ -1,0 +1,365 @@
+"""Several worker processes drive one variant's sessions; the parent stays the one writer.
+
+``drive()`` runs every session on one event loop. A turn costs the harness 0.6-1.4 ms of
+CPU there (stream parsing, classification, tools, the record: 2-3 times a bare client's), so
+one loop tops out at a few hundred to about 1,600 streamed turns per second and lags by more
+than a second at 2,000 sessions (docs/performance.md). ``drive_workers()`` splits the
+sessions into shards, one per worker process (``harness.pool.child``), each with its own event
+loop, client and ``drive()``:
+
+- **Shards.** Whole fork families (a fork waits for its parent in-process: see
+  ``Session._fork``), dealt in turn; the concurrency limit is split over the shards in
+  proportion to their sizes (at least 1 each). There are never more workers than families
+  or than the concurrency. When a worker has fewer sessions left than its share of the
+  limit, the parent gives the rest to the workers whose sessions wait (``regrant``), so the
+  variant keeps its concurrency to the end. (``harness.pool.dealing`` has these rules.)
+- **Records.** A worker sends what a run writes as it happens: each finished turn as its
+  encoded ``turns.jsonl`` line, the transcript rows, each session's end. The parent appends
+  them to the one ``turns.jsonl`` (flushed per batch a worker sends: the turns that finished
+  together), the transcripts log and, through ``on_session_end``, the sessions log; it counts
+  the progress. Lines are whole because one process writes them.
+- **In flight.** A memory-mapped file with one slot per worker (``InflightBoard``): each
+  record's ``inflight`` is the variant's total, as with one process.
+- **Self-report.** Each worker measures itself; the parent combines them
+  (``selfreport.combine``).
+- **Stopping.** When ``drive_workers()`` is cancelled (Ctrl-C, the server died, the run
+  timeout) it closes each worker's stdin; the worker cancels its ``drive()`` (the turns in
+  flight are recorded as cancelled), sends what is left and its report, and exits; the parent
+  reads all of it, then re-raises. A worker that dies stops the others the same way and
+  fails the variant (``WorkerError``). A worker whose parent dies sees its stdin close and
+  stops too.
+
+Messages are length-prefixed pickles over the worker's stdin and stdout (both ends are this
+program, of the same version).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.drive.driver import DriveOptions, Progress
+from harness.drive.selfreport import SelfReport, combine
+from harness.drive.session import SessionPlan
+from harness.errors import InfrastructureError
+from harness.pool.child import (
+    GROW,
+    HEADER,
+    READY,
+    ClientSpec,
+    InflightBoard,
+    Job,
+    SessionSource,
+    TranscriptSpec,
+)
+from harness.pool.dealing import (
+    AUTO_MIN_CONCURRENCY,
+    AUTO_PER_WORKER,
+    auto_workers,
+    effective_workers,
+    regrant,
+    shard,
+    split_limit,
+)
+from harness.record.transcripts import TranscriptLog
+from harness.record.turns import TurnWriter
+from harness.workload.scenario import Scenario
+
+__all__ = [
+    "AUTO_MIN_CONCURRENCY",
+    "AUTO_PER_WORKER",
+    "ClientSpec",
+    "InflightBoard",
+    "SessionSource",
+    "WorkerError",
+    "WorkerPool",
+    "auto_workers",
+    "drive_workers",
+    "effective_workers",
+    "regrant",
+    "shard",
+    "split_limit",
+]
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 30.0  # a stopped worker has this long to send the rest and exit
+_ROOT = str(Path(__file__).resolve().parents[2])  # where the workers import harness from
+
+
+class WorkerError(InfrastructureError):
+    """A worker process failed or died: the variant is stopped."""
+
+
+class WorkerPool:
+    """Worker processes started ahead (while the server starts), waiting for their job."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.procs: list[asyncio.subprocess.Process] = []
+
+    async def start(self) -> None:
+        """Start the processes and wait until each has imported and says it is ready, so
+        that the shards start together (safe to call again)."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+        started = []
+        while len(self.procs) < self.size:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "harness.pool.child",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                env=env,
+            )
+            self.procs.append(proc)
+            started.append(proc)
+        for proc in started:
+            assert proc.stdout is not None
+            try:
+                ready = await proc.stdout.readexactly(len(READY))
+            except asyncio.IncompleteReadError:
+                ready = b""
+            if ready != READY:
+                raise WorkerError(f"a worker process did not start (exit code {await proc.wait()})")
+
+    def stop(self) -> None:
+        """Tell every worker to stop (its stdin closes); safe to call twice."""
+        for proc in self.procs:
+            if proc.stdin is not None and not proc.stdin.is_closing():
+                proc.stdin.close()
+
+    async def close(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop the workers, wait for them, kill (by pid) those still running after grace."""
+        self.stop()
+        for proc in self.procs:
+            try:
+                await asyncio.wait_for(proc.wait(), grace_s)
+            except TimeoutError:
+                log.warning("worker process %d did not stop: killed", proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        self.procs = []
+
+
+class _Grants:
+    """The parent's view of each worker's limit and sessions left: when a worker can no
+    longer use all its permits, the others get them (``regrant``, a ``GROW`` message)."""
+
+    def __init__(
+        self, limits: list[int], sizes: list[int], procs: list[asyncio.subprocess.Process]
+    ) -> None:
+        self.limits = list(limits)
+        self.remaining = list(sizes)
+        self.procs = procs
+
+    def ended(self, worker: int) -> None:
+        """One of ``worker``'s sessions ran to its end."""
+        self.remaining[worker] -= 1
+        if self.remaining[worker] >= self.limits[worker]:
+            return  # every permit it has can still be used
+        self.limits, grants = regrant(self.limits, self.remaining)
+        for proc, n in zip(self.procs, grants, strict=True):
+            if n and proc.stdin is not None and not proc.stdin.is_closing():
+                data = pickle.dumps((GROW, n))
+                with contextlib.suppress(ConnectionError):
+                    proc.stdin.write(HEADER.pack(len(data)) + data)
+
+
+class _Feed:
+    """The parent's side of one worker: its messages into the writer, logs and counts."""
+
+    def __init__(
+        self,
+        number: int,
+        proc: asyncio.subprocess.Process,
+        writer: TurnWriter,
+        transcripts: TranscriptLog | None,
+        progress: Progress,
+        on_session_end: Callable[[int, str | None], None] | None,
+        ended: dict[int, str | None],
+        grants: _Grants,
+    ) -> None:
+        self.number = number
+        self.grants = grants
+        self.proc = proc
+        self.writer = writer
+        self.transcripts = transcripts
+        self.progress = progress
+        self.on_session_end = on_session_end
+        self.ended = ended
+        self.report: dict[str, Any] | None = None
+        self.error: str | None = None
+
+    async def run(self, total: int) -> None:
+        assert self.proc.stdout is not None
+        out = self.proc.stdout
+        while True:
+            try:
+                size = HEADER.unpack(await out.readexactly(HEADER.size))[0]
+                data = await out.readexactly(size)
+            except asyncio.IncompleteReadError:
+                break
+            self._take(pickle.loads(data))
+        code = await self.proc.wait()
+        if self.error is not None:
+            raise WorkerError(f"worker {self.number} of {total} failed: {self.error}")
+        if self.report is None:
+            raise WorkerError(
+                f"worker {self.number} of {total} exited (code {code}) before it finished"
+            )
+
+    def _take(self, messages: list[tuple[Any, ...]]) -> None:
+        lines: list[bytes] = []
+        count = self.progress.count
+        for msg in messages:
+            kind = msg[0]
+            if kind == "t":  # ("t", line, corrupted, transport error, repeat, session)
+                lines.append(msg[1])
+                count(msg[2], msg[3], (msg[4], msg[5]))
+            elif kind == "x":  # a transcript row
+                if self.transcripts is not None:
+                    self.transcripts.write_line(msg[1])
+            elif kind == "s":  # ("s", session, ended): a session ran to its end
+                self.progress.sessions_done += 1
+                self.ended[msg[1]] = msg[2]
+                if self.on_session_end is not None:
+                    self.on_session_end(msg[1], msg[2])
+                self.grants.ended(self.number - 1)
+            elif kind == "r":  # the worker's self-report, its last message
+                self.report = msg[1]
+            elif kind == "e":  # the worker failed (the traceback is in its own log)
+                self.error = msg[1]
+            if lines and kind != "t":
+                self.writer.write_lines(b"".join(lines), len(lines))
+                lines = []
+        if lines:
+            self.writer.write_lines(b"".join(lines), len(lines))
+
+
+async def drive_workers(
+    workers: int | WorkerPool,
+    client: ClientSpec,
+    scenario: Scenario,
+    plans: list[SessionPlan],
+    writer: TurnWriter,
+    base: dict[str, Any],
+    options: DriveOptions,
+    progress: Progress | None = None,
+    on_session_end: Callable[[int, str | None], None] | None = None,
+    source: SessionSource | None = None,
+    transcripts: TranscriptLog | None = None,
+) -> dict[int, str | None]:
+    """``drive()`` over ``workers`` processes (a count, or a pool started ahead, used once and
+    closed here): every session of one variant to its end. Returns how each session that ran
+    to its end ended; the combined self-report is left in ``progress.harness_self`` (also
+    when cancelled)."""
+    pool = workers if isinstance(workers, WorkerPool) else WorkerPool(workers)
+    progress = progress or Progress()
+    progress.sessions_total += len(plans)
+    if not plans:
+        await pool.close()
+        return {}
+    shards = shard(plans, effective_workers(pool.size, plans, options.concurrency))
+    limits = split_limit(options.concurrency, [len(s) for s in shards])
+    ended: dict[int, str | None] = {}
+    feeds: list[_Feed] = []
+    board = InflightBoard.create(len(shards))
+    me = SelfReport()
+    me.start()
+    cpu0 = time.process_time()
+    tspec = None
+    if transcripts is not None:
+        tspec = TranscriptSpec(
+            transcripts.model, transcripts.stream, transcripts.dialect, transcripts.keep_all
+        )
+    try:
+        await pool.start()
+        grants = _Grants(limits, [len(s) for s in shards], pool.procs[: len(shards)])
+        for i, (part, limit) in enumerate(zip(shards, limits, strict=True)):
+            job = Job(
+                worker=i,
+                workers=len(shards),
+                board=board,
+                # connections for the whole limit: permits of other workers may come here
+                client=replace(
+                    client, max_connections=min(client.max_connections, options.concurrency + 8)
+                ),
+                scenario=scenario,
+                plans=tuple(part),
+                base=base,
+                options=replace(options, concurrency=limit),
+                source=source or SessionSource(),
+                transcripts=tspec,
+                log_level=logging.getLogger().getEffectiveLevel(),
+            )
+            proc = pool.procs[i]
+            assert proc.stdin is not None
+            data = pickle.dumps(job)
+            try:
+                proc.stdin.write(HEADER.pack(len(data)) + data)
+                await proc.stdin.drain()
+            except ConnectionError:
+                raise WorkerError(
+                    f"worker {i + 1} of {len(shards)} exited before it was given its job"
+                ) from None
+            feeds.append(
+                _Feed(i + 1, proc, writer, transcripts, progress, on_session_end, ended, grants)
+            )
+        for proc in pool.procs[len(shards) :]:  # more workers started than there are shards
+            if proc.stdin is not None:
+                proc.stdin.close()
+        await _follow(pool, feeds, len(shards))
+    finally:
+        for part in shards[: len(feeds)]:
+            done = sum(1 for p in part if p.index in ended)
+            progress.sessions_done += len(part) - done  # cancelled: counted as done, as drive()
+        parent = me.stop()
+        parent["cpu_s"] = time.process_time() - cpu0
+        progress.harness_self = combine([f.report for f in feeds if f.report is not None], parent)
+        with contextlib.suppress(OSError):
+            os.unlink(board)
+        await pool.close()
+    return ended
+
+
+async def _follow(pool: WorkerPool, feeds: list[_Feed], total: int) -> None:
+    """Read every worker to its end. Cancelled, or one worker failing: stop them all, read
+    what they still send, then raise."""
+    tasks = [asyncio.create_task(f.run(total)) for f in feeds]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except asyncio.CancelledError:
+        pool.stop()
+        await _drain(pool, tasks)
+        raise
+    failed = [t for t in done if t.exception() is not None]
+    if failed:
+        pool.stop()
+        await _drain(pool, tasks)
+        raise failed[0].exception()  # type: ignore[misc]
+
+
+async def _drain(pool: WorkerPool, tasks: list[asyncio.Task[None]]) -> None:
+    _, late = await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+    if late:
+        log.warning("%d worker(s) did not stop within %.0f s: killed", len(late), STOP_GRACE_S)
+        for proc in pool.procs:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+        await asyncio.wait(late, timeout=STOP_GRACE_S)
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            log.debug("worker ended: %s", t.exception())

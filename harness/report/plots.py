@@ -1,0 +1,268 @@
+"""matplotlib figures (Agg backend, PNG) from the summary and the analysis frames."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import PercentFormatter  # noqa: E402
+
+from harness.analysis import frames, livecontext, metrics_vs_corruption  # noqa: E402
+from harness.analysis import summary as analysis
+from harness.labels import CORRUPTED_LABELS  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+_MPL = tuple(int(x) for x in matplotlib.__version__.split(".")[:2])
+HORIZONTAL: dict[str, Any] = {"orientation": "horizontal"} if _MPL >= (3, 10) else {"vert": False}
+
+DPI = 110
+MAX_METRICS = 6
+LABEL_COLORS = {
+    "ok_tool_call": "#4c9f70",
+    "ok_text": "#9fd3a8",
+    "parser_leak": "#f2c14e",
+    "malformed_tool_call": "#d1495b",
+    "invalid_tool_call": "#ed7d3a",
+    "token_salad": "#8e44ad",
+    "repetition": "#3d5a80",
+    "empty": "#bdbdbd",
+    "truncated": "#8d8d8d",
+    "transport_error": "#444444",
+}
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def plot_rates(summary: analysis.Summary, path: Path) -> Path:
+    """Session and turn corruption rate per variant, with Wilson intervals."""
+    variants = summary["variants"]
+    names = [v["label"] for v in variants]
+    height = max(2.6, 0.55 * len(names) + 1.4)
+    fig, axes = plt.subplots(1, 2, figsize=(11, height), sharey=True)
+    units = (
+        ("session", "sessions", "corrupted_sessions"),
+        ("turn", "classified_turns", "corrupted_turns"),
+    )
+    y = np.arange(len(names))
+    for ax, (unit, nkey, kkey) in zip(axes, units, strict=True):
+        rates = [v[f"{unit}_corruption_rate"] or 0.0 for v in variants]
+        cis = [v[f"{unit}_corruption_ci"] for v in variants]
+        err = np.array([[r - lo for r, (lo, _) in zip(rates, cis, strict=True)],
+                        [hi - r for r, (_, hi) in zip(rates, cis, strict=True)]])  # fmt: skip
+        colors = ["#d1495b" if v[kkey] else "#4c9f70" for v in variants]
+        ax.barh(y, rates, xerr=err, color=colors, capsize=4, height=0.6)
+        for yi, v, (_, hi) in zip(y, variants, cis, strict=True):
+            ax.text(hi + 0.01, yi, f"{v[kkey]}/{v[nkey]}", va="center", fontsize=9)
+        ax.set_xlim(0, min(1.0, max(hi for _, hi in cis) + 0.12) if cis else 1.0)
+        ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_xlabel(f"corrupted {unit}s (% of {unit}s, 95% Wilson CI)")
+        ax.set_title(f"{unit.capitalize()} corruption rate")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(y, names)
+    axes[0].invert_yaxis()
+    fig.suptitle(f"Corruption by variant - run {summary['run_id']}", fontsize=11)
+    return _save(fig, path)
+
+
+def plot_buckets(frame: pd.DataFrame, path: Path, title: str, xlabel: str) -> Path:
+    """Turn corruption rate per bucket (x) and variant (one line each) with Wilson intervals."""
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    cats = list(frame["bucket"].cat.categories) if len(frame) else []
+    used = [c for c in cats if (frame["bucket"] == c).any()]
+    pos = {c: i for i, c in enumerate(used)}
+    variants = list(pd.unique(frame["variant"]))
+    width = 0.6 / max(1, len(variants))
+    for i, (variant, g) in enumerate(frame.groupby("variant", sort=False)):
+        x = np.array([pos[b] for b in g["bucket"]]) + (i - (len(variants) - 1) / 2) * width
+        err = np.array([g["rate"] - g["lo"], g["hi"] - g["rate"]])
+        ax.errorbar(x, g["rate"], yerr=err, marker="o", capsize=3, label=str(variant), lw=1.2)
+    ax.set_xticks(range(len(used)), used)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("corrupted turns (%, 95% CI)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if variants:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center")
+    return _save(fig, path)
+
+
+def plot_label_mix(mix: pd.DataFrame, path: Path) -> Path:
+    """Stacked horizontal bars: share of each turn label per variant."""
+    fig, ax = plt.subplots(figsize=(11, max(2.6, 0.55 * len(mix) + 1.6)))
+    left = np.zeros(len(mix))
+    y = np.arange(len(mix))
+    for lab in mix.columns:
+        share = mix[lab].to_numpy(dtype=float)
+        hatch = "//" if lab in CORRUPTED_LABELS else None
+        color = LABEL_COLORS.get(str(lab), "#999999")
+        ax.barh(y, share, left=left, height=0.6, label=str(lab), color=color, hatch=hatch,
+                edgecolor="white")  # fmt: skip
+        left += share
+    ax.set_yticks(y, [str(i) for i in mix.index])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_xlabel("share of turns (%); hatched labels count as corruption")
+    ax.set_title("Turn labels per variant")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
+def plot_latency(frame: pd.DataFrame, order: Sequence[str], path: Path) -> Path:
+    """Box plots of time to first token (s) and mean inter-token gap (ms) per variant."""
+    names = [v for v in order if (frame["variant"] == v).any()]
+    fig, axes = plt.subplots(1, 2, figsize=(11, max(2.6, 0.55 * len(names) + 1.4)), sharey=True)
+    panels = (
+        ("ttft_s", 1.0, "time to first token (s)"),
+        ("itl_s", 1000.0, "mean inter-token gap (ms)"),
+    )
+    for ax, (col, scale, xlabel) in zip(axes, panels, strict=True):
+        data = [frame.loc[frame["variant"] == v, col].dropna().to_numpy() * scale for v in names]
+        if any(len(d) for d in data):
+            ax.boxplot([d if len(d) else [np.nan] for d in data], showfliers=True,
+                       flierprops={"markersize": 3}, **HORIZONTAL)  # fmt: skip
+        else:
+            ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center")
+        ax.set_xlabel(xlabel)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(1, len(names) + 1), names)
+    axes[0].invert_yaxis()
+    axes[0].set_title("Time to first token")
+    axes[1].set_title("Inter-token latency")
+    return _save(fig, path)
+
+
+def plot_metrics(metrics: pd.DataFrame, path: Path) -> Path:
+    """Scraped server metrics over time: one panel per metric name, one line per variant."""
+    names = list(pd.unique(metrics["name"]))[:MAX_METRICS]
+    cols = 2 if len(names) > 1 else 1
+    rows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(11, 2.8 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        sub = metrics[metrics["name"] == name]
+        repeats = "repeat" in sub and sub["repeat"].nunique() > 1
+        for key, g in sub.groupby(["variant", "repeat"] if repeats else "variant", sort=False):
+            g = g.sort_values("t")
+            name_ = " #".join(map(str, key)) if isinstance(key, tuple) else str(key)
+            ax.plot(g["t"], g["value"], lw=1.2, label=name_)
+        ax.set_title(str(name), fontsize=10)
+        ax.set_xlabel("time since variant start (s)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle("Server metrics during the run", fontsize=11)
+    return _save(fig, path)
+
+
+def plot_pressure(live: pd.DataFrame, corruption: pd.DataFrame, path: Path) -> Path:
+    """Pressure (live context / KV capacity) over time, above the turn corruption rate."""
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(11, 6.2), sharex=True)
+    for (variant, repeat), g in live.groupby(["variant", "repeat"], sort=False):
+        name = f"{variant} #{repeat}" if live["repeat"].nunique() > 1 else str(variant)
+        ax.step(g["t"], g["pressure"], where="post", lw=1.2, label=name)
+    ax.axhline(1.0, color="#888", lw=0.8, ls="--")
+    ax.text(0.0, 1.0, " KV capacity", va="bottom", fontsize=8, color="#666")
+    ax.set_ylabel("live context / KV capacity")
+    ax.set_title("Cache pressure over time")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    for variant, g in corruption.groupby("variant", sort=False):
+        bx.plot(g["t"], g["rate"], marker="o", lw=1.2, label=str(variant))
+    bx.yaxis.set_major_formatter(PercentFormatter(1.0))
+    bx.set_ylim(bottom=0)
+    bx.set_ylabel("corrupted turns")
+    bx.set_xlabel("time since the variant's first request (s)")
+    bx.set_title("Turn corruption rate over time")
+    bx.grid(alpha=0.3)
+    if len(corruption):
+        bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
+def plot_metrics_vs_corruption(frame: pd.DataFrame, path: Path) -> Path:
+    """The watched server metrics over time, each above the turn corruption rate, per variant
+    (harness.analysis.metrics_vs_corruption)."""
+    present = set(frame.dropna(subset=["value"])["metric"])
+    names = [n for n in metrics_vs_corruption.WATCHED if n in present]
+    fig, axes = plt.subplots(len(names) + 1, 1, figsize=(11, 2.4 * (len(names) + 1)),
+                             sharex=True, squeeze=False)  # fmt: skip
+    several = frame["repeat"].nunique() > 1
+    for ax, name in zip(axes.flat, names, strict=False):
+        sub = frame[frame["metric"] == name].dropna(subset=["value"])
+        for (variant, repeat), g in sub.groupby(["variant", "repeat"], sort=False):
+            label = f"{variant} #{repeat}" if several else str(variant)
+            ax.plot(g["t"], g["value"], marker=".", lw=1.2, label=label)
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+    bx = axes.flat[-1]
+    rates = frame.drop_duplicates(["variant", "repeat", "t"])
+    for (variant, repeat), g in rates.groupby(["variant", "repeat"], sort=False):
+        label = f"{variant} #{repeat}" if several else str(variant)
+        bx.plot(g["t"], g["rate"], marker="o", lw=1.2, label=label)
+    bx.yaxis.set_major_formatter(PercentFormatter(1.0))
+    bx.set_ylim(bottom=0)
+    bx.set_title("Turn corruption rate", fontsize=10)
+    bx.set_xlabel("time since the variant's first request (s)")
+    bx.grid(alpha=0.3)
+    bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("Server metrics beside the corruption rate", fontsize=11)
+    return _save(fig, path)
+
+
+def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) -> dict[str, Path]:
+    """Draw every figure the data allows into ``out_dir``; returns {name: path}."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df = run.turns
+    order = [v["label"] for v in summary["variants"]]
+    made: dict[str, Path] = {}
+    jobs: list[tuple[str, Any]] = [("corruption_by_variant", lambda p: plot_rates(summary, p))]
+    if len(df):
+        jobs += [
+            ("corruption_by_context", lambda p: plot_buckets(
+                frames.context_frame(df), p, "Turn corruption rate against context length",
+                "prompt tokens (bucket, k = 1000 tokens)")),
+            ("corruption_by_inflight", lambda p: plot_buckets(
+                frames.inflight_frame(df), p, "Turn corruption rate against requests in flight",
+                "requests in flight when the turn was sent (bucket)")),
+            ("label_mix", lambda p: plot_label_mix(frames.label_mix_frame(df, order), p)),
+            ("latency", lambda p: plot_latency(frames.latency_frame(df), order, p)),
+        ]  # fmt: skip
+    live = livecontext.live_context_frame(df) if len(df) else None
+    if live is not None and len(live) and live["pressure"].notna().any():
+        corruption = livecontext.pressure_corruption_frame(df)
+        jobs.append(("pressure_over_time", lambda p: plot_pressure(live, corruption, p)))
+    metrics = run.metrics
+    if metrics is not None and {"variant", "t", "name", "value"} <= set(metrics.columns):
+        jobs.append(("server_metrics", lambda p: plot_metrics(metrics, p)))
+        beside = metrics_vs_corruption.binned(df, metrics)
+        if len(beside):
+            jobs.append(("metrics_vs_corruption", lambda p: plot_metrics_vs_corruption(beside, p)))
+    for name, job in jobs:
+        try:
+            made[name] = job(out_dir / f"{name}.png")
+        except (ValueError, TypeError, KeyError) as exc:  # a plot must not sink the report
+            log.warning("plot %s skipped: %s", name, exc)
+            plt.close("all")
+    return made

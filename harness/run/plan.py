@@ -1,0 +1,115 @@
+"""The run plan: in which order variants run, and the ``--dry-run`` text that shows it.
+
+Repeats are interleaved (A B A B ..., not A A B B) so that drift over the hours of a run --
+a warming machine, a neighbour's load, a filling disk -- spreads over every variant instead of
+masquerading as the effect of one. ``scheme="abba"`` reverses every other round (A B B A ...),
+which also cancels a linear drift in the mean.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.target.launch import make_target
+from harness.target.spec import TargetSpec
+from harness.workload.matrix import Variant
+
+SCHEMES = ("abab", "abba")
+
+
+def run_order(
+    variants: Sequence[Variant], repeats: int, *, scheme: str = "abab"
+) -> list[tuple[Variant, int]]:
+    """Every variant ``repeats`` times as (variant, repeat index), rounds interleaved."""
+    if repeats < 1:
+        raise UsageError(f"--repeats must be 1 or more (got {repeats})")
+    if scheme not in SCHEMES:
+        raise UsageError(f"order scheme must be one of {', '.join(SCHEMES)} (got {scheme!r})")
+    order: list[tuple[Variant, int]] = []
+    for r in range(repeats):
+        round_ = list(variants)
+        if scheme == "abba" and r % 2 == 1:
+            round_.reverse()
+        order.extend((v, r) for v in round_)
+    return order
+
+
+def format_plan(
+    spec: TargetSpec,
+    order: Sequence[tuple[Variant, int]],
+    run_dir: Path,
+    *,
+    extra_args: Sequence[str] = (),
+) -> str:
+    """What a run would do, without starting anything: target, variants, order, commands."""
+    variants: list[Variant] = []
+    for v, _ in order:
+        if v not in variants:
+            variants.append(v)
+    repeats = max((r for _, r in order), default=-1) + 1
+    lines = [
+        f"target: {spec.name} ({spec.mode} mode) from {spec.path}",
+    ]
+    if spec.description:
+        lines.append(f"  {spec.description}")
+    lines.append(f"run folder: {run_dir}")
+    lines.append(f"variants ({len(variants)}), {repeats} repeat(s) each, {len(order)} blocks:")
+    for v in variants:
+        lines.append(f"  - {v.label}")
+    lines.append("order: " + " -> ".join(f"{v.label}#{r + 1}" for v, r in order))
+    ready = spec.ready
+    lines.append(
+        f"readiness: first of {', '.join(ready.paths)} answering 200, every "
+        f"{ready.interval_s:g}s, at most {ready.timeout_s:g}s"
+    )
+    if spec.mode in ("launch", "hook"):
+        worst = len(order) * ready.timeout_s
+        what = "server starts" if spec.mode == "launch" else "hook reconfigurations"
+        lines.append(
+            f"{len(order)} {what}; start-up alone may take up to {_duration(worst)} "
+            "(ready timeout x blocks)"
+        )
+    lines.append(
+        f"between variants: warm-up {'on' if spec.warm_up else 'off'}, "
+        f"flush_cache {'on' if spec.flush_cache else 'off'}, "
+        f"metrics {'scraped from /metrics' if spec.metrics else 'off'}"
+    )
+    for v in variants:
+        d = make_target(spec, v, run_dir, extra_args=extra_args).describe()
+        lines.append(f"[{v.label}]")
+        if "command" in d:
+            lines.append(f"  command: {shlex.join(d['command'])}")
+            if d.get("cwd"):
+                lines.append(f"  cwd: {d['cwd']}")
+        if "before" in d:
+            lines.append("  before hook:" + _block(d["before"]))
+            lines.append("  after hook:" + _block(d["after"]))
+        env = d.get("env") or {}
+        if env:
+            lines.append(
+                "  env added: " + " ".join(f"{k}={shlex.quote(val)}" for k, val in env.items())
+            )
+        lines.append(f"  url: {d['url']}")
+        if "log" in d:
+            lines.append(f"  log: {d['log']}")
+    return "\n".join(lines) + "\n"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def _block(command: str | None) -> str:
+    if not command:
+        return " (none)"
+    body = command.strip("\n").splitlines()
+    if len(body) == 1:
+        return " " + body[0]
+    return "\n" + "\n".join("    | " + line for line in body)

@@ -1,0 +1,3 @@
+"""Launchers of real engines shipped with the package (llama.cpp)."""
+
+from __future__ import annotations

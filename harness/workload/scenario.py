@@ -1,0 +1,259 @@
+"""Scenario files (TOML) -> validated, frozen ``Scenario`` objects, with clear errors."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from harness.errors import ConfigError
+
+DIALECTS = ("dsml-v4", "dsml-v32", "hermes", "none", "auto")
+TOOL_KINDS = ("list_dir", "read_file", "search", "run_tests", "echo")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    kind: str
+    description: str
+    parameters: dict[str, Any]
+
+    def openai(self) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry for this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str = ""
+    dialect: str = "dsml-v4"
+    sessions: int = 80
+    steps: int = 26
+    max_turns: int = 40
+    start_context: int = 2000
+    max_context: int = 80000
+    max_tokens: int = 1024
+    temperature: float = 0.0
+    max_attempts: int = 3
+    system_prompt: str = ""
+    tasks: tuple[str, ...] = ()
+    tools: tuple[ToolSpec, ...] = field(default=())
+    workload: str = "tools"  # "tools": tool-call turns; "chat": user turns bring documents
+    questions: tuple[str, ...] = ()  # chat workload: follow-up questions, cycled
+    source: str = "<builtin>"
+    # cache-pressure workload (docs/workloads.md); the defaults leave the workload as it was
+    pressure: float | None = None  # peak live context of all sessions / the server's KV capacity
+    kv_capacity: int | None = None  # KV capacity in tokens when the server does not say
+    think_time_s: tuple[float, float] = (0.0, 0.0)  # pause before each next turn, [min, max]
+    prefix_groups: int = 0  # sessions sharing a system prompt, in this many groups (0: none)
+    branches: int = 1  # sessions per family: the first runs, the others fork from it
+    branch_at: int = 0  # the turn at which the forks take the first one's history
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        return [t.openai() for t in self.tools]
+
+    def with_overrides(self, **changes: Any) -> Scenario:
+        clean = {k: v for k, v in changes.items() if v is not None}
+        out = replace(self, **clean)
+        _check_numbers(out, out.source)
+        return out
+
+
+_INT_FIELDS = (
+    "sessions",
+    "steps",
+    "max_turns",
+    "start_context",
+    "max_context",
+    "max_tokens",
+    "max_attempts",
+)
+WORKLOADS = ("tools", "chat")
+_PRESSURE_KEYS = ("pressure", "kv_capacity", "think_time_s", "prefix_groups", "branches",
+                  "branch_at")  # fmt: skip
+_KNOWN = {
+    *_PRESSURE_KEYS,
+    "workload",
+    "questions",
+    "name",
+    "description",
+    "dialect",
+    "system_prompt",
+    "tasks",
+    "tools",
+    "temperature",
+    *_INT_FIELDS,
+}
+
+
+def default_scenario_path() -> Path:
+    """The scenario shipped with the project (scenarios/coding_agent.toml)."""
+    here = Path(__file__).resolve().parents[2] / "scenarios" / "coding_agent.toml"
+    if here.exists():
+        return here
+    packaged = resources.files("harness") / "data" / "coding_agent.toml"
+    return Path(str(packaged))
+
+
+def load_scenario(path: Path | None = None) -> Scenario:
+    path = path or default_scenario_path()
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: scenario file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_scenario(raw, str(path))
+
+
+def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
+    unknown = sorted(set(raw) - _KNOWN)
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key(s) {', '.join(unknown)}; "
+            f"known keys: {', '.join(sorted(_KNOWN))}"
+        )
+    if not isinstance(raw.get("name"), str) or not raw["name"]:
+        raise ConfigError(f"{source}: 'name' must be a non-empty string")
+    dialect = raw.get("dialect", "dsml-v4")
+    if dialect not in DIALECTS:
+        raise ConfigError(f"{source}: dialect {dialect!r} is not one of {', '.join(DIALECTS)}")
+    tasks = raw.get("tasks", ["Investigate the repository. Work in about {steps} steps."])
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
+        raise ConfigError(f"{source}: 'tasks' must be a non-empty list of strings")
+    workload = raw.get("workload", "tools")
+    if workload not in WORKLOADS:
+        raise ConfigError(f"{source}: workload {workload!r} is not one of {', '.join(WORKLOADS)}")
+    questions = raw.get("questions", ["Summarize what the new document adds."])
+    if not isinstance(questions, list) or not all(isinstance(q, str) for q in questions):
+        raise ConfigError(f"{source}: 'questions' must be a list of strings")
+    tools = tuple(_parse_tool(t, i, source) for i, t in enumerate(raw.get("tools", [])))
+    if workload == "tools" and not tools:
+        raise ConfigError(f"{source}: a 'tools' workload needs at least one [[tools]] entry")
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{source}: tool names must be unique, got {names}")
+    kwargs: dict[str, Any] = {k: raw[k] for k in _INT_FIELDS if k in raw}
+    for key, value in kwargs.items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{source}: '{key}' must be an integer, got {value!r}")
+    temperature = raw.get("temperature", 0.0)
+    if not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
+        raise ConfigError(f"{source}: 'temperature' must be a number in [0, 2]")
+    scenario = Scenario(
+        **_pressure_keys(raw, source),
+        name=raw["name"],
+        description=str(raw.get("description", "")),
+        dialect=dialect,
+        system_prompt=str(raw.get("system_prompt", "")),
+        tasks=tuple(tasks),
+        tools=tools,
+        workload=workload,
+        questions=tuple(questions),
+        temperature=float(temperature),
+        source=source,
+        **kwargs,
+    )
+    _check_numbers(scenario, source)
+    return scenario
+
+
+def _pressure_keys(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """The cache-pressure keys present in ``raw``, type-checked (ranges: _check_numbers)."""
+    out: dict[str, Any] = {}
+    if "pressure" in raw:
+        value = raw["pressure"]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{source}: 'pressure' must be a number, e.g. 1.5, got {value!r}")
+        out["pressure"] = float(value)
+    for key in ("kv_capacity", "prefix_groups", "branches", "branch_at"):
+        if key in raw:
+            value = raw[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{source}: '{key}' must be an integer, got {value!r}")
+            out[key] = value
+    if "think_time_s" in raw:
+        value = raw["think_time_s"]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = [value, value]
+        if (
+            not isinstance(value, list)
+            or len(value) != 2
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+        ):
+            raise ConfigError(
+                f"{source}: 'think_time_s' must be [min, max] in seconds, e.g. [2, 8], "
+                f"got {value!r}"
+            )
+        out["think_time_s"] = (float(value[0]), float(value[1]))
+    return out
+
+
+def _check_pressure(s: Scenario, source: str) -> None:
+    if s.pressure is not None and not s.pressure > 0:
+        raise ConfigError(f"{source}: 'pressure' must be above 0 (e.g. 1.5), got {s.pressure}")
+    if s.kv_capacity is not None and s.kv_capacity < 1:
+        raise ConfigError(f"{source}: 'kv_capacity' must be at least 1 token, got {s.kv_capacity}")
+    lo, hi = s.think_time_s
+    if lo < 0 or hi < lo:
+        raise ConfigError(
+            f"{source}: 'think_time_s' must be [min, max] with 0 <= min <= max, got [{lo}, {hi}]"
+        )
+    if s.prefix_groups < 0:
+        raise ConfigError(f"{source}: 'prefix_groups' must be 0 or more, got {s.prefix_groups}")
+    if s.branches < 1:
+        raise ConfigError(f"{source}: 'branches' must be at least 1, got {s.branches}")
+    if s.branches > 1 and not 1 <= s.branch_at < s.max_turns:
+        raise ConfigError(
+            f"{source}: 'branch_at' must be a turn from 1 to max_turns - 1 ({s.max_turns - 1}) "
+            f"when 'branches' is above 1, got {s.branch_at}"
+        )
+
+
+def _check_numbers(s: Scenario, source: str) -> None:
+    _check_pressure(s, source)
+    for key in _INT_FIELDS:
+        if getattr(s, key) < 1:
+            raise ConfigError(f"{source}: '{key}' must be at least 1, got {getattr(s, key)}")
+    if s.max_context <= s.start_context:
+        raise ConfigError(
+            f"{source}: max_context ({s.max_context}) must be larger than start_context "
+            f"({s.start_context})"
+        )
+
+
+def _parse_tool(raw: Any, index: int, source: str) -> ToolSpec:
+    where = f"{source}: tools[{index}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a table with name, kind, description, parameters")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.replace("_", "").isalnum():
+        raise ConfigError(f"{where}: 'name' must be an identifier, got {name!r}")
+    kind = raw.get("kind", name)
+    if kind not in TOOL_KINDS:
+        raise ConfigError(f"{where}: kind {kind!r} is not one of {', '.join(TOOL_KINDS)}")
+    params = raw.get("parameters", {"type": "object", "properties": {}})
+    try:
+        jsonschema.Draft202012Validator.check_schema(params)
+    except jsonschema.SchemaError as exc:
+        raise ConfigError(
+            f"{where}: 'parameters' is not a valid JSON schema: {exc.message}"
+        ) from None
+    if params.get("type") != "object":
+        raise ConfigError(f"{where}: 'parameters' must be a schema of type 'object'")
+    return ToolSpec(
+        name=name, kind=kind, description=str(raw.get("description", "")), parameters=params
+    )

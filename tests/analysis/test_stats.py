@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.stats import binomtest
+from scipy.stats import fisher_exact as scipy_fisher
+
+from harness.analysis.stats import (
+    diff_ci,
+    fisher_exact,
+    holm,
+    sample_size,
+    upper_bound_zero,
+    wilson,
+)
+
+# Newcombe (1998), "Two-sided confidence intervals for the single proportion", Table I,
+# method 3 (Wilson score without continuity correction).
+WILSON_PUBLISHED = [
+    ((81, 263), (0.2553, 0.3662)),
+    ((15, 148), (0.0624, 0.1605)),
+    ((0, 20), (0.0, 0.1611)),
+    ((1, 29), (0.0061, 0.1718)),
+]
+
+# Newcombe (1998), "Interval estimation for the difference between independent proportions",
+# Table II, method 10 (hybrid score interval).
+NEWCOMBE_PUBLISHED = [
+    ((56, 70, 48, 80), (0.0524, 0.3339)),
+    ((9, 10, 3, 10), (0.1705, 0.8090)),
+    ((6, 7, 2, 7), (0.0582, 0.8062)),
+    ((5, 56, 0, 29), (-0.0381, 0.1926)),
+    ((0, 10, 0, 20), (-0.1611, 0.2775)),
+    ((10, 10, 0, 20), (0.6791, 1.0)),
+    ((10, 10, 0, 10), (0.6075, 1.0)),
+]
+
+
+@pytest.mark.parametrize(("kn", "expected"), WILSON_PUBLISHED)
+def test_wilson_matches_published_values(
+    kn: tuple[int, int], expected: tuple[float, float]
+) -> None:
+    lo, hi = wilson(*kn)
+    assert lo == pytest.approx(expected[0], abs=5e-5)
+    assert hi == pytest.approx(expected[1], abs=5e-5)
+
+
+@given(st.integers(1, 500).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))))
+def test_wilson_matches_scipy(kn: tuple[int, int]) -> None:
+    k, n = kn
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    lo, hi = wilson(k, n)
+    assert lo == pytest.approx(ci.low, abs=1e-9)
+    assert hi == pytest.approx(ci.high, abs=1e-9)
+    assert 0.0 <= lo <= k / n <= hi <= 1.0
+
+
+def test_wilson_empty_and_bad_counts() -> None:
+    assert wilson(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="k <= n"):
+        wilson(3, 2)
+    with pytest.raises(ValueError, match="confidence"):
+        wilson(1, 2, conf=1.5)
+
+
+def test_wilson_wider_at_higher_confidence() -> None:
+    lo95, hi95 = wilson(7, 40)
+    lo99, hi99 = wilson(7, 40, conf=0.99)
+    assert lo99 < lo95
+    assert hi99 > hi95
+
+
+@pytest.mark.parametrize(("args", "expected"), NEWCOMBE_PUBLISHED)
+def test_diff_ci_matches_newcombe(
+    args: tuple[int, int, int, int], expected: tuple[float, float]
+) -> None:
+    d, lo, hi = diff_ci(*args)
+    k1, n1, k2, n2 = args
+    assert d == pytest.approx(k1 / n1 - k2 / n2)
+    assert lo == pytest.approx(expected[0], abs=5e-5)
+    assert hi == pytest.approx(expected[1], abs=5e-5)
+
+
+def test_diff_ci_is_antisymmetric() -> None:
+    d, lo, hi = diff_ci(3, 40, 9, 35)
+    d2, lo2, hi2 = diff_ci(9, 35, 3, 40)
+    assert d == pytest.approx(-d2)
+    assert lo == pytest.approx(-hi2)
+    assert hi == pytest.approx(-lo2)
+
+
+@pytest.mark.parametrize(
+    "args", [(0, 40, 7, 40), (7, 40, 0, 40), (3, 10, 3, 10), (1, 100, 20, 60), (0, 5, 0, 5)]
+)
+def test_fisher_matches_scipy(args: tuple[int, int, int, int]) -> None:
+    k1, n1, k2, n2 = args
+    table = [[k1, n1 - k1], [k2, n2 - k2]]
+    assert fisher_exact(*args) == pytest.approx(scipy_fisher(table).pvalue)
+    assert fisher_exact(*args, alternative="greater") == pytest.approx(
+        scipy_fisher(table, alternative="greater").pvalue
+    )
+
+
+def test_fisher_known_value_and_direction() -> None:
+    # 7/40 against 0/40: only the two extreme tables (7|0 and 0|7), each C(40,7)/C(80,7).
+    p = fisher_exact(7, 40, 0, 40)
+    assert p == pytest.approx(0.011738, abs=5e-6)
+    assert fisher_exact(7, 40, 0, 40, alternative="greater") < 0.01
+    assert fisher_exact(0, 40, 7, 40, alternative="greater") == pytest.approx(1.0)
+    assert fisher_exact(0, 0, 3, 10) == 1.0
+
+
+def test_holm_known_values() -> None:
+    # Sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 -> 0.02, 0.03, 0.06, 0.04 -> max-acc 0.06.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([]) == []
+    assert holm([0.2]) == [0.2]
+    assert holm([0.6, 0.7]) == [1.0, 1.0]
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12))
+def test_holm_properties(ps: list[float]) -> None:
+    adj = holm(ps)
+    m = len(ps)
+    for raw, a in zip(ps, adj, strict=True):
+        assert raw <= a + 1e-12
+        assert a <= min(1.0, m * raw) + 1e-12
+    order = sorted(range(m), key=lambda i: ps[i])
+    assert all(adj[order[i]] <= adj[order[i + 1]] for i in range(m - 1))
+
+
+def test_sample_size_known_values() -> None:
+    # Fleiss without continuity correction: 5% vs 10% needs 435 per arm (alpha .05, power .8).
+    assert sample_size(0.05, 0.10) == 435
+    assert sample_size(0.10, 0.05) == 435
+    assert sample_size(0.65, 0.85) == 73
+    # Higher power needs more.
+    assert sample_size(0.05, 0.10, power=0.9) > 435
+    with pytest.raises(ValueError, match="zero difference"):
+        sample_size(0.1, 0.1)
+    with pytest.raises(ValueError, match="proportion"):
+        sample_size(1.2, 0.1)
+
+
+def test_sample_size_simulated_power() -> None:
+    """The formula's n gives roughly the promised power under an exact test (a rough check)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    n = sample_size(0.30, 0.10)
+    hits = 0
+    reps = 300
+    for _ in range(reps):
+        k1 = int(rng.binomial(n, 0.30))
+        k2 = int(rng.binomial(n, 0.10))
+        hits += fisher_exact(k1, n, k2, n) < 0.05
+    # Fisher is conservative, so a little below 0.8 is expected; far below means a bad formula.
+    assert 0.65 < hits / reps < 0.95
+
+
+def test_upper_bound_zero_rule_of_three() -> None:
+    assert upper_bound_zero(0) == 1.0
+    assert upper_bound_zero(100) == pytest.approx(3 / 100, rel=0.02)
+    assert upper_bound_zero(20) == pytest.approx(1 - 0.05 ** (1 / 20))
+    assert not math.isnan(upper_bound_zero(1))

@@ -1,0 +1,79 @@
+"""--until-significant: rounds of sessions until the comparison is decided or the budget spent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import harness
+
+TARGET = """
+name = "sim"
+mode = "launch"
+model = "m"
+[launch]
+command = ["{python}", "-m", "harness.sim", "--host", "{host}", "--port", "{port}"]
+[ready]
+paths = ["/health"]
+timeout_s = 60
+[factors.build.clean]
+args = ["--index-k", "fp8"]
+[factors.build.broken]
+args = ["--force-fault", "salad"]
+"""
+SMALL = ["--sessions", "4", "--turns", "2", "--max-context", "6000", "--speed", "40",
+         "--no-progress", "--on-corruption", "stop"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_stops_once_decided(tmp_path: Path) -> None:
+    target = tmp_path / "t.toml"
+    target.write_text(TARGET)
+    out = tmp_path / "r"
+    proc = harness(
+        "run",
+        *SMALL,
+        "--target",
+        str(target),
+        "--ab",
+        "build=clean,broken",
+        "--until-significant",
+        "--max-sessions",
+        "12",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    # 4 vs 4 sessions cannot reach p < 0.05/3; 8 vs 8 (0 against 8 corrupted) does
+    assert "undecided" in proc.stderr
+    assert "every comparison decided" in proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert [v["sessions"] for v in summary["variants"]] == [8, 8]
+
+
+@pytest.mark.slow
+def test_spends_the_budget_when_nothing_differs(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    proc = harness(
+        "run",
+        *SMALL,
+        "--ab",
+        "index_k=fp8,bf16",
+        "--until-significant",
+        "--max-sessions",
+        "8",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "budget spent" in proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert [v["sessions"] for v in summary["variants"]] == [8, 8]
+
+
+def test_needs_a_budget(tmp_path: Path) -> None:
+    proc = harness("run", "--until-significant", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2
+    assert "needs --max-sessions" in proc.stderr

@@ -1,0 +1,190 @@
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.errors import UsageError
+from harness.report import build as report
+
+SAMPLE = Path(__file__).parent.parent / "data" / "turns_sample.jsonl"
+PNG = b"\x89PNG\r\n\x1a\n"
+EXPECTED_PLOTS = {"corruption_by_variant", "corruption_by_context", "corruption_by_inflight",
+                  "label_mix", "latency", "server_metrics"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    run = tmp_path_factory.mktemp("run")
+    shutil.copy(SAMPLE, run / "turns.jsonl")
+    variants = ("index_k=fp8,hicache=off", "index_k=bf16,hicache=on")
+    metrics = [{"variant": v, "t": t, "name": "num_running_reqs", "value": t % 7}
+               for v in variants for t in range(10)]  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in metrics) + "\n")
+    (run / "run.json").write_text(json.dumps({"run_id": "sample-run", "started_at": "t0"}))
+    return run, report.write_report(run)
+
+
+def test_write_report_files(sample_run: tuple[Path, dict[str, Any]]) -> None:
+    run, summary = sample_run
+    on_disk = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    assert on_disk == json.loads(json.dumps(summary))
+    assert summary["started_at"] == "t0"
+    assert set(summary["plots"]) == EXPECTED_PLOTS
+    for rel in summary["plots"].values():
+        data = (run / rel).read_bytes()
+        assert data.startswith(PNG)
+        assert len(data) > 5000
+    assert (run / "turns.parquet").is_file()
+
+
+def test_markdown_order_and_examples(sample_run: tuple[Path, dict[str, Any]]) -> None:
+    run, summary = sample_run
+    md = (run / "report.md").read_text(encoding="utf-8")
+    heads = [md.index(h) for h in ("## Verdict", "## Variants", "## Plots", "## Worst examples")]
+    assert heads == sorted(heads)
+    assert summary["verdict"] in md
+    assert "index_k=bf16,hicache=on corrupts more than index_k=fp8,hicache=off" in md
+    assert "![corruption_by_variant](plots/corruption_by_variant.png)" in md
+    # the salad example: the marker sits right where evidence.offset says
+    assert "Checking the module layout first. ⟦verifyЖкод" in md
+    # the clean baseline has no examples section
+    assert "### index_k=fp8,hicache=off" not in md
+
+
+def test_html_is_self_contained(sample_run: tuple[Path, dict[str, Any]]) -> None:
+    run, summary = sample_run
+    html = (run / "report.html").read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") == len(summary["plots"])
+    assert not re.search(r"""(src|href)=["'](?!data:)""", html)
+    assert '<mark class="bad">verifyЖкод' in html
+
+
+def make_run(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "turns.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", "utf-8")
+    return path
+
+
+def turn(
+    variant: str, session: int, label: str = "ok_text", content: str = "fine", **kw: Any
+) -> dict[str, Any]:
+    r = {"run_id": "x", "variant": variant, "repeat": 0, "session": session, "turn": 0,
+         "attempt": 0, "label": label, "corrupted": label == "token_salad", "content": content,
+         "transport_error": None, "prompt_tokens": 100, "inflight": 1, "ttft_s": 0.1,
+         "itl_s": None, "evidence": {}}  # fmt: skip
+    r.update(kw)
+    return r
+
+
+def test_html_escapes_model_output(tmp_path: Path) -> None:
+    evil = 'ok so far <script>alert("x")</script><img src=x onerror=alert(1)> & more'
+    variant = "k=<b>bold</b>"
+    rows = [
+        turn("k=a", 0),
+        turn(variant, 0, "token_salad", evil, evidence={"offset": 10, "why": "<i>"}),
+    ]
+    run = make_run(tmp_path / "evil", rows)
+    report.write_report(run)
+    html = (run / "report.html").read_text(encoding="utf-8")
+    assert "<script>" not in html
+    assert "<img src=x" not in html
+    assert "<b>bold" not in html
+    assert "<i>" not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+    assert "k=&lt;b&gt;bold&lt;/b&gt;" in html
+    # the highlighted span starts at the offset (character 10: the "<script>")
+    assert '<mark class="bad">&lt;script&gt;' in html
+    assert "ok so far " in html
+
+
+def test_markdown_fence_survives_backticks(tmp_path: Path) -> None:
+    content = "intro ```` code fence ```` then garbage"
+    run = make_run(
+        tmp_path / "ticks", [turn("k=a", 0, "token_salad", content, evidence={"offset": 6})]
+    )
+    report.write_report(run)
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "`````text\nintro ⟦```` code fence ```` then garbage⟧\n`````" in md
+
+
+def test_excerpt_windows() -> None:
+    text = "a" * 500 + "BAD" + "b" * 500
+    e = report.excerpt(text, {"offset": 500, "length": 3})
+    assert e["span"] == "BAD"
+    assert e["pre"] == "a" * report.BEFORE
+    assert e["cut_before"]
+    assert e["cut_after"]
+    assert report.excerpt("short", {"offset": 99})["offset"] is None  # out of range: no marker
+    assert report.excerpt("short", None)["pre"] == "short"
+
+
+def test_crashed_run_with_torn_line_still_reports(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "crash", [turn("k=a", i) for i in range(3)])
+    with open(run / "turns.jsonl", "a", encoding="utf-8") as fh:
+        fh.write('{"run_id": "x", "variant": "k=a", "sess')
+    summary = report.write_report(run)
+    assert summary["variants"][0]["sessions"] == 3
+    assert "server_metrics" not in summary["plots"]
+    assert (run / "report.html").is_file()
+
+
+def test_format_table(sample_run: tuple[Path, dict[str, Any]]) -> None:
+    _, summary = sample_run
+    text = report.format_table(summary)
+    lines = text.splitlines()
+    assert lines[0].startswith("verdict: ")
+    assert "session rate [95% CI]" in lines[1]
+    assert set(lines[2]) <= {"-", " "}
+    row = next(line for line in lines if line.startswith("index_k=bf16,hicache=on"))
+    assert row.split()[1:3] == ["20", "9"]
+    assert "45.0% [25.8%, 65.8%]" in row
+    assert len(lines) == 3 + len(summary["variants"])
+
+
+def test_compare_runs_flags_regression(tmp_path: Path) -> None:
+    before = [turn("k=a", i) for i in range(30)] + [turn("k=b", i) for i in range(30)]
+    after = [turn("k=a", i, "token_salad" if i < 12 else "ok_text") for i in range(30)]
+    after += [turn("k=b", i, "token_salad" if i < 1 else "ok_text") for i in range(30)]
+    after += [turn("k=new", i) for i in range(5)]
+    ra, rb = make_run(tmp_path / "a", before), make_run(tmp_path / "b", after)
+    cmp = report.compare_runs(ra, rb)
+    assert cmp["regressions"] == ["k=a"]
+    assert cmp["only_in_b"] == ["k=new"]
+    assert cmp["only_in_a"] == []
+    row = cmp["variants"][0]
+    assert row["session"]["rate_a"] == 0.0
+    assert row["session"]["rate_b"] == pytest.approx(0.4)
+    assert row["session"]["p_increase"] < 0.001
+    assert not cmp["variants"][1]["regression"]
+    md = report.compare_markdown(cmp)
+    assert "**Regression** in k=a" in md
+    assert md.count("REGRESSION") == 1
+    # reversed: an improvement is not a regression
+    assert report.compare_runs(rb, ra)["regressions"] == []
+
+
+def test_compare_uses_summary_json_and_rejects_non_runs(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "r", [turn("k=a", i) for i in range(4)])
+    report.write_report(run)
+    assert report.load_summary(run / "summary.json")["variants"][0]["sessions"] == 4
+    with pytest.raises(UsageError, match="summary.json"):
+        report.compare_runs(tmp_path / "nothing", run)
+
+
+def test_offset_in_reasoning_and_metrics_with_repeats(tmp_path: Path) -> None:
+    rows = [turn("k=a", 0, "token_salad", "the answer", reasoning="think: xq#Zr!!~~ garble",
+                 evidence={"offset": 7, "in_reasoning": True, "text_score": 0.9})]  # fmt: skip
+    run = make_run(tmp_path / "reason", rows)
+    metrics = [{"variant": "k=a", "repeat": r, "t": t, "name": "running", "value": t + r}
+               for r in (0, 1) for t in range(5)]  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in metrics) + "\n")
+    summary = report.write_report(run)
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "think: ⟦xq#Zr!!~~ garble⟧" in md
+    assert "from character 7 of the reasoning" in md
+    assert (run / summary["plots"]["server_metrics"]).is_file()

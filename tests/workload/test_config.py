@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.workload.scenario import default_scenario_path, load_scenario
+
+
+def test_default_scenario_loads_and_declares_valid_tools() -> None:
+    s = load_scenario()
+    assert s.name == "coding-agent"
+    assert {t.name for t in s.tools} >= {"read_file", "search", "list_dir", "run_tests"}
+    assert s.start_context < s.max_context
+    tools = s.openai_tools()
+    assert tools[0]["type"] == "function"
+    assert tools[0]["function"]["parameters"]["type"] == "object"
+    assert default_scenario_path().name == "coding_agent.toml"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('name = "x"\nworkload = "chat"\nsessions = "many"\n', "'sessions' must be an integer"),
+        ('name = "x"\n', "needs at least one [[tools]] entry"),
+        ('name = "x"\nworkload = "batch"\n', "workload 'batch' is not one of"),
+        ('name = "x"\nsesions = 3\n', "unknown key(s) sesions"),
+        ('name = "x"\ndialect = "xml"\n', "dialect 'xml' is not one of"),
+        (
+            'name = "x"\nworkload = "chat"\nstart_context = 9000\nmax_context = 100\n',
+            "max_context (100) must be larger",
+        ),
+        ('name = "x"\n[[tools]]\nname = "f"\nkind = "nope"\n', "kind 'nope' is not one of"),
+        (
+            'name = "x"\n[[tools]]\nname = "f"\nkind = "echo"\n[tools.parameters]\ntype = 3\n',
+            "not a valid JSON schema",
+        ),
+        ("name = \n", "not valid TOML"),
+    ],
+)
+def test_bad_scenarios_say_what_to_fix(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(body)
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(path)
+    assert message in str(exc.value)
+    assert str(path) in str(exc.value)
+
+
+def test_missing_scenario_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_scenario(tmp_path / "nope.toml")
+
+
+def test_overrides_are_validated() -> None:
+    s = load_scenario().with_overrides(sessions=3, max_turns=None)
+    assert s.sessions == 3
+    assert s.max_turns == load_scenario().max_turns
+    with pytest.raises(ConfigError, match="max_context"):
+        s.with_overrides(max_context=10)
