@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import itertools
 import logging
@@ -312,7 +313,12 @@ class SimApp:
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
     async def server_info(self, request: Request) -> Response:
+        """As SGLang's: every flag the server runs with (the API key aside), under SGLang's
+        names where it has one, so a level that reaches the server shows here."""
         c = self.config
+        flags = {k: v for k, v in dataclasses.asdict(c).items() if k != "api_key"}
+        for ours in ("index_k", "hicache", "kv_capacity", "max_running", "seed", "model"):
+            flags.pop(ours)
         return _json(
             {
                 "model_path": c.model,
@@ -321,13 +327,11 @@ class SimApp:
                 "max_running_requests": c.max_running,
                 "tool_call_parser": "deepseekv4",
                 "enable_hierarchical_cache": c.hicache == "on",
-                "hicache_ratio": c.hicache_ratio,
                 "index_k_dtype": c.index_k,
-                "topk": c.topk,
-                "calibrated_race": c.calibrated_race,
                 "enable_cache_report": c.cache_report,
-                "speed": c.speed,
                 "random_seed": c.seed,
+                "api_key_required": c.api_key is not None,
+                **flags,
                 "version": "sim",
             }
         )

@@ -412,3 +412,16 @@ def test_flush_cache_is_refused_while_a_request_runs(make_sim: Callable[..., str
     assert busy.status_code == 400
     assert "pending requests" in busy.text
     assert idle.status_code == 200
+
+
+def test_server_info_reports_every_flag_but_the_key(make_sim: Callable[..., str]) -> None:
+    """As SGLang's /server_info lists every server argument: a level that reaches the
+    simulator shows there (harness.target.serverfacts compares it whole)."""
+    url = make_sim(crash_after=50, fault_scale=0.5, api_key="k-secret-1", slow_start=0.0)
+    info = httpx.get(url + "/server_info", headers={"authorization": "Bearer k-secret-1"}).json()
+    assert info["crash_after"] == 50
+    assert info["fault_scale"] == 0.5
+    assert info["raw_add_bos"] is False
+    assert info["api_key_required"] is True
+    assert "k-secret-1" not in orjson.dumps(info).decode()
+    assert "api_key" not in info
