@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def _number(text: str, kind: type[int] | type[float]) -> float:
@@ -42,3 +43,7 @@ def workers(text: str) -> int | str:
         return positive_int(text)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
+
+
+def api_key_from_env(name: str) -> str | None:
+    return os.environ.get(name) or None

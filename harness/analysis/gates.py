@@ -217,3 +217,11 @@ def result_line(summary: Mapping[str, Any], results: Sequence[GateResult]) -> st
         "gates": [{**asdict(r), "value": _clean(r.value)} for r in results],
     }
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def summary_properties(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The JUnit suite's properties of a summary: the model, each server warning."""
+    model = summary.get("model")
+    props = [("model", ", ".join(model) if isinstance(model, list) else str(model))]
+    props += [("server_warning", w) for w in summary.get("server_warnings") or []]
+    return props

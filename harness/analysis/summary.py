@@ -26,14 +26,12 @@ import pandas as pd
 from harness.analysis import livecontext, stats
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CORRUPTED_LABELS, TRANSPORT_ERROR
-from harness.record.turns import TURNS_FILE, read_turns
+from harness.record.rundir import METRICS_FILE, RUN_FILE, TURNS_FILE
+from harness.record.turns import read_turns
 
 log = logging.getLogger(__name__)
 
 Summary = dict[str, Any]
-RUN_FILE = "run.json"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
 ALPHA = 0.05
 CONF = 0.95
 SESSION_KEY = ["variant", "repeat", "session"]

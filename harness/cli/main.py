@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -17,9 +16,10 @@ from harness import __version__
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import workers as workers_arg
-from harness.errors import HarnessError, UsageError
-
-EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+from harness.cli.gates import EXIT_USAGE, add_gate_args
+from harness.cli.inspection import cmd_classify, cmd_compare, cmd_replay, cmd_report
+from harness.client import DEFAULT_REQUEST_TIMEOUT
+from harness.errors import HarnessError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--request-timeout",
         type=_positive_float,
-        default=120.0,
+        default=DEFAULT_REQUEST_TIMEOUT,
         metavar="SECONDS",
         help="a request with no byte for this long fails as a timeout",
     )
@@ -161,9 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         "factor (default: a warning in the summary and report)",
     )
     _add_followup_args(run)
-    _add_gate_args(run)
-    from harness.cli.run import add_trace_args, add_trace_parser
-
+    add_gate_args(run)
     add_trace_args(run)
 
     sim = sub.add_parser("sim", help="serve the embedded DeepSeek-V4-like endpoint", add_help=False)
@@ -171,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="rebuild summary, plots and report from a run folder")
     rep.add_argument("run_dir", type=Path)
-    _add_gate_args(rep)
+    add_gate_args(rep)
 
     cmp_ = sub.add_parser("compare", help="compare two runs variant by variant")
     cmp_.add_argument("run_a", type=Path)
@@ -248,65 +246,12 @@ def _add_replay_parser(sub: Any) -> None:
     )
     rp.add_argument("--model", help="model name (default: the one recorded)")
     rp.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME")
-    rp.add_argument("--request-timeout", type=_positive_float, default=120.0, metavar="SECONDS")
-
-
-def _add_gate_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("CI gates (exit code 1 when one fails)")
-    g.add_argument(
-        "--fail-if",
-        action="append",
-        default=[],
-        metavar="EXPR",
-        help="fail when EXPR holds, e.g. 'session_corruption_rate > 0.01' or "
-        "'turn_corruption_rate[index_k=bf16] >= 0.05'; repeatable",
+    rp.add_argument(
+        "--request-timeout",
+        type=_positive_float,
+        default=DEFAULT_REQUEST_TIMEOUT,
+        metavar="SECONDS",
     )
-    g.add_argument(
-        "--baseline",
-        type=Path,
-        metavar="RUN_DIR",
-        help="fail a variant whose session corruption rose significantly against "
-        "the same variant of this earlier run",
-    )
-    g.add_argument("--junit", type=Path, metavar="FILE", help="write gate results as JUnit XML")
-
-
-def check_gate_args(args: argparse.Namespace) -> None:
-    """Validate gate expressions and the baseline before any work starts."""
-    from harness.analysis.gates import check_exprs
-
-    check_exprs(args.fail_if)
-    if args.baseline is not None and not (
-        (args.baseline / "summary.json").exists() or args.baseline.suffix == ".json"
-    ):
-        raise UsageError(
-            f"--baseline {args.baseline}: no summary.json there (run `harness report` on it)"
-        )
-
-
-def apply_gates(args: argparse.Namespace, summary: Any) -> int:
-    """Evaluate the gates on a summary, print the one-line result, return the exit code."""
-    from harness.analysis.gates import (
-        all_passed,
-        baseline_gate,
-        evaluate_gates,
-        result_line,
-        write_junit,
-    )
-    from harness.report.build import load_summary
-
-    results = evaluate_gates(summary, args.fail_if)
-    if args.baseline is not None:
-        results += baseline_gate(summary, load_summary(args.baseline))
-    for r in results:
-        if not r.passed:
-            print(f"gate failed: {r.message}", file=sys.stderr)
-    if args.junit is not None:
-        from harness.report.servers import junit_properties
-
-        write_junit(args.junit, results, properties=junit_properties(summary))
-    print(result_line(summary, results))
-    return EXIT_OK if all_passed(results) else EXIT_GATE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,71 +293,46 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_USAGE
 
 
-def _run_dir(path: Path) -> Path:
-    if not (path / "turns.jsonl").exists():
-        raise UsageError(f"{path} is not a run folder (no turns.jsonl in it)")
-    return path
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from harness.report.build import format_table, write_report
-
-    check_gate_args(args)
-    summary = write_report(_run_dir(args.run_dir))
-    print(format_table(summary))
-    print(f"report: {args.run_dir / 'report.md'} and {args.run_dir / 'report.html'}")
-    return apply_gates(args, summary)
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.report.build import compare_markdown, compare_runs
-
-    result = compare_runs(_run_dir(args.run_a), _run_dir(args.run_b))
-    print(compare_markdown(result))
-    return EXIT_OK
-
-
-def cmd_classify(args: argparse.Namespace) -> int:
-    from harness.verdict.batch import classify_files
-
-    stats: Any = classify_files(args.input, args.output)
-    for err in getattr(stats, "errors", []):
-        print(f"harness classify: {err}", file=sys.stderr)
-    return EXIT_USAGE if getattr(stats, "errors", None) else EXIT_OK
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from harness.run.replay import ReplayOptions, format_replay, replay
-
-    if args.load < 0:
-        raise UsageError(f"--load must be 0 or more, got {args.load}")
-    result = asyncio.run(
-        replay(
-            ReplayOptions(
-                run_dir=args.run_dir,
-                session=args.session,
-                variant=args.variant,
-                repeat=args.repeat,
-                turn=args.turn,
-                attempt=args.attempt,
-                count=args.count,
-                load=args.load,
-                endpoint=args.endpoint,
-                model=args.model,
-                api_key=api_key_from_env(args.api_key_env),
-                request_timeout=args.request_timeout,
-            )
-        )
+def add_trace_args(run: argparse.ArgumentParser) -> None:
+    """The run flags of recorded traces and raw mode (docs/traces.md)."""
+    g = run.add_argument_group("recorded traces and raw mode (see docs/traces.md)")
+    g.add_argument(
+        "--workload",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="replay recorded conversations (one per line, OpenAI chat format) as the sessions",
     )
-    print(format_replay(result))
-    print(f"replay: {result['path']}")
-    return EXIT_OK
+    g.add_argument(
+        "--workload-mode",
+        choices=("replay", "continue"),
+        default="replay",
+        help="replay: send each recorded request as it was; continue: the live answers make "
+        "the history, recorded tool results where the live call matches (default: replay)",
+    )
+    g.add_argument(
+        "--pace",
+        choices=("recorded", "fast"),
+        default="recorded",
+        help="send turns at the recorded offsets, or as fast as the concurrency allows",
+    )
+    g.add_argument(
+        "--api",
+        choices=("chat", "completions", "generate"),
+        default="chat",
+        help="chat: the server parses tool calls; completions (/v1/completions) or generate "
+        "(SGLang /generate): the harness renders the prompt and parses the raw output",
+    )
 
 
-def api_key_from_env(name: str) -> str | None:
-    return os.environ.get(name) or None
+def add_trace_parser(sub: Any) -> None:
+    tr = sub.add_parser("trace", help="recorded traces: convert a request log into a trace")
+    tsub = tr.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
+    conv = tsub.add_parser("convert", help="group a request log (JSONL) into conversations")
+    conv.add_argument("log", type=Path, help="request log, one JSON request per line")
+    conv.add_argument("-o", "--output", type=Path, help="trace file (default: stdout)")
+    cmp_ = tsub.add_parser("compare", help="chat run vs raw run: server parser or model?")
+    cmp_.add_argument("chat_run", type=Path)
+    cmp_.add_argument("raw_run", type=Path)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -15,20 +14,28 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harness.analysis.rawcompare import compare_runs
+from harness.argtypes import api_key_from_env
+from harness.cli.gates import apply_gates, check_gate_args
+from harness.client.raw import check_api
 from harness.drive.driver import Progress as Counts
-from harness.errors import InfrastructureError, UsageError
-from harness.record.turns import TURNS_FILE, TurnRecord, iter_turns
+from harness.drive.trace_session import check_options
+from harness.errors import ConfigError, InfrastructureError, UsageError
+from harness.pool.parent import auto_workers
+from harness.record.rundir import TURNS_FILE, RunDir
 from harness.run.execute import (
-    RunOptions,
     VariantOutcome,
     execute,
-    finished_sessions,
     new_run_id,
-    prepare_run_dir,
     write_run_json,
 )
+from harness.run.options import RunOptions
+from harness.run.plan import format_plan
+from harness.target.launch import check_variants
+from harness.target.spec import default_sim_target, load_target
 from harness.workload.matrix import parse_ab, variants
 from harness.workload.scenario import load_scenario
+from harness.workload.trace import convert_log, load_trace
 
 #: A variant with more than this share of transport errors cannot be judged (exit code 3).
 MAX_TRANSPORT_ERROR_RATE = 0.5
@@ -69,17 +76,12 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
 
 def _workers(asked: int | str | None, concurrency: int) -> int:
     """--workers N, or auto (the default): see harness.pool.parent.auto_workers."""
-    from harness.pool.parent import auto_workers
-
     if asked is None or asked == "auto":
         return auto_workers(concurrency)
     return int(asked)
 
 
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
-    from harness.target.launch import check_variants
-    from harness.target.spec import default_sim_target, load_target
-
     scenario = load_scenario(args.scenario).with_overrides(
         sessions=args.sessions, max_turns=args.turns, max_context=args.max_context
     )
@@ -106,8 +108,6 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         sim_args += ["--speed", str(args.speed)]
     # with --endpoint and no --model, the name is asked from the server's /v1/models
     model = args.model or (target.served_model or target.model if target else None)
-    from harness.cli.main import api_key_from_env
-
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     concurrency = args.concurrency or scenario.sessions
     return RunOptions(
@@ -141,9 +141,6 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
 
 def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
     """--workload, --workload-mode, --pace and --api, checked before anything starts."""
-    from harness.drive.rawmode import check_api
-    from harness.drive.trace_session import check_options
-    from harness.workload.trace import load_trace
 
     api = getattr(args, "api", "chat")
     mode = getattr(args, "workload_mode", "replay")
@@ -158,59 +155,12 @@ def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]
     return {"workload": workload, "workload_mode": mode, "pace": pace, "api": api}
 
 
-def add_trace_args(run: argparse.ArgumentParser) -> None:
-    """The run flags of recorded traces and raw mode (docs/traces.md)."""
-    g = run.add_argument_group("recorded traces and raw mode (see docs/traces.md)")
-    g.add_argument(
-        "--workload",
-        type=Path,
-        metavar="FILE.jsonl",
-        help="replay recorded conversations (one per line, OpenAI chat format) as the sessions",
-    )
-    g.add_argument(
-        "--workload-mode",
-        choices=("replay", "continue"),
-        default="replay",
-        help="replay: send each recorded request as it was; continue: the live answers make "
-        "the history, recorded tool results where the live call matches (default: replay)",
-    )
-    g.add_argument(
-        "--pace",
-        choices=("recorded", "fast"),
-        default="recorded",
-        help="send turns at the recorded offsets, or as fast as the concurrency allows",
-    )
-    g.add_argument(
-        "--api",
-        choices=("chat", "completions", "generate"),
-        default="chat",
-        help="chat: the server parses tool calls; completions (/v1/completions) or generate "
-        "(SGLang /generate): the harness renders the prompt and parses the raw output",
-    )
-
-
-def add_trace_parser(sub: Any) -> None:
-    tr = sub.add_parser("trace", help="recorded traces: convert a request log into a trace")
-    tsub = tr.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
-    conv = tsub.add_parser("convert", help="group a request log (JSONL) into conversations")
-    conv.add_argument("log", type=Path, help="request log, one JSON request per line")
-    conv.add_argument("-o", "--output", type=Path, help="trace file (default: stdout)")
-    cmp_ = tsub.add_parser("compare", help="chat run vs raw run: server parser or model?")
-    cmp_.add_argument("chat_run", type=Path)
-    cmp_.add_argument("raw_run", type=Path)
-
-
 def cmd_trace(args: argparse.Namespace) -> int:
     if args.trace_command == "compare":
-        from harness.drive.rawmode import compare_runs
-
         result = compare_runs(args.chat_run, args.raw_run)
         print(f"verdict: {result['verdict']}", file=sys.stderr)
         print(json.dumps(result, indent=2))
         return 0
-    from harness.errors import ConfigError
-    from harness.workload.trace import convert_log
-
     try:
         lines = args.log.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -281,10 +231,7 @@ async def _run_with_progress(
 
 def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
     run_dir: Path = args.resume
-    meta_path = run_dir / "run.json"
-    if not meta_path.exists():
-        raise UsageError(f"--resume {run_dir}: not a run folder (no run.json in it)")
-    meta = json.loads(meta_path.read_text())
+    meta = RunDir(run_dir).read_meta("--resume")
     saved: dict[str, Any] = dict(meta.get("args") or {})
     for key in _PATH_ARGS:
         if saved.get(key) is not None:
@@ -302,29 +249,7 @@ def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
     return argparse.Namespace(**saved), str(meta["run_id"])
 
 
-def _set_aside_unfinished(run_dir: Path, done: set[tuple[str, int, int]]) -> int:
-    """Move the turns of sessions that did not finish to turns.interrupted.jsonl (kept, not
-    counted); their sessions run again from the start. Returns the number of rows moved."""
-    path = run_dir / TURNS_FILE
-    if not path.exists():
-        return 0
-    keep: list[TurnRecord] = []
-    moved: list[TurnRecord] = []
-    for rec in iter_turns(path):
-        key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
-        (keep if key in done else moved).append(rec)
-    if moved:
-        with open(run_dir / "turns.interrupted.jsonl", "a") as fh:
-            fh.writelines(json.dumps(r) + "\n" for r in moved)
-        tmp = path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w") as fh:
-            fh.writelines(json.dumps(r) + "\n" for r in keep)
-        os.replace(tmp, path)
-    return len(moved)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.cli.main import apply_gates, check_gate_args
 
     skip: set[tuple[str, int, int]] = set()
     if args.resume:
@@ -334,8 +259,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_gate_args(args)
     opts = build_options(args, run_id)
     if args.dry_run:
-        from harness.run.plan import format_plan
-
         if opts.target is None:
             print(f"endpoint {opts.endpoint}: {opts.sessions} sessions, model {opts.model}")
         else:
@@ -344,15 +267,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"workers: up to {opts.workers} per variant, {opts.concurrency} requests in flight")
         return 0
     if args.resume:
-        skip = finished_sessions(opts.out_dir)
-        moved = _set_aside_unfinished(opts.out_dir, skip)
+        skip = RunDir(opts.out_dir).finished_sessions()
+        moved = RunDir(opts.out_dir).set_aside_unfinished(skip)
         print(
             f"resuming {opts.out_dir}: {len(skip)} sessions done, {moved} turns of "
             "unfinished sessions set aside in turns.interrupted.jsonl",
             file=sys.stderr,
         )
     else:
-        prepare_run_dir(opts.out_dir)
+        RunDir(opts.out_dir).prepare()
         write_run_json(opts, run_id)
     t0 = time.perf_counter()
     show = not args.no_progress and sys.stderr.isatty()

@@ -43,8 +43,10 @@ import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
 
+from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.output import Failure, TurnOutput
 from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
+from harness.record.transcripts import chat_payload
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +88,6 @@ def _failure_from(exc: BaseException, read_s: float | None = None) -> Failure:
     return Failure("protocol", f"{type(exc).__name__}: {exc}")
 
 
-def chat_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:
-    """The exact bytes sent for one chat request (transcripts rebuild them with this too)."""
-    payload = dict(body, model=body.get("model", model), stream=stream)
-    if stream:
-        payload["stream_options"] = {"include_usage": True}
-    return orjson.dumps(payload)
-
-
 class ChatClient:
     """One pooled client for one endpoint, sized for the run's concurrency."""
 
@@ -104,7 +98,7 @@ class ChatClient:
         model: str,
         api_key: str | None = None,
         max_connections: int = 256,
-        request_timeout: float = 120.0,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         total_timeout: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")

@@ -13,17 +13,16 @@ import gc
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from harness.client.chat import ChatClient
 from harness.client.output import TurnOutput
+from harness.drive.inflight import InflightBoard
 from harness.drive.selfreport import SelfReport
 from harness.drive.session import Session, SessionPlan, Shared
+from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
 from harness.workload.scenario import Scenario
-
-if TYPE_CHECKING:
-    from harness.pool.child import InflightBoard
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +116,7 @@ async def drive(
     make_session: Callable[[SessionPlan, Shared], Session] | None = None,
     board: InflightBoard | None = None,
     limit: asyncio.Semaphore | None = None,
+    transcripts: TranscriptLog | None = None,
 ) -> list[Session]:
     """Run every session of one variant to its end; return the sessions.
 
@@ -126,6 +126,7 @@ async def drive(
     (``harness.pool.parent``), so each record's ``inflight`` is the variant's total.
     ``limit``: the semaphore every send holds (default: ``options.concurrency`` permits); a
     worker's grows when another worker has permits it can no longer use.
+    ``transcripts``: the log of the sessions' exact requests (None: none kept).
     """
     progress = progress or Progress()
     progress.sessions_total += len(plans)
@@ -151,6 +152,7 @@ async def drive(
                 make_session,
                 board,
                 limit or asyncio.Semaphore(options.concurrency),
+                transcripts,
             )
     finally:
         if observers is not None:
@@ -175,6 +177,7 @@ async def _drive(
     make_session: Callable[[SessionPlan, Shared], Session] | None,
     board: InflightBoard | None,
     limit: asyncio.Semaphore,
+    transcripts: TranscriptLog | None,
 ) -> list[Session]:
     def turn_done(rec: TurnRecord) -> None:
         report.note_turn()
@@ -192,6 +195,7 @@ async def _drive(
         limit=limit,
         on_turn=turn_done,
         board=board,
+        transcripts=transcripts,
     )
     # each session is built in its own task, when it starts: the first requests leave
     # while later sessions still build their first prompt (an 80k-token prompt takes ~10 ms)

@@ -30,9 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.record.rundir import SELF_REPORT_FILE
+
 log = logging.getLogger(__name__)
 
-SELF_REPORT_FILE = "selfreport.jsonl"  # one row per variant load, in the run folder
 LAG_LIMIT_MS = 100.0  # loop lag p99 above this: the harness delays its own sends
 CPU_LIMIT = 0.9  # event-loop thread busier than this share of one core: saturated
 

@@ -8,31 +8,23 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from harness import labels as L
 from harness.client.chat import ChatClient
 from harness.client.output import Failure, TurnOutput
+from harness.drive.inflight import InflightBoard
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
 from harness.verdict import Verdict, classify_turn
+from harness.workload.pressure import plan_pressure, server_capacity
 from harness.workload.scenario import Scenario
 from harness.workload.tools import document_chunk, estimate_tokens, padding_text, run_tool
-
-if TYPE_CHECKING:
-    from harness.pool.child import InflightBoard
 
 log = logging.getLogger(__name__)
 
 _CONTEXT_CHARS = 8000  # how much of the latest tool results the verdict sees as context
-
-#: The transcript log new ``Shared`` values pick up when none is given (set by the run around
-#: the driver, which builds ``Shared`` itself).
-ACTIVE_TRANSCRIPTS: ContextVar[TranscriptLog | None] = ContextVar(
-    "active_transcripts", default=None
-)
 
 
 @dataclass(frozen=True)
@@ -85,8 +77,6 @@ def make_plans(scenario: Scenario, sessions: int, seed: int) -> list[SessionPlan
     family = scenario.branches
     max_context = scenario.max_context
     if scenario.pressure is not None and scenario.kv_capacity is not None:
-        from harness.workload.pressure import plan_pressure  # the capacity is known: size it now
-
         max_context = plan_pressure(scenario, scenario.kv_capacity, scenario.sessions).max_context
     for i in range(sessions):
         own_seed = rng.randrange(1 << 31)
@@ -151,7 +141,7 @@ class Shared:
     inflight: int = 0
     on_turn: Callable[[TurnRecord], None] | None = None
     retry_delay_s: float = 0.5
-    transcripts: TranscriptLog | None = field(default_factory=ACTIVE_TRANSCRIPTS.get)
+    transcripts: TranscriptLog | None = None  # the exact requests, when kept
     workload: Workload = field(default_factory=Workload)
     board: InflightBoard | None = None  # the other workers' in flight (harness.pool.parent)
 
@@ -334,8 +324,6 @@ class Session:
         self.first_turn = self.plan.branch_at
 
     async def _resolve_capacity(self) -> None:
-        from harness.workload.pressure import plan_pressure, server_capacity
-
         sh, wl = self.shared, self.shared.workload
         if wl.capacity_known is None:
             wl.capacity_known = asyncio.Event()

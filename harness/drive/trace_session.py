@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import labels as L
-from harness.drive.rawmode import visible
+from harness.drive.raw_session import RawSession, visible
 from harness.drive.session import Session, SessionPlan, Shared
 from harness.errors import UsageError
 from harness.workload.scenario import Scenario
@@ -279,7 +279,5 @@ def sessions_for(
             conversations, mode, pace
         )
     if api != "chat":
-        from harness.drive.rawmode import RawSession
-
         return plans, RawSession
     return plans, None

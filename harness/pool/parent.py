@@ -29,8 +29,8 @@ loop, client and ``drive()``:
   fails the variant (``WorkerError``). A worker whose parent dies sees its stdin close and
   stops too.
 
-Messages are length-prefixed pickles over the worker's stdin and stdout (both ends are this
-program, of the same version).
+The messages between parent and worker, and their frames over the worker's stdin and stdout,
+are ``harness.pool.protocol``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import pickle
 import sys
 import time
 from collections.abc import Callable
@@ -47,20 +46,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.client import connections_for
+from harness.client.spec import ClientSpec
 from harness.drive.driver import DriveOptions, Progress
+from harness.drive.inflight import InflightBoard
 from harness.drive.selfreport import SelfReport, combine
 from harness.drive.session import SessionPlan
 from harness.errors import InfrastructureError
-from harness.pool.child import (
-    GROW,
-    HEADER,
-    READY,
-    ClientSpec,
-    InflightBoard,
-    Job,
-    SessionSource,
-    TranscriptSpec,
-)
 from harness.pool.dealing import (
     AUTO_MIN_CONCURRENCY,
     AUTO_PER_WORKER,
@@ -69,6 +61,20 @@ from harness.pool.dealing import (
     regrant,
     shard,
     split_limit,
+)
+from harness.pool.protocol import (
+    READY,
+    Failed,
+    Grow,
+    Job,
+    Report,
+    SessionEnd,
+    SessionSource,
+    TranscriptRow,
+    TranscriptSpec,
+    Turn,
+    encode,
+    read_frame,
 )
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnWriter
@@ -155,7 +161,7 @@ class WorkerPool:
 
 class _Grants:
     """The parent's view of each worker's limit and sessions left: when a worker can no
-    longer use all its permits, the others get them (``regrant``, a ``GROW`` message)."""
+    longer use all its permits, the others get them (``regrant``, a ``Grow`` message)."""
 
     def __init__(
         self, limits: list[int], sizes: list[int], procs: list[asyncio.subprocess.Process]
@@ -172,9 +178,8 @@ class _Grants:
         self.limits, grants = regrant(self.limits, self.remaining)
         for proc, n in zip(self.procs, grants, strict=True):
             if n and proc.stdin is not None and not proc.stdin.is_closing():
-                data = pickle.dumps((GROW, n))
                 with contextlib.suppress(ConnectionError):
-                    proc.stdin.write(HEADER.pack(len(data)) + data)
+                    proc.stdin.write(encode(Grow(n)))
 
 
 class _Feed:
@@ -207,11 +212,10 @@ class _Feed:
         out = self.proc.stdout
         while True:
             try:
-                size = HEADER.unpack(await out.readexactly(HEADER.size))[0]
-                data = await out.readexactly(size)
+                messages = await read_frame(out)
             except asyncio.IncompleteReadError:
                 break
-            self._take(pickle.loads(data))
+            self._take(messages)
         code = await self.proc.wait()
         if self.error is not None:
             raise WorkerError(f"worker {self.number} of {total} failed: {self.error}")
@@ -220,28 +224,28 @@ class _Feed:
                 f"worker {self.number} of {total} exited (code {code}) before it finished"
             )
 
-    def _take(self, messages: list[tuple[Any, ...]]) -> None:
+    def _take(self, messages: list[Any]) -> None:
         lines: list[bytes] = []
         count = self.progress.count
         for msg in messages:
-            kind = msg[0]
-            if kind == "t":  # ("t", line, corrupted, transport error, repeat, session)
-                lines.append(msg[1])
-                count(msg[2], msg[3], (msg[4], msg[5]))
-            elif kind == "x":  # a transcript row
+            if type(msg) is Turn:
+                lines.append(msg.line)
+                count(msg.corrupted, msg.transport_error, (msg.repeat, msg.session))
+                continue
+            if isinstance(msg, TranscriptRow):
                 if self.transcripts is not None:
-                    self.transcripts.write_line(msg[1])
-            elif kind == "s":  # ("s", session, ended): a session ran to its end
+                    self.transcripts.write_line(msg.line)
+            elif isinstance(msg, SessionEnd):
                 self.progress.sessions_done += 1
-                self.ended[msg[1]] = msg[2]
+                self.ended[msg.session] = msg.ended
                 if self.on_session_end is not None:
-                    self.on_session_end(msg[1], msg[2])
+                    self.on_session_end(msg.session, msg.ended)
                 self.grants.ended(self.number - 1)
-            elif kind == "r":  # the worker's self-report, its last message
-                self.report = msg[1]
-            elif kind == "e":  # the worker failed (the traceback is in its own log)
-                self.error = msg[1]
-            if lines and kind != "t":
+            elif isinstance(msg, Report):
+                self.report = msg.report
+            elif isinstance(msg, Failed):
+                self.error = msg.error
+            if lines:  # the turns before it, written once it is handled
                 self.writer.write_lines(b"".join(lines), len(lines))
                 lines = []
         if lines:
@@ -294,7 +298,10 @@ async def drive_workers(
                 board=board,
                 # connections for the whole limit: permits of other workers may come here
                 client=replace(
-                    client, max_connections=min(client.max_connections, options.concurrency + 8)
+                    client,
+                    max_connections=min(
+                        client.max_connections, connections_for(options.concurrency)
+                    ),
                 ),
                 scenario=scenario,
                 plans=tuple(part),
@@ -306,9 +313,9 @@ async def drive_workers(
             )
             proc = pool.procs[i]
             assert proc.stdin is not None
-            data = pickle.dumps(job)
+            data = encode(job)
             try:
-                proc.stdin.write(HEADER.pack(len(data)) + data)
+                proc.stdin.write(data)
                 await proc.stdin.drain()
             except ConnectionError:
                 raise WorkerError(

@@ -33,12 +33,17 @@ from typing import IO, Any
 
 import orjson
 
-from harness.client.chat import chat_payload
 from harness.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-TRANSCRIPTS_FILE = "transcripts.jsonl"
+
+def chat_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:
+    """The exact bytes sent for one chat request (transcripts rebuild them with this too)."""
+    payload = dict(body, model=body.get("model", model), stream=stream)
+    if stream:
+        payload["stream_options"] = {"include_usage": True}
+    return orjson.dumps(payload)
 
 
 def wire_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:

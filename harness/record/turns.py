@@ -17,8 +17,6 @@ import orjson
 
 log = logging.getLogger(__name__)
 
-TURNS_FILE = "turns.jsonl"
-
 
 class TurnRecord(TypedDict, total=False):
     run_id: str

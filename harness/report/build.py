@@ -15,23 +15,27 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import frames, stats
+from harness.analysis import confirm, frames, stats
 from harness.analysis import summary as analysis
 from harness.analysis.summary import Summary, fmt_p, fmt_pct
-from harness.drive.selfreport import SELF_REPORT_FILE
 from harness.errors import UsageError
+from harness.record.rundir import (
+    PLOTS_DIR,
+    REPORT_HTML,
+    REPORT_MD,
+    SELF_REPORT_FILE,
+    SUMMARY_FILE,
+    TIDY_FILE,
+    TURNS_FILE,
+)
 from harness.report import html as report_html
 from harness.report import plots
 from harness.report import servers as report_servers
+from harness.report.confirm import markdown as confirm_markdown
 from harness.report.html import METHOD, comparison_line
-from harness.run import afterload as confirm
 
 log = logging.getLogger(__name__)
 
-PLOTS_DIR = "plots"
-REPORT_MD = "report.md"
-REPORT_HTML = "report.html"
-TIDY_FILE = "turns"  # .parquet, or .csv without pyarrow
 EXAMPLES_PER_VARIANT = 3
 BEFORE, AFTER = 160, 240
 
@@ -163,7 +167,7 @@ def render_markdown(
                        f"{fmt_pct(c['rate_a'])} | "
                        f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
-    out += confirm.markdown(summary)
+    out += confirm_markdown(summary)
     out += cache_markdown(summary)
     out += report_servers.markdown(summary)
     if any(v.get("harness_self") for v in summary["variants"]):
@@ -291,7 +295,7 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
     summary = build_summary(run, alpha)
     made = plots.make_plots(run, summary, run_dir / PLOTS_DIR)
     summary["plots"] = {name: f"{PLOTS_DIR}/{p.name}" for name, p in made.items()}
-    (run_dir / analysis.SUMMARY_FILE).write_text(
+    (run_dir / SUMMARY_FILE).write_text(
         json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     if len(run.turns):
@@ -314,9 +318,9 @@ def load_summary(run: Path | str) -> Summary:
     path = Path(run)
     if path.is_file() and path.suffix == ".json":
         return dict(json.loads(path.read_text(encoding="utf-8")))
-    if (path / analysis.SUMMARY_FILE).is_file():
-        return dict(json.loads((path / analysis.SUMMARY_FILE).read_text(encoding="utf-8")))
-    if (path / "turns.jsonl").is_file():
+    if (path / SUMMARY_FILE).is_file():
+        return dict(json.loads((path / SUMMARY_FILE).read_text(encoding="utf-8")))
+    if (path / TURNS_FILE).is_file():
         return build_summary(analysis.load_run(path))
     raise UsageError(f"{run}: neither a summary.json nor a run folder with turns.jsonl")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.summary import fmt_p, fmt_pct
+from harness.report.servers import html as servers_html
 
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -149,8 +150,6 @@ def render_html(
             "reported, and the server saw less concurrency than asked (summary.json: "
             "harness_self).</p>"
         )
-    from harness.report.servers import html as servers_html
-
     parts += servers_html(summary)
     if plot_paths:
         parts.append("<h2>Plots</h2>")

@@ -2,9 +2,10 @@
 and how the server metrics moved with the corruption rate.
 
 ``attach`` adds to ``summary.json``: ``model`` (one name, or the names when variants served
-different ones), ``servers`` (harness.target.serverfacts.summary_part), ``server_warnings`` and
-``metrics_vs_corruption`` (per variant, per metric: Spearman's rho against the corruption
-rate over time). ``markdown``/``html`` render them; ``junit_properties`` names them for CI.
+different ones), ``servers`` (``harness.analysis.variantcheck.summary_part``),
+``server_warnings`` and ``metrics_vs_corruption`` (per variant, per metric: Spearman's rho
+against the corruption rate over time). ``markdown``/``html`` render them; JUnit gets them
+from ``harness.analysis.gates.summary_properties``.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import html as _html
 from collections.abc import Mapping
 from typing import Any
 
-from harness.analysis import metrics_vs_corruption
+from harness.analysis import metrics_vs_corruption, variantcheck
 from harness.analysis.summary import RunData
-from harness.target import serverfacts
 
 
 def attach(summary: dict[str, Any], run: RunData) -> None:
-    rows = serverfacts.load(run.run_dir)
-    part = serverfacts.summary_part(rows)
+    rows = variantcheck.load(run.run_dir)
+    part = variantcheck.summary_part(rows)
     models = part["models"] or ([run.meta["model"]] if run.meta.get("model") else [])
     summary["model"] = models[0] if len(models) == 1 else (models or None)
     summary["servers"] = {k: v for k, v in part.items() if k != "warnings"}
@@ -100,10 +100,3 @@ def html(summary: Mapping[str, Any]) -> list[str]:
     for w in summary.get("server_warnings") or []:
         parts.append(f"<p><b>Warning:</b> {_html.escape(w)}</p>")
     return parts
-
-
-def junit_properties(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
-    model = summary.get("model")
-    props = [("model", ", ".join(model) if isinstance(model, list) else str(model))]
-    props += [("server_warning", w) for w in summary.get("server_warnings") or []]
-    return props

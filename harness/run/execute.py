@@ -20,92 +20,40 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.analysis import sequential
+from harness.client import connections_for
 from harness.client.chat import ChatClient
+from harness.client.spec import ClientSpec
 from harness.drive.driver import DriveOptions, Progress, drive
-from harness.drive.rawmode import RawClient
 from harness.drive.selfreport import save_row
-from harness.drive.session import ACTIVE_TRANSCRIPTS, Session, SessionPlan, Shared, make_plans
+from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.drive.trace_session import sessions_for
-from harness.errors import UsageError
 from harness.pool.parent import (
-    ClientSpec,
     SessionSource,
     WorkerError,
     WorkerPool,
     drive_workers,
     effective_workers,
 )
-from harness.record.transcripts import TRANSCRIPTS_FILE, TranscriptLog
-from harness.record.turns import TURNS_FILE, TurnWriter
+from harness.record.rundir import OUTCOMES_FILE, SESSIONS_FILE, TRANSCRIPTS_FILE, TURNS_FILE, RunDir
+from harness.record.transcripts import TranscriptLog
+from harness.record.turns import TurnWriter
 from harness.run.afterload import after_load, after_load_left
-from harness.run.plan import run_order
+from harness.run.options import RunOptions
 from harness.run.serverprobe import Contact, first_contact, model_source
 from harness.target.launch import Target, make_target
 from harness.target.metrics import MetricsScraper, flush_cache, warm_up
 from harness.target.readiness import EndpointTarget, watch
-from harness.target.spec import TargetSpec
 from harness.workload.matrix import Variant
-from harness.workload.scenario import Scenario
 
 log = logging.getLogger(__name__)
-
-SESSIONS_FILE = "sessions.jsonl"
-OUTCOMES_FILE = "outcomes.json"
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    scenario: Scenario
-    variants: tuple[Variant, ...]
-    out_dir: Path
-    sessions: int
-    concurrency: int
-    target: TargetSpec | None = None  # None: --endpoint
-    seed: int = 1
-    repeats: int = 1
-    order: str = "abab"
-    stream: bool = True
-    on_corruption: str = "retry"
-    endpoint: str | None = None
-    model: str | None = None  # None: the first model the server lists in /v1/models
-    api_key: str | None = None
-    request_timeout: float = 120.0
-    run_timeout: float | None = None
-    sim_args: tuple[str, ...] = ()
-    metrics_interval: float = 5.0
-    keep_transcripts: bool = False  # all sessions' transcripts, not only corrupted ones
-    confirm: bool = False  # re-send every corrupted turn alone after the variant's load
-    reference_sessions: int = 0  # sessions re-run one at a time after the variant's load
-    workload: Path | None = None  # a trace (JSONL): its conversations are the sessions
-    workload_mode: str = "replay"  # replay | continue (harness.drive.trace_session)
-    pace: str = "recorded"  # recorded | fast
-    api: str = "chat"  # chat | completions | generate (harness.drive.rawmode)
-    max_sessions: int | None = None  # --until-significant: the budget per variant
-    workers: int = 1  # processes driving each variant's sessions (harness.pool.parent)
-    alpha: float = 0.05
-    strict_variants: bool = False  # a variant its server does not confirm stops the run
-    args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
-
-    def schedule(self) -> list[tuple[Variant, int]]:
-        return run_order(list(self.variants), self.repeats, scheme=self.order)
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def prepare_run_dir(path: Path) -> None:
-    if path.exists() and any(path.iterdir()):
-        raise UsageError(
-            f"output folder {path} exists and is not empty; choose another --out "
-            f"(or continue it with --resume {path})"
-        )
-    path.mkdir(parents=True, exist_ok=True)
 
 
 def write_run_json(opts: RunOptions, run_id: str) -> None:
@@ -129,7 +77,7 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "args": opts.args,
         "python": sys.version.split()[0],
     }
-    (opts.out_dir / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
+    RunDir(opts.out_dir).write_meta(meta)
 
 
 @dataclass
@@ -142,19 +90,6 @@ class VariantOutcome:
     error: str | None = None
 
 
-def finished_sessions(run_dir: Path) -> set[tuple[str, int, int]]:
-    """(variant, repeat, session) of every session that ran to its end."""
-    path = run_dir / SESSIONS_FILE
-    done: set[tuple[str, int, int]] = set()
-    if not path.exists():
-        return done
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError, KeyError):
-            row = json.loads(line)
-            done.add((row["variant"], row["repeat"], row["session"]))
-    return done
-
-
 def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
     if opts.endpoint or opts.target is None:
         assert opts.endpoint is not None
@@ -163,194 +98,242 @@ def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
     return make_target(opts.target, variant, opts.out_dir, extra_args=extra, repeat=repeat)
 
 
-async def _run_variant(
-    opts: RunOptions,
-    run_id: str,
-    variant: Variant,
-    repeat: int,
-    plans: list[SessionPlan],
-    writer: TurnWriter,
-    progress: Progress,
-    announce: Callable[[str], None],
-    make_session: Callable[[SessionPlan, Shared], Session] | None = None,
-    reference: list[SessionPlan] | None = None,
-) -> VariantOutcome:
-    """Start the variant's server, drive ``plans``, then the after-load work (--confirm, and
-    the ``reference`` sessions re-run alone), stop the server."""
-    target = _target_for(opts, variant, repeat)
-    name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
-    t0 = time.perf_counter()
-    how = {"launch": "starting the server", "hook": "running the before hook"}
-    where = target.describe()
-    announce(f"{name}: {how.get(where.get('mode', ''), 'waiting for ' + str(where.get('url')))}")
-    ended: dict[str, int] = {}
-    error = None
-    sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
-    # worker processes start (and import) while the server starts
-    workers = effective_workers(opts.workers, plans, opts.concurrency)
-    pool = WorkerPool(workers) if workers > 1 else None
-    starting = asyncio.create_task(pool.start()) if pool is not None else None
-    try:
-        base_url = await target.start()
-        spec = opts.target
+@dataclass
+class _VariantRun:
+    """One variant (one repeat) of the run, in its steps: server up, client, load, after-load,
+    server down."""
+
+    opts: RunOptions
+    run_id: str
+    variant: Variant
+    repeat: int
+    plans: list[SessionPlan]
+    writer: TurnWriter
+    progress: Progress
+    announce: Callable[[str], None]
+    make_session: Callable[[SessionPlan, Shared], Session] | None = None
+    reference: list[SessionPlan] | None = None
+    ended: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.variant.label + (
+            f" (repeat {self.repeat + 1})" if self.opts.repeats > 1 else ""
+        )
+
+    @property
+    def base(self) -> dict[str, Any]:
+        """The fields every record of this variant carries."""
+        return {
+            "run_id": self.run_id,
+            "variant": self.variant.label,
+            "factors": self.variant.as_dict(),
+            "repeat": self.repeat,
+        }
+
+    async def run(self) -> VariantOutcome:
+        """Start the variant's server, drive ``plans``, then the after-load work (--confirm,
+        and the ``reference`` sessions re-run alone), stop the server."""
+        opts = self.opts
+        target = _target_for(opts, self.variant, self.repeat)
+        t0 = time.perf_counter()
+        how = {"launch": "starting the server", "hook": "running the before hook"}
+        where = target.describe()
+        self.announce(
+            f"{self.name}: {how.get(where.get('mode', ''), 'waiting for ' + str(where.get('url')))}"
+        )
+        error = None
+        self._sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
+        # worker processes start (and import) while the server starts
+        workers = effective_workers(opts.workers, self.plans, opts.concurrency)
+        pool = WorkerPool(workers) if workers > 1 else None
+        starting = asyncio.create_task(pool.start()) if pool is not None else None
+        try:
+            base_url = await target.start()
+            flush = await self._prepare_server(base_url)
+            facts = await first_contact(self._contact(target, base_url, flush), self.announce)
+            model = facts["model"]
+            self.announce(f"{self.name}: {len(self.plans)} sessions on {base_url}")
+            client_spec = ClientSpec(
+                base_url,
+                model,
+                opts.api_key,
+                connections_for(max(opts.concurrency, 1)),
+                opts.request_timeout,
+                opts.api,
+                bool((facts.get("rendering") or {}).get("drop_bos")),
+            )
+            client = client_spec.chat_client()
+            # raw mode: the prompt rendered here, the output parsed here
+            sessions_client = client_spec.sessions_client(client, opts.scenario.dialect)
+            base = self.base
+            transcripts = TranscriptLog(
+                opts.out_dir / TRANSCRIPTS_FILE,
+                base,
+                model=model,
+                stream=opts.stream,
+                dialect=opts.scenario.dialect,
+                keep_all=opts.keep_transcripts,
+            )
+            try:
+                async with self._metrics(base_url):
+                    load = await self._start_load(
+                        client_spec, sessions_client, base, transcripts, pool, starting
+                    )
+                    error = await self._wait(target, load)
+                    alive = getattr(target, "alive", None)
+                    if error is None and alive is not None and not alive():
+                        error = "the server process died during the run"
+                        self.announce(f"{self.name}: {error}")
+                    if error is None:
+                        await self._after_load(client, base)
+            finally:
+                transcripts.close()
+                await client.aclose()
+        finally:
+            self._sessions_log.close()
+            if pool is not None and starting is not None:
+                with contextlib.suppress(Exception):
+                    await starting  # quick: the processes import on their own
+                await pool.close()  # when the load never started (drive_workers closes it)
+            await target.stop()
+        wall = time.perf_counter() - t0
+        self.announce(f"{self.name}: done in {wall:.0f}s")
+        return VariantOutcome(
+            self.variant.label, self.repeat, len(self.plans), self.ended, wall, error
+        )
+
+    async def _prepare_server(self, base_url: str) -> dict[str, Any] | None:
+        """A launched server's cache flush and warm-up, when its target file asks; the
+        flush's outcome (a failure is a warning: the repeats may not start alike)."""
+        spec, opts = self.opts.target, self.opts
         flush = None
         if spec is not None and not opts.endpoint:
             if spec.flush_cache:
                 flush = await flush_cache(base_url, api_key=opts.api_key)
                 if not flush["ok"]:
-                    announce(f"{name}: warning: the cache flush failed: {flush['message']}")
+                    self.announce(f"{self.name}: warning: the cache flush failed: "
+                                  f"{flush['message']}")  # fmt: skip
             if spec.warm_up:
                 await warm_up(base_url, opts.model or spec.model, api_key=opts.api_key)
-        facts = await first_contact(
-            Contact(
-                run_dir=opts.out_dir,
-                variant=variant,
-                repeat=repeat,
-                base_url=base_url,
-                described=target.describe(),
-                rules=spec.rules_for(variant) if spec is not None and not opts.endpoint else {},
-                model=opts.model,
-                model_source=model_source(opts.model, opts.args),
-                api_key=opts.api_key,
-                api=opts.api,
-                scenario=opts.scenario,
-                flush=flush,
-                strict=opts.strict_variants,
-            ),
-            announce,
-        )
-        model = facts["model"]
-        announce(f"{name}: {len(plans)} sessions on {base_url}")
-        client = ChatClient(
-            base_url,
-            model=model,
+        return flush
+
+    def _contact(self, target: Target, base_url: str, flush: dict[str, Any] | None) -> Contact:
+        opts, spec = self.opts, self.opts.target
+        return Contact(
+            run_dir=opts.out_dir,
+            variant=self.variant,
+            repeat=self.repeat,
+            base_url=base_url,
+            described=target.describe(),
+            rules=spec.rules_for(self.variant) if spec is not None and not opts.endpoint else {},
+            model=opts.model,
+            model_source=model_source(opts.model, opts.args),
             api_key=opts.api_key,
-            max_connections=max(opts.concurrency, 1) + 8,
-            request_timeout=opts.request_timeout,
+            api=opts.api,
+            scenario=opts.scenario,
+            flush=flush,
+            strict=opts.strict_variants,
         )
-        sessions_client: Any = client  # raw mode: the prompt rendered here, the output parsed here
-        if opts.api != "chat":
-            drop_bos = bool((facts.get("rendering") or {}).get("drop_bos"))
-            sessions_client = RawClient(client, opts.api, opts.scenario.dialect, drop_bos)
-        base = {
-            "run_id": run_id,
-            "variant": variant.label,
-            "factors": variant.as_dict(),
-            "repeat": repeat,
-        }
 
-        def session_done(index: int, why: str | None) -> None:
-            ended[why or "?"] = ended.get(why or "?", 0) + 1
-            row = {"variant": variant.label, "repeat": repeat, "session": index, "ended": why}
-            sessions_log.write(json.dumps(row) + "\n")
-            sessions_log.flush()
+    def _metrics(self, base_url: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        spec = self.opts.target
+        if spec is not None and not spec.metrics:
+            return contextlib.nullcontext()
+        return MetricsScraper(
+            base_url,
+            self.opts.out_dir,
+            variant=self.variant.label,
+            repeat=self.repeat,
+            interval_s=self.opts.metrics_interval,
+        )
 
-        transcripts = TranscriptLog(
-            opts.out_dir / TRANSCRIPTS_FILE,
-            base,
-            model=model,
+    def _session_done(self, index: int, why: str | None) -> None:
+        self.ended[why or "?"] = self.ended.get(why or "?", 0) + 1
+        row = {"variant": self.variant.label, "repeat": self.repeat, "session": index, "ended": why}
+        self._sessions_log.write(json.dumps(row) + "\n")
+        self._sessions_log.flush()
+
+    async def _start_load(
+        self,
+        client_spec: ClientSpec,
+        sessions_client: Any,
+        base: dict[str, Any],
+        transcripts: TranscriptLog,
+        pool: WorkerPool | None,
+        starting: asyncio.Task[None] | None,
+    ) -> asyncio.Task[Any]:
+        """The task driving every session: on this event loop, or over the worker pool."""
+        opts = self.opts
+        options = DriveOptions(
+            concurrency=opts.concurrency,
             stream=opts.stream,
-            dialect=opts.scenario.dialect,
-            keep_all=opts.keep_transcripts,
+            on_corruption=opts.on_corruption,
         )
-        scrape = spec is None or spec.metrics
+        if pool is None:
+            return asyncio.create_task(
+                drive(
+                    sessions_client,
+                    opts.scenario,
+                    self.plans,
+                    self.writer,
+                    base,
+                    options,
+                    self.progress,
+                    on_session_end=self._session_done,
+                    make_session=self.make_session,
+                    transcripts=transcripts,
+                )
+            )
+        assert starting is not None
+        await starting
+        return asyncio.create_task(
+            drive_workers(
+                pool,
+                replace(client_spec, max_connections=connections_for(opts.concurrency)),
+                opts.scenario,
+                self.plans,
+                self.writer,
+                base,
+                options,
+                self.progress,
+                on_session_end=self._session_done,
+                source=SessionSource(
+                    opts.workload, opts.workload_mode, opts.pace, opts.api, opts.seed
+                ),
+                transcripts=transcripts,
+            )
+        )
+
+    async def _wait(self, target: Target, load: asyncio.Task[Any]) -> str | None:
+        """Wait for the load while watching the server; why it stopped early (None: it ran to
+        its end)."""
+        error = None
+        watcher = asyncio.create_task(watch(target, load))
         try:
-            async with (
-                MetricsScraper(
-                    base_url,
-                    opts.out_dir,
-                    variant=variant.label,
-                    repeat=repeat,
-                    interval_s=opts.metrics_interval,
-                )
-                if scrape
-                else contextlib.nullcontext()
-            ):
-                options = DriveOptions(
-                    concurrency=opts.concurrency,
-                    stream=opts.stream,
-                    on_corruption=opts.on_corruption,
-                )
-                if pool is None:
-                    # the driver builds the sessions' Shared: it picks the log up from the context
-                    token = ACTIVE_TRANSCRIPTS.set(transcripts)
-                    load: asyncio.Task[Any] = asyncio.create_task(
-                        drive(
-                            sessions_client,
-                            opts.scenario,
-                            plans,
-                            writer,
-                            base,
-                            options,
-                            progress,
-                            on_session_end=session_done,
-                            make_session=make_session,
-                        )
-                    )
-                    ACTIVE_TRANSCRIPTS.reset(token)
-                else:
-                    assert starting is not None
-                    await starting
-                    load = asyncio.create_task(
-                        drive_workers(
-                            pool,
-                            ClientSpec(
-                                base_url,
-                                model,
-                                opts.api_key,
-                                opts.concurrency + 8,
-                                opts.request_timeout,
-                                opts.api,
-                                getattr(sessions_client, "drop_bos", False),
-                            ),  # fmt: skip
-                            opts.scenario,
-                            plans,
-                            writer,
-                            base,
-                            options,
-                            progress,
-                            on_session_end=session_done,
-                            source=SessionSource(
-                                opts.workload, opts.workload_mode, opts.pace, opts.api, opts.seed
-                            ),
-                            transcripts=transcripts,
-                        )
-                    )
-                watcher = asyncio.create_task(watch(target, load))
-                try:
-                    await load
-                except asyncio.CancelledError:
-                    error = await watcher
-                    if error is None:
-                        raise
-                    announce(f"{name}: stopped: {error}")
-                except WorkerError as exc:
-                    error = str(exc)
-                    announce(f"{name}: stopped: {error}")
-                finally:
-                    watcher.cancel()
-                    if plans:  # (a resumed variant with only its after-load work left)
-                        save_row(opts.out_dir, variant.label, repeat, progress.harness_self)
-                alive = getattr(target, "alive", None)
-                if error is None and alive is not None and not alive():
-                    error = "the server process died during the run"
-                    announce(f"{name}: {error}")
-                if error is None:
-                    chosen = plans[: opts.reference_sessions] if reference is None else reference
-                    await after_load(opts, run_id, variant, repeat, chosen, client, base, announce)
+            await load
+        except asyncio.CancelledError:
+            error = await watcher
+            if error is None:
+                raise
+            self.announce(f"{self.name}: stopped: {error}")
+        except WorkerError as exc:
+            error = str(exc)
+            self.announce(f"{self.name}: stopped: {error}")
         finally:
-            transcripts.close()
-            await client.aclose()
-    finally:
-        sessions_log.close()
-        if pool is not None and starting is not None:
-            with contextlib.suppress(Exception):
-                await starting  # quick: the processes import on their own
-            await pool.close()  # when the load never started (drive_workers closes it)
-        await target.stop()
-    wall = time.perf_counter() - t0
-    announce(f"{name}: done in {wall:.0f}s")
-    return VariantOutcome(variant.label, repeat, len(plans), ended, wall, error)
+            watcher.cancel()
+            if self.plans:  # (a resumed variant with only its after-load work left)
+                save_row(
+                    self.opts.out_dir, self.variant.label, self.repeat, self.progress.harness_self
+                )
+        return error
+
+    async def _after_load(self, client: ChatClient, base: dict[str, Any]) -> None:
+        opts = self.opts
+        chosen = self.plans[: opts.reference_sessions] if self.reference is None else self.reference
+        await after_load(
+            opts, self.run_id, self.variant, self.repeat, chosen, client, base, self.announce
+        )
 
 
 async def execute(
@@ -393,20 +376,11 @@ async def execute(
                     )
                     if not todo and not reference and not confirm_left:
                         continue
-                    outcomes.append(
-                        await _run_variant(
-                            opts,
-                            run_id,
-                            variant,
-                            repeat,
-                            todo,
-                            writer,
-                            progress,
-                            announce,
-                            make,
-                            reference,
-                        )  # fmt: skip
-                    )
+                    step = _VariantRun(
+                        opts, run_id, variant, repeat, todo, writer, progress, announce, make,
+                        reference,
+                    )  # fmt: skip
+                    outcomes.append(await step.run())
                     save()
                 if len(rounds) > 1:
                     writer.sync()

@@ -24,13 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis import stats
+from harness.client import DEFAULT_REQUEST_TIMEOUT, connections_for
 from harness.client.chat import ChatClient
 from harness.client.output import TurnOutput
+from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.errors import UsageError
-from harness.record.transcripts import TRANSCRIPTS_FILE, Transcript, load_transcripts
+from harness.record.rundir import TRANSCRIPTS_FILE, RunDir
+from harness.record.transcripts import Transcript, load_transcripts
+from harness.record.turns import TurnWriter
 from harness.target.launch import Target, make_target, safe_label
+from harness.target.readiness import EndpointTarget
+from harness.target.spec import load_target
 from harness.verdict import Verdict, classify_turn
 from harness.workload.matrix import Variant
+from harness.workload.scenario import load_scenario
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +106,6 @@ async def resend(
 # ---- locating the request ------------------------------------------------------------------
 
 
-def read_run_meta(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "run.json"
-    if not path.is_file():
-        raise UsageError(f"{run_dir} is not a run folder (no run.json in it)")
-    meta: dict[str, Any] = json.loads(path.read_text())
-    return meta
-
-
 def pick_transcript(
     run_dir: Path, session: int, variant: str | None, repeat: int | None
 ) -> Transcript:
@@ -151,8 +150,6 @@ def target_for_replay(
     run_dir: Path, meta: dict[str, Any], variant_label: str, endpoint: str | None
 ) -> Target:
     """The server to replay against (see the module docstring)."""
-    from harness.target.readiness import EndpointTarget
-    from harness.target.spec import load_target
 
     if endpoint:
         return EndpointTarget(endpoint)
@@ -164,7 +161,7 @@ def target_for_replay(
             (v["factors"] for v in meta.get("variants", []) if v["label"] == variant_label), None
         )
         if factors is None:
-            raise UsageError(f"variant {variant_label!r} is not in {run_dir / 'run.json'}")
+            raise UsageError(f"variant {variant_label!r} is not in {RunDir(run_dir).run_file}")
         variant = Variant(tuple(factors.items()))
         extra: list[str] = []
         if spec.name == "sim":
@@ -193,7 +190,7 @@ class ReplayOptions:
     endpoint: str | None = None
     model: str | None = None
     api_key: str | None = None
-    request_timeout: float = 120.0
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 
 
 def condition_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -217,8 +214,6 @@ async def _loaded_sends(
     client: ChatClient, t: Transcript, seq: int, opts: ReplayOptions, scenario: Any
 ) -> list[dict[str, Any]]:
     """``count`` sends while ``load`` sessions of the scenario keep the server busy."""
-    from harness.drive.session import Session, SessionPlan, Shared, make_plans
-    from harness.record.turns import TurnWriter
 
     recorded = t.rows[seq].get("response") or {}
     path = opts.run_dir / REPLAYS_DIR / "load-turns.jsonl"
@@ -259,8 +254,6 @@ async def _loaded_sends(
 
 
 def _scenario_of(meta: dict[str, Any]) -> Any:
-    from harness.workload.scenario import load_scenario
-
     source = meta.get("scenario_source")
     path = Path(source) if source and not str(source).startswith("<") else None
     args = meta.get("args") or {}
@@ -271,7 +264,7 @@ def _scenario_of(meta: dict[str, Any]) -> Any:
 
 async def replay(opts: ReplayOptions) -> dict[str, Any]:
     """Run the replay; write ``replays/<name>.json``; return the result."""
-    meta = read_run_meta(opts.run_dir)
+    meta = RunDir(opts.run_dir).read_meta()
     t = pick_transcript(opts.run_dir, opts.session, opts.variant, opts.repeat)
     seq = pick_row(t, opts.turn, opts.attempt)
     row = t.rows[seq]
@@ -286,7 +279,7 @@ async def replay(opts: ReplayOptions) -> dict[str, Any]:
             base_url,
             model=opts.model or str(t.header["model"]),
             api_key=opts.api_key,
-            max_connections=opts.load + 8,
+            max_connections=connections_for(opts.load),
             request_timeout=opts.request_timeout,
         )
         try:

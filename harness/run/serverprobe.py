@@ -1,9 +1,10 @@
 """The first contact with each variant's server, once it is ready and before its load.
 
-``first_contact`` reads the server back (harness.target.serverfacts), checks the target file's
+``first_contact`` reads the server back (harness.target.serverfacts; judged by
+harness.analysis.variantcheck), checks the target file's
 verify rules, compares it with the variants before it, names the model (printed once, and
 written into run.json when none was asked), asks once per run whether ``usage`` reports
-cached tokens, and in raw mode checks the rendering on one turn (harness.drive.rawmode). It records
+cached tokens, and in raw mode checks the rendering on one turn (harness.client.raw). It records
 one row in ``server_facts.jsonl`` and says every problem as a warning; with ``strict`` a
 problem is a ConfigError before the load.
 """
@@ -19,8 +20,9 @@ from typing import Any
 
 import httpx
 
+from harness.analysis import variantcheck
 from harness.client.chat import ChatClient
-from harness.drive.rawmode import RawClient, check_rendering, probe_body
+from harness.client.raw import RawClient, check_rendering
 from harness.errors import ConfigError
 from harness.target import serverfacts
 from harness.target.readiness import served_model
@@ -67,6 +69,19 @@ def _note_model(run_dir: Path, model: str) -> None:
         path.write_text(json.dumps(meta, indent=2) + "\n")
 
 
+def probe_body(scenario: Scenario) -> dict[str, Any]:
+    """A one-token request of the scenario's first turn (its system prompt, task and tools)."""
+    messages: list[dict[str, Any]] = []
+    if scenario.system_prompt:
+        messages.append({"role": "system", "content": scenario.system_prompt})
+    task = scenario.tasks[0] if scenario.tasks else "List the files of the project."
+    messages.append({"role": "user", "content": task})
+    body: dict[str, Any] = {"messages": messages, "max_tokens": 1, "temperature": 0.0}
+    if scenario.tools:
+        body["tools"] = scenario.openai_tools()
+    return body
+
+
 async def first_contact(c: Contact, say: Callable[[str], None]) -> dict[str, Any]:
     """The row recorded for this variant and repeat (``row["model"]``: the model to ask)."""
     config = await serverfacts.read_config(c.base_url, api_key=c.api_key)
@@ -75,13 +90,13 @@ async def first_contact(c: Contact, say: Callable[[str], None]) -> dict[str, Any
     card = config.get("models") or {}
     served = str(card["id"]) if card.get("id") is not None else None
     model = c.model or served or await served_model(c.base_url, c.api_key)
-    earlier = serverfacts.load(c.run_dir)
+    earlier = variantcheck.load(c.run_dir)
     if not any(r.get("model") == model for r in earlier):
         say(f"model: {model} ({c.model_source})")
         if served is not None and served != model:
             say(f"note: the server lists the model as {served}")
         _note_model(c.run_dir, model)
-    results = serverfacts.check(config, c.rules)
+    results = variantcheck.check(config, c.rules)
     kind = serverfacts.server_kind(config)
     cached = None
     if not any(r.get("cached_tokens_reported") is not None for r in earlier):
@@ -100,18 +115,18 @@ async def first_contact(c: Contact, say: Callable[[str], None]) -> dict[str, Any
         "variant": label, "factors": c.variant.as_dict(), "repeat": c.repeat,
         "base_url": c.base_url, "model": model, "served_model": served, "kind": kind,
         "sources": sorted(config), "config": config, "verify": results,
-        "settings": serverfacts.settings_of(config, [r["key"] for r in results]),
+        "settings": variantcheck.settings_of(config, [r["key"] for r in results]),
         "flush_cache": dict(c.flush) if c.flush is not None else None,
         "cached_tokens_reported": cached, "rendering": rendering,
     }  # fmt: skip
     serverfacts.append(c.run_dir, row)
-    problems = serverfacts.rule_failures(label, results)
-    problems += [u["message"] for u in serverfacts.unapplied([*earlier, row])
+    problems = variantcheck.rule_failures(label, results)
+    problems += [u["message"] for u in variantcheck.unapplied([*earlier, row])
                  if label in u["variants"]]  # fmt: skip
     for text in problems:
         say(f"warning: {text}")
     if cached is False:
-        say(f"warning: {serverfacts.cache_report_warning(kind)}")
+        say(f"warning: {variantcheck.cache_report_warning(kind)}")
     if problems and c.strict:
         raise ConfigError(
             f"{problems[0]} (--strict-variants: the run stops before this variant's load; "

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from harness.errors import InfrastructureError
+from harness.record.rundir import RunDir
 from harness.target.readiness import _LIVE, stop_group, wait_ready
 from harness.target.spec import TargetSpec, substitute
 from harness.workload.matrix import Variant
@@ -125,7 +126,7 @@ class LaunchTarget:
         self.launch = spec.launch
         self.variant = variant
         self.repeat = repeat
-        self.log_path = run_dir / "servers" / f"{safe_label(variant)}.log"
+        self.log_path = RunDir(run_dir).server_log(f"{safe_label(variant)}.log")
         self.level_args, self.level_env = level_additions(spec, variant)
         self.extra_args = list(extra_args)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -305,7 +306,7 @@ class HookTarget:
         self.repeat = repeat
         self.run_dir = run_dir
         self.base_url = spec.base_url
-        self.log_path = run_dir / "servers" / f"{safe_label(variant)}.hook.log"
+        self.log_path = RunDir(run_dir).server_log(f"{safe_label(variant)}.hook.log")
         _, self.level_env = level_additions(spec, variant)
         self._before_done = False
         self._stopped = False

@@ -24,9 +24,10 @@ from typing import IO, Any
 import httpx
 import orjson
 
+from harness.record.rundir import METRICS_FILE
+
 log = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.jsonl"
 
 #: Gauges that are ratios: averaged over label sets (ranks, engines), not summed.
 RATIO_METRICS = frozenset(

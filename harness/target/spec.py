@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from harness.errors import ConfigError, UsageError
+from harness.target.serverfacts import SOURCES
 from harness.workload.matrix import Variant
 
 MODES = ("launch", "endpoint", "hook")
@@ -359,8 +360,6 @@ class _Builder:
         return MappingProxyType(out)
 
     def _verify(self, body: Mapping[str, Any], where: str) -> Mapping[str, str]:
-        from harness.target.serverfacts import SOURCES
-
         table = body.get("verify", {})
         if not isinstance(table, dict):
             raise self.fail(f'{where} verify: give a table of "source.key" = "value"')

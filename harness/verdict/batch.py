@@ -30,6 +30,7 @@ from typing import Any, TextIO, cast
 
 from harness.dialects import registry
 from harness.errors import HarnessError, UsageError
+from harness.verdict import classify_turn
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,6 @@ def parse_line(line: str) -> dict[str, Any]:
 
 def classify_record(rec: dict[str, Any]) -> dict[str, Any]:
     """The output record for one validated input record."""
-    from harness.verdict import classify_turn
-
     source = rec.get("source", "raw")
     verdict = classify_turn(
         rec["text"],

@@ -11,21 +11,20 @@ import orjson
 import pytest
 
 from harness import labels as L
+from harness.analysis.rawcompare import compare_records, judge_pair
 from harness.client.chat import ChatClient
 from harness.client.output import TurnOutput
-from harness.dialects import dsml
-from harness.dialects.prompt_v4 import render_v4
-from harness.drive.rawmode import (
+from harness.client.raw import (
     PATHS,
     RawClient,
     check_api,
     check_rendering,
-    compare_records,
     finish_raw,
-    judge_pair,
     raw_payload,
-    visible,
 )
+from harness.dialects import dsml
+from harness.dialects.prompt_v4 import render_v4
+from harness.drive.raw_session import visible
 from harness.errors import UsageError
 from harness.sim.cache import hash_prompt
 from harness.sim.raw import decode_v4

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from harness import labels as L
+from harness.analysis.rawcompare import compare_records, compare_runs
 from harness.cli.main import main
 from harness.client.chat import ChatClient
+from harness.client.raw import RawClient
 from harness.dialects import dsml
 from harness.drive.driver import DriveOptions, drive
-from harness.drive.rawmode import RawClient, compare_records, compare_runs
 from harness.drive.trace_session import TraceSession, fake_kind, session_factory, trace_plans
 from harness.record.turns import TurnWriter, read_turns
 from harness.workload.scenario import load_scenario

@@ -10,16 +10,10 @@ from typing import Any
 import pytest
 
 from harness import labels as L
+from harness.analysis.confirm import CONFIRMED_UNDER_LOAD, REPRODUCES_ALONE, compare_session
+from harness.record.rundir import CONFIRM_FILE, REFERENCE_ENDS_FILE, REFERENCE_FILE
 from harness.record.turns import read_turns
 from harness.report.build import write_report
-from harness.run.afterload import (
-    CONFIRM_FILE,
-    CONFIRMED_UNDER_LOAD,
-    REFERENCE_ENDS_FILE,
-    REFERENCE_FILE,
-    REPRODUCES_ALONE,
-    compare_session,
-)
 from tests.run.test_replay import LOAD_SCALE, Proxy, _fault_run
 
 
@@ -93,7 +87,8 @@ async def test_resume_finishes_an_interrupted_after_load(
     sessions that did not run to their end (one cut short from its start, its partial rows
     dropped) and confirms the sends not confirmed yet, each once."""
     from harness.drive.driver import Progress
-    from harness.run.execute import execute, finished_sessions
+    from harness.record.rundir import RunDir
+    from harness.run.execute import execute
 
     url = make_sim(force_fault="salad")
     opts = await _fault_run(url, tmp_path, 4, confirm=True, reference_sessions=3)
@@ -113,7 +108,7 @@ async def test_resume_finishes_an_interrupted_after_load(
     (tmp_path / REFERENCE_ENDS_FILE).write_text(json.dumps(ends[0]) + "\n")
     turns_before = (tmp_path / "turns.jsonl").read_text()
 
-    skip = finished_sessions(tmp_path)
+    skip = RunDir(tmp_path).finished_sessions()
     assert len(skip) == 4
     outcomes = await execute(opts, "r1", Progress(), skip=skip)
     assert len(outcomes) == 1
@@ -136,7 +131,7 @@ async def test_resume_finishes_an_interrupted_after_load(
     assert sorted(e["session"] for e in ends) == [0, 1, 2]
 
     # nothing left to do: a second resume starts no server
-    assert await execute(opts, "r1", Progress(), skip=finished_sessions(tmp_path)) == []
+    assert await execute(opts, "r1", Progress(), skip=RunDir(tmp_path).finished_sessions()) == []
 
 
 async def test_resume_of_a_run_folder_from_before_the_reference_ends(
@@ -145,13 +140,14 @@ async def test_resume_of_a_run_folder_from_before_the_reference_ends(
     """No reference_sessions.jsonl (a run folder of an earlier version): a session with rows
     counts as run, as it did then, and is noted so; the others run."""
     from harness.drive.driver import Progress
-    from harness.run.execute import execute, finished_sessions
+    from harness.record.rundir import RunDir
+    from harness.run.execute import execute
 
     opts = await _fault_run(make_sim(index_k="fp8"), tmp_path, 3, reference_sessions=3)
     first = [r for r in read_turns(tmp_path / REFERENCE_FILE) if r["session"] == 0]
     (tmp_path / REFERENCE_FILE).write_text("".join(json.dumps(r) + "\n" for r in first))
     (tmp_path / REFERENCE_ENDS_FILE).unlink()
-    await execute(opts, "r1", Progress(), skip=finished_sessions(tmp_path))
+    await execute(opts, "r1", Progress(), skip=RunDir(tmp_path).finished_sessions())
     reference = read_turns(tmp_path / REFERENCE_FILE)
     assert [r for r in reference if r["session"] == 0] == first
     assert {r["session"] for r in reference} == {0, 1, 2}

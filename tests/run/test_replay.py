@@ -13,10 +13,12 @@ from aiohttp import web
 
 from harness.client.chat import ChatClient
 from harness.drive.driver import DriveOptions, Progress, drive
-from harness.drive.session import ACTIVE_TRANSCRIPTS, make_plans
-from harness.record.transcripts import TRANSCRIPTS_FILE, TranscriptLog, load_transcripts
+from harness.drive.session import make_plans
+from harness.record.rundir import TRANSCRIPTS_FILE
+from harness.record.transcripts import TranscriptLog, load_transcripts
 from harness.record.turns import TurnWriter, read_turns
-from harness.run.execute import RunOptions, execute, write_run_json
+from harness.run.execute import execute, write_run_json
+from harness.run.options import RunOptions
 from harness.run.replay import ReplayOptions, format_replay, replay
 from harness.verdict import classify_turn
 from harness.workload.matrix import Variant
@@ -108,7 +110,6 @@ async def drive_with_log(
         dialect=scenario.dialect,
         keep_all=keep_all,
     )
-    token = ACTIVE_TRANSCRIPTS.set(log)
     try:
         with TurnWriter(path / "turns.jsonl") as writer:
             await drive(
@@ -119,9 +120,9 @@ async def drive_with_log(
                 BASE,
                 DriveOptions(concurrency=sessions, stream=stream),
                 Progress(),
+                transcripts=log,
             )
     finally:
-        ACTIVE_TRANSCRIPTS.reset(token)
         log.close()
         await client.aclose()
     return log

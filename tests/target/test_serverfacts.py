@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from harness.analysis import variantcheck
 from harness.errors import ConfigError
 from harness.run import serverprobe
 from harness.target import serverfacts
@@ -78,23 +79,23 @@ def test_same_configuration_for_one_factor_is_caught_volatile_keys_aside() -> No
         _row("index_k=fp8", {"index_k": "fp8"}, {"kv_cache_dtype": "auto"}),
         _row("index_k=bf16", {"index_k": "bf16"}, {"kv_cache_dtype": "auto"}),
     ]
-    found = serverfacts.unapplied(rows)
+    found = variantcheck.unapplied(rows)
     assert [u["variants"] for u in found] == [["index_k=fp8", "index_k=bf16"]]
     assert "same configuration (all 1 settings of its /server_info)" in found[0]["message"]
     rows[1]["config"]["server_info"]["kv_cache_dtype"] = "fp8_e4m3"
-    assert serverfacts.unapplied(rows) == []
+    assert variantcheck.unapplied(rows) == []
     # a rule names the keys that matter: the rest may differ
     rows[0]["verify"] = [{"key": "server_info.index_k_dtype", "factor": "index_k"}]
-    found = serverfacts.unapplied(rows)
+    found = variantcheck.unapplied(rows)
     assert found[0]["keys"] == ["server_info.index_k_dtype"]
     # two factors apart, or a server that reports nothing: no judgement
     rows[1]["factors"] = {"index_k": "bf16", "hicache": "on"}
-    assert serverfacts.unapplied(rows) == []
-    assert serverfacts.unapplied([{**r, "config": {}} for r in rows]) == []
+    assert variantcheck.unapplied(rows) == []
+    assert variantcheck.unapplied([{**r, "config": {}} for r in rows]) == []
     # /props alone shows too little: without a rule, no judgement
     props = [{**r, "config": {"props": {"total_slots": 8}}, "verify": []} for r in rows[:1]]
     props.append({**props[0], "variant": "index_k=bf16", "factors": {"index_k": "bf16"}})
-    assert serverfacts.unapplied(props) == []
+    assert variantcheck.unapplied(props) == []
 
 
 def test_rule_values_match_by_type() -> None:
@@ -102,11 +103,11 @@ def test_rule_values_match_by_type() -> None:
     rules = {"props.total_slots": ("8", "f"), "props.flag": ("true", "f"),
              "props.name": ("q8_0", "f"), "props.list.1": ("2", "f"),
              "props.missing": ("x", "f")}  # fmt: skip
-    ok = {r["key"]: r["ok"] for r in serverfacts.check(config, rules)}
+    ok = {r["key"]: r["ok"] for r in variantcheck.check(config, rules)}
     assert ok == {"props.total_slots": True, "props.flag": True, "props.name": True,
                   "props.list.1": True, "props.missing": False}  # fmt: skip
-    failed = serverfacts.check(config, {"props.name": ("f16", "cache_type")})
-    [text] = serverfacts.rule_failures("cache_type=f16", failed)
+    failed = variantcheck.check(config, {"props.name": ("f16", "cache_type")})
+    [text] = variantcheck.rule_failures("cache_type=f16", failed)
     assert "reports props.name = 'q8_0', the target file expects 'f16'" in text
 
 
@@ -220,7 +221,7 @@ def test_an_endpoint_run_names_the_model_it_discovered_and_warns_of_no_cache_rep
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == "served-by-sim"
     assert "Model: `served-by-sim`" in (out / "report.md").read_text()
-    rows = serverfacts.load(out)
+    rows = variantcheck.load(out)
     assert rows[0]["cached_tokens_reported"] is False
 
 
@@ -237,7 +238,7 @@ def test_raw_mode_checks_its_rendering_and_leaves_out_a_bos_the_server_adds(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "the server adds its own BOS to a prompt" in proc.stderr
-    [row] = serverfacts.load(out)
+    [row] = variantcheck.load(out)
     assert row["rendering"]["ok"] is True
     assert row["rendering"]["drop_bos"] is True
     assert row["rendering"]["raw_prompt_tokens"] == row["rendering"]["chat_prompt_tokens"]
@@ -266,7 +267,7 @@ def test_warnings_gather_rules_flushes_renderings_and_the_cache_report_once() ->
         _row("f=b", {"f": "b"}, {"x": 2}, verify=[failed], cached_tokens_reported=None,
              rendering={"ok": False, "message": "raw mode: the prompt the harness renders"}),
     ]  # fmt: skip
-    said = serverfacts.warnings(rows)
+    said = variantcheck.warnings(rows)
     assert said[0].startswith("variant f=b: the server reports server_info.x = 2")
     assert (
         "variant f=a (repeat 0): the cache flush failed (HTTP 400: the server was busy)"
@@ -275,6 +276,6 @@ def test_warnings_gather_rules_flushes_renderings_and_the_cache_report_once() ->
     assert said[2] == "variant f=b: raw mode: the prompt the harness renders"
     assert said[3].endswith("start vLLM with --enable-prompt-tokens-details")
     assert len(said) == 4
-    part = serverfacts.summary_part(rows)
+    part = variantcheck.summary_part(rows)
     assert part["warnings"] == said
     assert part["variants"]["f=a"]["repeats"][0]["flush_cache"] == flush

@@ -1,0 +1,134 @@
+"""A run folder: the name of every file in it, and the bookkeeping ``--resume`` reads.
+
+Everything a run leaves behind is written as it happens, so a run that dies halfway keeps
+every finished turn. ``sessions.jsonl`` notes each session that ran to its end: a resumed run
+skips those, and sets aside the turns of the others (``turns.interrupted.jsonl``, kept, not
+counted) before running them again from their start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+TURNS_FILE = "turns.jsonl"  # one line per finished turn (record.turns)
+INTERRUPTED_FILE = "turns.interrupted.jsonl"  # turns of sessions a resume runs again
+TRANSCRIPTS_FILE = "transcripts.jsonl"  # the exact requests (record.transcripts)
+RUN_FILE = "run.json"  # the run's options and plan
+SESSIONS_FILE = "sessions.jsonl"  # one line per session that ran to its end
+OUTCOMES_FILE = "outcomes.json"  # one entry per finished variant
+METRICS_FILE = "metrics.jsonl"  # the server's Prometheus numbers over time
+SELF_REPORT_FILE = "selfreport.jsonl"  # the harness's own lag and CPU, per variant load
+CONFIRM_FILE = "confirm.jsonl"  # corrupted turns re-sent alone
+REFERENCE_FILE = "reference.jsonl"  # sessions re-run one at a time after the load
+REFERENCE_ENDS_FILE = "reference_sessions.jsonl"  # which of those ran to their end
+SUMMARY_FILE = "summary.json"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+TIDY_FILE = "turns"  # .parquet, or .csv without pyarrow
+PLOTS_DIR = "plots"
+SERVERS_DIR = "servers"  # one log per launched server
+SERVER_FACTS_FILE = "server_facts.jsonl"  # what each variant's server reported of itself
+
+SessionKey = tuple[str, int, int]  # (variant, repeat, session)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run folder."""
+
+    path: Path
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def turns(self) -> Path:
+        return self.path / TURNS_FILE
+
+    @property
+    def transcripts(self) -> Path:
+        return self.path / TRANSCRIPTS_FILE
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def sessions(self) -> Path:
+        return self.path / SESSIONS_FILE
+
+    @property
+    def outcomes(self) -> Path:
+        return self.path / OUTCOMES_FILE
+
+    def server_log(self, name: str) -> Path:
+        return self.path / SERVERS_DIR / name
+
+    def prepare(self) -> None:
+        """Create the folder for a new run; one that holds anything is refused."""
+        if self.path.exists() and any(self.path.iterdir()):
+            raise UsageError(
+                f"output folder {self.path} exists and is not empty; choose another --out "
+                f"(or continue it with --resume {self.path})"
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        self.run_file.write_text(json.dumps(meta, indent=2) + "\n")
+
+    def read_meta(self, flag: str | None = None) -> dict[str, Any]:
+        """run.json; a folder without one is not a run folder (``flag``: the option named it)."""
+        if not self.run_file.is_file():
+            where = f"{flag} {self.path}: not" if flag else f"{self.path} is not"
+            raise UsageError(f"{where} a run folder (no {RUN_FILE} in it)")
+        meta: dict[str, Any] = json.loads(self.run_file.read_text())
+        return meta
+
+    def finished_sessions(self) -> set[SessionKey]:
+        """(variant, repeat, session) of every session that ran to its end."""
+        done: set[SessionKey] = set()
+        if not self.sessions.exists():
+            return done
+        for line in self.sessions.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError, KeyError):
+                row = json.loads(line)
+                done.add((row["variant"], row["repeat"], row["session"]))
+        return done
+
+    def set_aside_unfinished(self, done: set[SessionKey]) -> int:
+        """Move the turns of sessions that did not finish to turns.interrupted.jsonl (kept, not
+        counted); their sessions run again from the start. Returns the number of rows moved."""
+        path = self.turns
+        if not path.exists():
+            return 0
+        keep: list[dict[str, Any]] = []
+        moved: list[dict[str, Any]] = []
+        with open(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    rec = json.loads(raw)
+                except json.JSONDecodeError:
+                    log.warning("%s:%d: unreadable line skipped (torn write?)", path, lineno)
+                    continue
+                key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
+                (keep if key in done else moved).append(rec)
+        if moved:
+            with open(self.path / INTERRUPTED_FILE, "a") as fh:
+                fh.writelines(json.dumps(r) + "\n" for r in moved)
+            tmp = path.with_suffix(".jsonl.tmp")
+            with open(tmp, "w") as fh:
+                fh.writelines(json.dumps(r) + "\n" for r in keep)
+            os.replace(tmp, path)
+        return len(moved)

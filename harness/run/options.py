@@ -1,0 +1,56 @@
+"""What one run is asked to do: ``RunOptions``, built by the command layer from its flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.client import DEFAULT_REQUEST_TIMEOUT
+from harness.run.plan import run_order
+from harness.target.spec import TargetSpec
+from harness.workload.matrix import Variant
+from harness.workload.scenario import Scenario
+
+Order = Literal["abab", "abba"]  # how repeats interleave
+OnCorruption = Literal["retry", "stop"]  # re-send a corrupted turn, or end its session
+WorkloadMode = Literal["replay", "continue"]  # a trace's requests as recorded, or live answers
+Pace = Literal["recorded", "fast"]  # a trace's turns at their offsets, or at once
+Api = Literal["chat", "completions", "generate"]  # who parses the tool calls
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    scenario: Scenario
+    variants: tuple[Variant, ...]
+    out_dir: Path
+    sessions: int
+    concurrency: int
+    target: TargetSpec | None = None  # None: --endpoint
+    seed: int = 1
+    repeats: int = 1
+    order: Order = "abab"
+    stream: bool = True
+    on_corruption: OnCorruption = "retry"
+    endpoint: str | None = None
+    model: str | None = None  # None: the first model the server lists in /v1/models
+    api_key: str | None = None
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    run_timeout: float | None = None
+    sim_args: tuple[str, ...] = ()
+    metrics_interval: float = 5.0
+    keep_transcripts: bool = False  # all sessions' transcripts, not only corrupted ones
+    confirm: bool = False  # re-send every corrupted turn alone after the variant's load
+    reference_sessions: int = 0  # sessions re-run one at a time after the variant's load
+    workload: Path | None = None  # a trace (JSONL): its conversations are the sessions
+    workload_mode: WorkloadMode = "replay"  # replay | continue (harness.drive.trace_session)
+    pace: Pace = "recorded"  # recorded | fast
+    api: Api = "chat"  # chat | completions | generate (harness.client.raw)
+    max_sessions: int | None = None  # --until-significant: the budget per variant
+    workers: int = 1  # processes driving each variant's sessions (harness.pool.parent)
+    alpha: float = 0.05
+    strict_variants: bool = False  # a variant its server does not confirm stops the run
+    args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
+
+    def schedule(self) -> list[tuple[Variant, int]]:
+        return run_order(list(self.variants), self.repeats, scheme=self.order)
