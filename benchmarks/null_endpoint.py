@@ -10,7 +10,10 @@ as a server decoding writes each token) or as one JSON body. ``usage`` carries
 
     python benchmarks/null_endpoint.py --port 0   # prints "PORT <n>" on stdout once listening
 
-GET /stats answers {"requests": n, "bytes_in": n, "bytes_out": n, "events": n}.
+GET /stats answers {"requests": n, "bytes_in": n, "bytes_out": n, "events": n, "arrivals": [s]}
+(``arrivals``: each chat request's arrival, seconds on the endpoint's monotonic clock, for
+steady-state rates). ``--record FILE`` appends every chat request body to FILE (a 4-byte
+big-endian length, then the body), for a client that replays exactly what another one sent.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import argparse
 import asyncio
 import signal
 import sys
+import time
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
@@ -167,6 +172,8 @@ class Stats:
     bytes_in = 0
     bytes_out = 0
     events = 0
+    arrivals: list[float] = []  # one endpoint per process
+    record: BinaryIO | None = None
 
 
 class Conn(asyncio.Protocol):
@@ -217,6 +224,7 @@ class Conn(asyncio.Protocol):
                 "bytes_in": Stats.bytes_in,
                 "bytes_out": Stats.bytes_out,
                 "events": Stats.events,
+                "arrivals": Stats.arrivals,
             }
             payload = orjson.dumps(doc)
             self.transport.write(
@@ -226,6 +234,9 @@ class Conn(asyncio.Protocol):
             return
         Stats.requests += 1
         Stats.bytes_in += len(body)
+        Stats.arrivals.append(time.monotonic())
+        if Stats.record is not None:
+            Stats.record.write(len(body).to_bytes(4, "big") + body)
         pick = Stats.requests % len(CALLS)
         prompt = len(body) // 4
         if b'"stream":true' in body:
@@ -305,6 +316,7 @@ def main() -> None:
         default=0.0,
         help="answer each request after this long (a paced server); 0: at once",
     )
+    ap.add_argument("--record", type=Path, help="append every chat request body to this file")
     ap.add_argument(
         "--token-ms",
         type=float,
@@ -313,6 +325,8 @@ def main() -> None:
         "token); 0: each answer in one write",
     )
     args = ap.parse_args()
+    if args.record:
+        Stats.record = open(args.record, "ab")  # noqa: SIM115 - open while serving
     asyncio.run(
         serve(
             args.host,
@@ -323,6 +337,8 @@ def main() -> None:
             args.token_ms / 1000,
         )
     )
+    if Stats.record is not None:
+        Stats.record.close()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
     python benchmarks/perf.py --quick               # fewer turns, one repeat
     python benchmarks/perf.py --clients shipped,aiohttp --markdown out.md
     python benchmarks/perf.py --workers 1,2         # the harness in 1 and in 2 processes
+    python benchmarks/perf.py --workload            # `harness run` on the growing-context
+                                                    # workload, pinned (perf_workload.py)
 
 Starts ``null_endpoint.py`` as its own process, then runs each case in fresh client processes
 (``perf_client.py``), alternating raw and harness runs ``--repeats`` times, so each run has
@@ -185,7 +187,22 @@ def main() -> None:
     )
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     ap.add_argument("--markdown", type=Path, help="write the table here")
+    ap.add_argument(
+        "--workload",
+        action="store_true",
+        help="instead: `harness run` on the default growing-context workload against a bare "
+        "client replaying its request bodies, endpoint and client pinned to their own cores "
+        "(benchmarks/perf_workload.py, which takes the sizes)",
+    )
     args = ap.parse_args()
+    if args.workload:
+        import perf_workload
+
+        sys.argv = [str(HERE / "perf_workload.py"), "--repeats", str(args.repeats)]
+        if args.json:
+            sys.argv += ["--json", str(args.json)]
+        perf_workload.main()
+        return
     cases = QUICK if args.quick else CASES
     if args.cases:
         wanted = [w.strip() for w in args.cases.split(",")]

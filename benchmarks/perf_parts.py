@@ -82,11 +82,22 @@ def main() -> None:
     rows: list[tuple[str, float]] = [
         (f"parse the stream ({events} events)", per_call_us(parse)),
         ("classify the turn", per_call_us(classify)),
-        (
-            "run a tool (150-token result)",
-            per_call_us(lambda: run_tool("read_file", {"path": "a.py"}, seed=3, budget_tokens=150)),
-        ),
     ]
+    for budget in (150, 3000):  # 3,000: a coding-agent turn's share of 2k -> 80k over 26 steps
+        for kind in ("read_file", "search", "run_tests"):
+            rows.append(
+                (
+                    f"run a tool ({kind}, {budget}-token result)",
+                    per_call_us(
+                        lambda k=kind, b=budget: run_tool(
+                            k,
+                            {"path": "a.py", "query": "evict", "target": "tests"},
+                            seed=3,
+                            budget_tokens=b,
+                        )
+                    ),
+                )
+            )
     for tokens in (2000, 80000):
         plan = SessionPlan(0, 1, "task", 26, 40, tokens, tokens + 1000)
         body = {"messages": first_messages(scenario, plan), "tools": tools, "seed": 1}

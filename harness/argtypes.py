@@ -36,13 +36,13 @@ def probability(text: str) -> float:
 
 
 def workers(text: str) -> int | str:
-    """``auto`` or a whole number of at least 1."""
-    if text == "auto":
+    """``auto``, ``ray`` or ``ray:ADDRESS`` (a Ray cluster), or a whole number of at least 1."""
+    if text == "auto" or text == "ray" or text.startswith("ray:"):
         return text
     try:
         return positive_int(text)
     except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
+        raise argparse.ArgumentTypeError(f"{exc} (or auto, or ray[:ADDRESS])") from None
 
 
 def api_key_from_env(name: str) -> str | None:

@@ -32,3 +32,14 @@ CORRUPTED_LABELS = frozenset({MALFORMED_TOOL_CALL, INVALID_TOOL_CALL, TOKEN_SALA
 
 def is_corrupted(label: str) -> bool:
     return label in CORRUPTED_LABELS
+
+
+#: The failure kind of a request the harness itself stopped (Ctrl-C, a signal, the run timeout,
+#: a variant stopped): the server is not to blame, so it is not a transport error.
+CANCELLED = "cancelled"
+
+
+def server_failure(transport_error: str | None) -> bool:
+    """Whether a record's ``transport_error`` text is a failure of the server's (not a
+    request the harness cancelled)."""
+    return bool(transport_error) and not str(transport_error).startswith(CANCELLED + ":")

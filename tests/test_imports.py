@@ -71,7 +71,7 @@ LAZY_HEAVY: set[tuple[str, str]] = {
     ("harness.cli.gates", "harness.report.build"),  # pandas, matplotlib
     ("harness.cli.inspection", "harness.report.build"),
     ("harness.cli.inspection", "harness.run.replay"),  # scipy
-    ("harness.cli.run", "harness.report.build"),
+    ("harness.cli.finish", "harness.report.build"),
     ("harness.analysis.sequential", "harness.analysis.stats"),  # scipy
 }
 

@@ -87,7 +87,8 @@ def latency_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 def tidy_frame(df: pd.DataFrame) -> pd.DataFrame:
     """One row per turn, one column per scalar fact; factors become ``factor_<name>``."""
-    out = df.drop(columns=[c for c in ("is_transport", "is_corrupted") if c in df]).copy()
+    derived = ("is_transport", "is_cancelled", "is_corrupted")
+    out = df.drop(columns=[c for c in derived if c in df]).copy()
     if "factors" in out:
         facs = out.pop("factors").apply(lambda f: f if isinstance(f, Mapping) else {})
         flat = pd.DataFrame.from_records(list(facs), index=out.index).add_prefix("factor_")

@@ -83,21 +83,35 @@ KNOWN_METRICS = (
     "sessions", "sessions_seen", "turns", "classified_turns", "corrupted_sessions",
     "corrupted_turns", "session_corruption_rate", "turn_corruption_rate",
     "session_corruption_ci_lo", "session_corruption_ci_hi", "turn_corruption_ci_lo",
-    "turn_corruption_ci_hi", "transport_errors", "transport_error_rate", "retries",
+    "turn_corruption_ci_hi", "transport_errors", "transport_error_rate", "cancelled_turns",
+    "retries",
     "noncanonical_turns", "first_corrupted_turn_median", "prompt_tokens_max", "ttft_p50_s",
     "ttft_p95_s", "itl_p50_s", "itl_p95_s", "latency_p50_s", "sim_injected_turns",
     "sim_recall", "sim_precision", "sim_false_alarms",
 )  # fmt: skip
 
 
-def check_exprs(exprs: Sequence[str]) -> list[Gate]:
-    """Validate ``--fail-if`` expressions before a run starts (syntax and metric name)."""
+def check_exprs(exprs: Sequence[str], variants: Sequence[str] | None = None) -> list[Gate]:
+    """Validate ``--fail-if`` expressions before a run starts: syntax, metric name and, given
+    the planned ``variants``' labels, the variant a gate names."""
     gates = [parse_gate(e) for e in exprs]
     for g in gates:
         if g.metric not in KNOWN_METRICS:
             raise UsageError(f"--fail-if {g.expr!r}: unknown metric {g.metric!r}; per-variant "
                              f"metrics are: {', '.join(KNOWN_METRICS)}")  # fmt: skip
+        if variants is not None and g.variant is not None and g.variant not in variants:
+            raise UsageError(f"--fail-if {g.expr!r}: no variant {g.variant!r} is planned; the "
+                             f"variants are: {', '.join(variants)}")  # fmt: skip
     return gates
+
+
+def check_baseline(labels: Sequence[str], baseline_summary: Mapping[str, Any], where: str) -> None:
+    """A baseline run that shares no variant with this one can judge nothing: an error."""
+    before = [v["label"] for v in baseline_summary.get("variants", [])]
+    if not any(label in before for label in labels):
+        raise UsageError(f"--baseline {where}: none of this run's variants ({', '.join(labels)}) "
+                         f"is in it (it has: {', '.join(before) or 'none'}); give a baseline run "
+                         "of the same variants")  # fmt: skip
 
 
 def _check_gate(gate: Gate, summary: Mapping[str, Any]) -> None:
@@ -144,6 +158,8 @@ def baseline_gate(
     """Fail a variant whose session corruption rate rose significantly against the
     same-labelled variant of a previous run (one-sided Fisher exact test, p < alpha)."""
     name = "baseline:session_corruption_rate"
+    check_baseline([v["label"] for v in summary["variants"]], baseline_summary,
+                   str(baseline_summary.get("run_id", "?")))  # fmt: skip
     before = {v["label"]: v for v in baseline_summary.get("variants", [])}
     results = []
     for v in summary["variants"]:
@@ -169,14 +185,24 @@ def all_passed(results: Sequence[GateResult]) -> bool:
     return all(r.passed for r in results)
 
 
+#: The JUnit test case that stands for the run itself (failed when its exit code is not 0 for
+#: a reason other than a gate: interrupted, infrastructure, configuration).
+RUN_CASE = "run"
+
+
 def write_junit(
     path: Path | str,
     results: Sequence[GateResult],
     suite: str = "harness",
+    run_failure: str | None = None,
     properties: Sequence[tuple[str, str]] = (),
 ) -> Path:
-    """JUnit XML: one testcase per (gate, variant); failed gates carry a <failure>;
-    ``properties`` (the model, the server warnings) as the suite's <properties>."""
+    """JUnit XML: one testcase per (gate, variant), failed gates carry a <failure>; with
+    ``run_failure`` one more, ``run``, failed with that message; ``properties`` (the model,
+    the server warnings) as the suite's <properties>."""
+    results = list(results)
+    if run_failure is not None:
+        results.append(GateResult(RUN_CASE, "run", False, None, run_failure))
     failures = sum(not r.passed for r in results)
     skipped = sum(r.skipped for r in results)
     root = ET.Element("testsuites", name=suite, tests=str(len(results)), failures=str(failures))
@@ -204,16 +230,30 @@ def _clean(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-def result_line(summary: Mapping[str, Any], results: Sequence[GateResult]) -> str:
-    """One line of JSON for stdout: verdict, per-variant headline rates, gate outcomes."""
+def result_line(
+    summary: Mapping[str, Any],
+    results: Sequence[GateResult],
+    exit_code: int | None = None,
+    interrupted: str | None = None,
+    error: str | None = None,
+) -> str:
+    """One line of JSON for stdout: passed (exactly when the exit code is 0), the exit code,
+    whether the run was interrupted, verdict, per-variant headline rates, gate outcomes."""
     keys = ("sessions", "corrupted_sessions", "session_corruption_rate", "turn_corruption_rate",
-            "transport_errors")  # fmt: skip
+            "transport_errors", "cancelled_turns")  # fmt: skip
+    if exit_code is None:
+        exit_code = 0 if all_passed(results) else 1
     doc = {
         "run_id": summary.get("run_id"),
-        "passed": all_passed(results),
+        "passed": exit_code == 0,
+        "exit_code": exit_code,
+        "interrupted": interrupted,
+        "error": error,
         "failed_gates": sum(not r.passed for r in results),
         "verdict": summary.get("verdict"),
-        "variants": {v["label"]: {k: _clean(v.get(k)) for k in keys} for v in summary["variants"]},
+        "variants": {
+            v["label"]: {k: _clean(v.get(k)) for k in keys} for v in summary.get("variants", [])
+        },
         "gates": [{**asdict(r), "value": _clean(r.value)} for r in results],
     }
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

@@ -3,7 +3,8 @@
 Units:
 - a *turn* is one request (one row of turns.jsonl, re-sends included). Turns that failed in
   transport carry no verdict: they are counted in ``transport_errors`` and left out of the
-  turn-rate denominator.
+  turn-rate denominator. Requests the harness itself cancelled (Ctrl-C, a signal, the run
+  timeout) carry none either, and are no server's fault: ``cancelled_turns``, in neither.
 - a *session* is identified by (variant, repeat, session). It is corrupted if any of its turns
   is. Sessions whose every turn failed in transport are left out of the session denominator.
 
@@ -25,7 +26,7 @@ import pandas as pd
 
 from harness.analysis import livecontext, stats
 from harness.errors import UsageError
-from harness.labels import ALL_LABELS, CORRUPTED_LABELS, TRANSPORT_ERROR
+from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, TRANSPORT_ERROR
 from harness.record.rundir import METRICS_FILE, RUN_FILE, TURNS_FILE
 from harness.record.turns import read_turns
 
@@ -127,6 +128,8 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["content"] = df["content"].fillna("").astype(str)
     df["variant"] = df["variant"].astype(str)
     df["is_transport"] = df["transport_error"].notna() | (df["label"] == TRANSPORT_ERROR)
+    errors = df["transport_error"].where(df["transport_error"].notna(), "").astype(str)
+    df["is_cancelled"] = df["is_transport"] & errors.str.startswith(CANCELLED + ":")
     if "corrupted" in df:
         flagged = df["corrupted"].fillna(False).astype(bool)
     else:
@@ -150,7 +153,9 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
     per_session = ok.groupby(SESSION_KEY)["is_corrupted"].any()
     n_sess, k_sess = int(per_session.size), int(per_session.sum())
     n_turns, k_turns = int(len(ok)), int(ok["is_corrupted"].sum())
-    n_transport = int(g["is_transport"].sum())
+    n_cancelled = int(g["is_cancelled"].sum())
+    n_transport = int(g["is_transport"].sum()) - n_cancelled
+    n_sent = len(g) - n_cancelled
     s_rate, s_ci = _rate(k_sess, n_sess)
     t_rate, t_ci = _rate(k_turns, n_turns)
     counts = g["label"].value_counts()
@@ -177,7 +182,8 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "turn_corruption_ci_hi": t_ci[1],
         "labels": labels,
         "transport_errors": n_transport,
-        "transport_error_rate": n_transport / len(g) if len(g) else None,
+        "transport_error_rate": n_transport / n_sent if n_sent else None,
+        "cancelled_turns": n_cancelled,
         "retries": int((g["attempt"] > 0).sum()),
         "noncanonical_turns": int(g["noncanonical"].fillna(False).astype(bool).sum()),
         "first_corrupted_turn_median": float(first.median()) if len(first) else None,

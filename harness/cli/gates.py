@@ -1,7 +1,9 @@
 """CI gate arguments of ``harness run`` and ``harness report``: check them early, apply them.
 
-Exit codes: 0 all gates passed; 1 a gate failed; 2 bad usage or configuration;
-3 infrastructure (a server would not start, an endpoint unreachable).
+Exit codes: 0 all gates passed; 1 a gate failed (``compare``: a significant regression);
+2 bad usage or configuration; 3 infrastructure (a server would not start, an endpoint
+unreachable); 128 + N when signal N stopped the run (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
+The one-line JSON result's ``passed`` is true exactly when the exit code is 0.
 """
 
 from __future__ import annotations
@@ -37,21 +39,34 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--junit", type=Path, metavar="FILE", help="write gate results as JUnit XML")
 
 
-def check_gate_args(args: argparse.Namespace) -> None:
-    """Validate gate expressions and the baseline before any work starts."""
-    from harness.analysis.gates import check_exprs
+def check_gate_args(args: argparse.Namespace, variants: list[str] | None = None) -> None:
+    """Validate gate expressions and the baseline before any work starts; given the planned
+    ``variants``, a gate naming another variant, or a baseline sharing none, fails now."""
+    from harness.analysis.gates import check_baseline, check_exprs
+    from harness.report.build import load_summary
 
-    check_exprs(args.fail_if)
+    check_exprs(args.fail_if, variants)
     if args.baseline is not None and not (
         (args.baseline / SUMMARY_FILE).exists() or args.baseline.suffix == ".json"
     ):
         raise UsageError(
             f"--baseline {args.baseline}: no summary.json there (run `harness report` on it)"
         )
+    if args.baseline is not None and variants is not None:
+        check_baseline(variants, load_summary(args.baseline), str(args.baseline))
 
 
-def apply_gates(args: argparse.Namespace, summary: Any) -> int:
-    """Evaluate the gates on a summary, print the one-line result, return the exit code."""
+def apply_gates(
+    args: argparse.Namespace,
+    summary: Any,
+    *,
+    run_code: int = EXIT_OK,
+    run_problem: str | None = None,
+    interrupted: str | None = None,
+) -> int:
+    """Evaluate the gates on a summary, print the one-line result, return the exit code:
+    ``run_code`` when the run itself failed (interrupted, infrastructure, configuration:
+    ``run_problem`` says why), else 1 when a gate failed, else 0."""
     from harness.analysis.gates import (
         all_passed,
         baseline_gate,
@@ -68,7 +83,22 @@ def apply_gates(args: argparse.Namespace, summary: Any) -> int:
     for r in results:
         if not r.passed:
             print(f"gate failed: {r.message}", file=sys.stderr)
+    code = run_code or (EXIT_OK if all_passed(results) else EXIT_GATE)
+    failure = None
+    if run_code:
+        failure = f"exit code {run_code}: {run_problem or 'the run failed'}"
     if args.junit is not None:
-        write_junit(args.junit, results, properties=summary_properties(summary))
-    print(result_line(summary, results))
-    return EXIT_OK if all_passed(results) else EXIT_GATE
+        write_junit(args.junit, results, run_failure=failure,
+                    properties=summary_properties(summary))  # fmt: skip
+    interrupted = interrupted or summary.get("interrupted")
+    print(result_line(summary, results, code, interrupted, run_problem if run_code else None))
+    return code
+
+
+def print_failure_line(
+    run_id: str | None, code: int, problem: str, interrupted: str | None = None
+) -> None:
+    """The one-line JSON result of a run that has no summary to give."""
+    from harness.analysis.gates import result_line
+
+    print(result_line({"run_id": run_id, "variants": []}, [], code, interrupted, problem))

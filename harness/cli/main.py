@@ -1,7 +1,8 @@
 """The ``harness`` command: parse, call, print, map errors to exit codes.
 
-Exit codes: 0 all gates passed; 1 a gate failed; 2 bad usage or configuration;
-3 infrastructure (a server would not start, an endpoint unreachable).
+Exit codes: 0 all gates passed; 1 a gate failed (``compare``: a significant regression);
+2 bad usage or configuration; 3 infrastructure (a server would not start, an endpoint
+unreachable); 128 + N when signal N stopped the run (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from harness import __version__
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import workers as workers_arg
-from harness.cli.gates import EXIT_USAGE, add_gate_args
-from harness.cli.inspection import cmd_classify, cmd_compare, cmd_replay, cmd_report
+from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
+from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.errors import HarnessError
 
@@ -161,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         "factor (default: a warning in the summary and report)",
     )
     _add_followup_args(run)
+    _add_shard_args(run)
     add_gate_args(run)
     add_trace_args(run)
 
@@ -175,6 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("run_a", type=Path)
     cmp_.add_argument("run_b", type=Path)
 
+    mrg = sub.add_parser(
+        "merge", help="make one run folder of the shards of a run (harness run --shard I/K)"
+    )
+    mrg.add_argument("shard_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    mrg.add_argument("-o", "--out", type=Path, required=True, help="the merged run folder")
+    mrg.add_argument(
+        "--shards",
+        type=_positive_int,
+        metavar="K",
+        help="how many shards the run has (default: what the shards say); a missing one "
+        "fails as infrastructure (exit 3)",
+    )
+    add_gate_args(mrg)
+
     _add_replay_parser(sub)
     add_trace_parser(sub)
 
@@ -182,6 +198,23 @@ def build_parser() -> argparse.ArgumentParser:
     cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
     cls.add_argument("-o", "--output", type=Path, help="output JSONL (default: stdout)")
     return parser
+
+
+def _add_shard_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("spread over hosts (merged by `harness merge`)")
+    g.add_argument(
+        "--shard",
+        metavar="I/K",
+        help="run the I-th of K deterministic slices of every variant's sessions (whole fork "
+        "families; the same seed gives every host the same slices), with its share of "
+        "--concurrency; gates go to `harness merge`",
+    )
+    g.add_argument(
+        "--start-at",
+        metavar="TIME",
+        help="with --shard: begin the load at this wall time (unix seconds, or ISO 8601 with "
+        "its zone), so the shards start together",
+    )
 
 
 def _add_followup_args(p: argparse.ArgumentParser) -> None:
@@ -275,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "compare":
             return cmd_compare(args)
+        if args.command == "merge":
+            return cmd_merge(args)
         if args.command == "classify":
             return cmd_classify(args)
         if args.command == "replay":
@@ -285,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_trace(args)
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
+        if args.command == "run":  # CI reads the last line of a run: it says the run failed
+            print_failure_line(None, exc.exit_code, str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)

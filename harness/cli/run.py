@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,13 +17,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from harness.analysis.rawcompare import compare_runs
 from harness.argtypes import api_key_from_env
-from harness.cli.gates import apply_gates, check_gate_args
+from harness.cli.finish import finish_run
+from harness.cli.gates import check_gate_args
+from harness.client.fdlimit import ensure_open_files
 from harness.client.raw import check_api
 from harness.drive.driver import Progress as Counts
 from harness.drive.trace_session import check_options
 from harness.errors import ConfigError, InfrastructureError, UsageError
 from harness.pool.parent import auto_workers
-from harness.record.rundir import TURNS_FILE, RunDir
+from harness.record.rundir import RunDir
+from harness.run import stopsignals
 from harness.run.execute import (
     VariantOutcome,
     execute,
@@ -31,14 +35,15 @@ from harness.run.execute import (
 )
 from harness.run.options import RunOptions
 from harness.run.plan import format_plan
+from harness.run.shard import Shard, parse_shard, parse_start_at
+from harness.run.stopsignals import StopSignals
 from harness.target.launch import check_variants
+from harness.target.readiness import normalize_endpoint
 from harness.target.spec import default_sim_target, load_target
 from harness.workload.matrix import parse_ab, variants
 from harness.workload.scenario import load_scenario
 from harness.workload.trace import convert_log, load_trace
 
-#: A variant with more than this share of transport errors cannot be judged (exit code 3).
-MAX_TRANSPORT_ERROR_RATE = 0.5
 _PATH_ARGS = ("scenario", "target", "out", "baseline", "junit", "resume", "workload")
 
 
@@ -75,10 +80,20 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
 
 
 def _workers(asked: int | str | None, concurrency: int) -> int:
-    """--workers N, or auto (the default): see harness.pool.parent.auto_workers."""
+    """--workers N, or auto (the default): see harness.pool.parent.auto_workers; 0 for a
+    Ray cluster (a worker per CPU it has)."""
     if asked is None or asked == "auto":
         return auto_workers(concurrency)
+    if _cluster(asked) is not None:
+        return 0
     return int(asked)
+
+
+def _cluster(asked: int | str | None) -> str | None:
+    """--workers ray[:ADDRESS]: the Ray address ("" for Ray's default), else None."""
+    if isinstance(asked, str) and (asked == "ray" or asked.startswith("ray:")):
+        return asked[4:]
+    return None
 
 
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
@@ -89,6 +104,10 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     vs = tuple(variants(factors))
     target = None
     if args.endpoint:
+        endpoint = normalize_endpoint(args.endpoint)
+        if endpoint != args.endpoint:
+            print(f"harness: --endpoint {args.endpoint} taken as {endpoint}", file=sys.stderr)
+            args.endpoint = endpoint
         if factors:
             raise UsageError(
                 "--ab with --endpoint needs one server per level: map the levels to servers "
@@ -110,6 +129,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     model = args.model or (target.served_model or target.model if target else None)
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     concurrency = args.concurrency or scenario.sessions
+    shard, start_at = _shard_options(args)
     return RunOptions(
         scenario=scenario,
         variants=vs,
@@ -117,6 +137,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         sessions=scenario.sessions,
         concurrency=concurrency,
         workers=_workers(getattr(args, "workers", None), concurrency),
+        cluster=_cluster(getattr(args, "workers", None)),
         target=target,
         seed=args.seed,
         repeats=args.repeats,
@@ -134,9 +155,41 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         confirm=bool(getattr(args, "confirm", False)),
         reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
         strict_variants=bool(getattr(args, "strict_variants", False)),
+        shard=shard,
+        start_at=start_at,
         args=saved,
         **_workload_options(args, scenario),
     )
+
+
+def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None]:
+    """--shard I/K and --start-at, and what a slice of a run cannot do alone."""
+    text = getattr(args, "shard", None)
+    start = getattr(args, "start_at", None)
+    if text is None:
+        if start is not None:
+            raise UsageError("--start-at goes with --shard (it makes the shards start together)")
+        return None, None
+    shard = parse_shard(text)
+    alone = {
+        "--until-significant": getattr(args, "until_significant", False),
+        "--confirm": getattr(args, "confirm", False),
+        "--reference-sessions": getattr(args, "reference_sessions", 0),
+    }
+    for flag, given in alone.items():
+        if given:
+            raise UsageError(
+                f"{flag} needs one coordinator over the whole run, not a shard: run it on one "
+                "host (--workers N spreads it over the cores)"
+            )
+    gates = [f for f, v in (("--fail-if", args.fail_if), ("--baseline", args.baseline),
+                             ("--junit", args.junit)) if v]  # fmt: skip
+    if gates and not getattr(args, "resume", None):
+        raise UsageError(
+            f"{', '.join(gates)}: a shard is judged with the others; give the gates to "
+            "`harness merge SHARD_DIR... -o OUT`"
+        )
+    return shard, parse_start_at(start) if start is not None else None
 
 
 def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
@@ -176,6 +229,22 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 async def _run_with_progress(
+    opts: RunOptions,
+    run_id: str,
+    show: bool,
+    skip: set[tuple[str, int, int]],
+    stop: StopSignals,
+) -> list[VariantOutcome]:
+    task = asyncio.current_task()
+    assert task is not None
+    stop.attach(task)  # SIGTERM and SIGHUP cancel this task, as Ctrl-C does
+    try:
+        return await _progress(opts, run_id, show, skip)
+    finally:
+        stop.detach()
+
+
+async def _progress(
     opts: RunOptions, run_id: str, show: bool, skip: set[tuple[str, int, int]]
 ) -> list[VariantOutcome]:
     counts = Counts()
@@ -258,14 +327,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_id = new_run_id()
     check_gate_args(args)
     opts = build_options(args, run_id)
+    check_gate_args(args, [v.label for v in opts.variants])  # before anything starts
     if args.dry_run:
         if opts.target is None:
             print(f"endpoint {opts.endpoint}: {opts.sessions} sessions, model {opts.model}")
         else:
             extra = opts.sim_args if opts.target.name == "sim" else ()
-            print(format_plan(opts.target, opts.schedule(), opts.out_dir, extra_args=extra))
-        print(f"workers: up to {opts.workers} per variant, {opts.concurrency} requests in flight")
+            looks = math.ceil(opts.max_sessions / opts.sessions) if opts.max_sessions else 1
+            plan = format_plan(
+                opts.target, opts.schedule(), opts.out_dir, extra_args=extra, looks=looks
+            )
+            print(plan, end="")
+        where = (
+            f"up to {opts.workers} per variant"
+            if opts.cluster is None
+            else f"one per CPU of the Ray cluster {opts.cluster or '(default address)'}"
+        )
+        print(f"workers: {where}, {opts.concurrency} requests in flight")
         return 0
+    raised = ensure_open_files(opts.concurrency + 8)  # EMFILE is ours, not the server's
+    if raised:
+        print(f"harness: {raised}", file=sys.stderr)
     if args.resume:
         skip = RunDir(opts.out_dir).finished_sessions()
         moved = RunDir(opts.out_dir).set_aside_unfinished(skip)
@@ -277,54 +359,43 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         RunDir(opts.out_dir).prepare()
         write_run_json(opts, run_id)
+    code = _drive_and_report(args, opts, run_id, skip)
+    note_end(RunDir(opts.out_dir), code)
+    return code
+
+
+def note_end(run_dir: RunDir, code: int) -> None:
+    """Record in run.json how the run ended (``harness merge`` reads it of each shard)."""
+    with contextlib.suppress(OSError, ValueError, UsageError):
+        meta = run_dir.read_meta()
+        reason = {0: None, 1: "a gate failed", 2: "configuration", 3: "infrastructure"}
+        meta["finished"] = {
+            "exit_code": code,
+            "reason": reason.get(code, "interrupted"),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        run_dir.write_meta(meta)
+
+
+def _drive_and_report(
+    args: argparse.Namespace, opts: RunOptions, run_id: str, skip: set[tuple[str, int, int]]
+) -> int:
     t0 = time.perf_counter()
     show = not args.no_progress and sys.stderr.isatty()
     interrupted = infra = None
     outcomes: list[VariantOutcome] = []
-    try:
-        outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip))
-    except KeyboardInterrupt:
-        interrupted = "interrupted"
-    except TimeoutError:
-        infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
-    except InfrastructureError as exc:
-        infra = str(exc)
-    turns_path = opts.out_dir / TURNS_FILE
-    nothing_ran = not turns_path.exists() or turns_path.stat().st_size == 0
-    if nothing_ran and (interrupted or infra):
-        print(f"harness: error: {interrupted or infra}", file=sys.stderr)
-        return 130 if interrupted else 3
-    if interrupted or infra:
-        print(
-            f"harness: {interrupted or infra}; the report covers the turns done so far "
-            f"(continue with: harness run --resume {opts.out_dir})",
-            file=sys.stderr,
-        )
-    died = [o for o in outcomes if o.error]
-    for o in died:
-        print(f"harness: variant {o.label}: {o.error}", file=sys.stderr)
-    from harness.report.build import format_table, write_report
-
-    if nothing_ran:
-        return 3
-    summary = write_report(opts.out_dir)
-    for warning in summary.get("server_warnings") or []:
-        print(f"harness: warning: {warning}", file=sys.stderr)
-    print(format_table(summary))
-    print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
-    code = apply_gates(args, summary)
-    if interrupted:
-        return 130
-    unjudged = [
-        v["label"]
-        for v in summary["variants"]
-        if (v.get("transport_error_rate") or 0) > MAX_TRANSPORT_ERROR_RATE
-    ]
-    if infra or died or unjudged:
-        if unjudged:
-            print(
-                f"harness: too many transport errors to judge: {', '.join(unjudged)}",
-                file=sys.stderr,
-            )
-        return 3
-    return code
+    with StopSignals() as stop:
+        try:
+            outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip, stop))
+        except KeyboardInterrupt:
+            interrupted = "SIGINT"
+        except asyncio.CancelledError:
+            if stop.received is None:
+                raise
+        except TimeoutError:
+            infra = f"the run timeout ({args.run_timeout:.0f}s) was reached"
+        except InfrastructureError as exc:
+            infra = str(exc)
+        if stop.received is not None:
+            interrupted = stopsignals.name(stop.received)
+        return finish_run(args, opts, run_id, outcomes, interrupted, infra, t0)

@@ -21,7 +21,9 @@ RFC 9112 section 9.3.1 allows for a request known not to have been applied; only
 before the response headers on a *reused* connection qualifies, so a server that breaks a
 fresh connection, or cuts a response it started, is still recorded as a transport failure.
 When the new connection is refused (the server died, perhaps of that very request), the first
-send's failure is the one recorded.
+send's failure is the one recorded. Either way the first send is not hidden: the server may
+have read it before it closed the connection, so it is noted in ``TurnOutput.dropped`` (kind
+``dropped``) and the session records it as a row of its own, the re-send as the next attempt.
 
 Deadlines: ``request_timeout`` is the longest wait for the next byte (connecting, the response
 headers, every read of the body or stream: the socket read timeout), so a slow stream that
@@ -32,6 +34,7 @@ request however it trickles.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -125,6 +128,11 @@ class ChatClient:
             timeout=httpx.Timeout(request_timeout, connect=min(10.0, request_timeout)),
         )
 
+    @property
+    def request_url(self) -> str:
+        """Where chat requests go."""
+        return self._url
+
     def _aio(self) -> aiohttp.ClientSession:
         """The pooled session, made on first use (it needs the running loop)."""
         if self._session is None or self._session.closed:
@@ -161,8 +169,11 @@ class ChatClient:
         if isinstance(ctx.trace_request_ctx, _Attempt):
             ctx.trace_request_ctx.reused = True
 
-    async def _post(self, data: bytes, url: str | None = None) -> aiohttp.ClientResponse:
-        """POST a request; once more if a reused connection proved dead before any reply."""
+    async def _post(
+        self, data: bytes, out: TurnOutput, url: str | None = None
+    ) -> aiohttp.ClientResponse:
+        """POST a request; once more if a reused connection proved dead before any reply
+        (that first send is noted in ``out.dropped``: the server may have seen it)."""
         url = url or self._url
         attempt = _Attempt()
         try:
@@ -175,11 +186,20 @@ class ChatClient:
         for observer in self.observers:
             observer.resent_stale()
         try:
-            return await self._aio().post(url, data=data)
+            resp = await self._aio().post(url, data=data)
         except aiohttp.ClientConnectorError:
             # nobody listens any more: the server died, maybe of this very request, and
             # what happened to the first send is the failure to record
             raise first from None
+        why = str(first) or type(first).__name__
+        out.dropped.append(
+            Failure(
+                "dropped",
+                f"{why}: the server closed a reused connection before any byte of the answer; "
+                "the request was sent again",
+            )
+        )
+        return resp
 
     async def aclose(self) -> None:
         await self._http.aclose()  # closes the shared aiohttp session when get() made it
@@ -241,7 +261,7 @@ class ChatClient:
         return out
 
     async def _plain(self, data: bytes, out: TurnOutput, t0: float) -> None:
-        async with await self._post(data) as resp:
+        async with await self._post(data, out) as resp:
             out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status >= 400:
@@ -270,7 +290,7 @@ class ChatClient:
 
     async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
         events = ChatEvents(out, t0)
-        async with await self._post(data) as resp:
+        async with await self._post(data, out) as resp:
             out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status >= 400:
@@ -294,7 +314,7 @@ class ChatClient:
         text = ""
         last = None
         gaps = 0.0
-        async with await self._post(data, self.base_url + path) as resp:
+        async with await self._post(data, out, self.base_url + path) as resp:
             out.status = resp.status
             out.sim_injected = resp.headers.get(SIM_HEADER)
             if resp.status >= 400:
@@ -405,4 +425,20 @@ async def _status_failure(resp: aiohttp.ClientResponse) -> Failure:
         text = error_text(await resp.read())
     except Exception as exc:  # noqa: BLE001 - the status is the failure; the body is a bonus
         text = f"(body unreadable: {type(exc).__name__})"
-    return Failure("http_status", text, resp.status)
+    return Failure("http_status", text, resp.status, retry_after(resp.headers.get("retry-after")))
+
+
+def retry_after(value: str | None) -> float | None:
+    """A Retry-After header in seconds: a number of seconds or an HTTP date (RFC 9110)."""
+    if not value:
+        return None
+    value = value.strip()
+    with contextlib.suppress(ValueError):
+        return max(0.0, float(value))
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

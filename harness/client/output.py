@@ -5,15 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.labels import CANCELLED, server_failure
+
+__all__ = ["CANCELLED", "Failure", "TurnOutput", "server_failure"]
+
 
 @dataclass(frozen=True)
 class Failure:
     """A transport-level failure: ``kind`` is one of connect, timeout, http_status,
-    stream_error, protocol, cut, cancelled."""
+    stream_error, protocol, cut, dropped, cancelled."""
 
     kind: str
     message: str
     status: int | None = None
+    retry_after_s: float | None = None  # the server's Retry-After (429, 503), in seconds
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
@@ -35,4 +40,7 @@ class TurnOutput:
     sim_injected: str | None = None
     events: int = 0
     failure: Failure | None = None
+    #: earlier sends of this request that the server dropped before any byte of an answer
+    #: (a reused connection closed or reset under them; kind ``dropped``): each is a row
+    dropped: list[Failure] = field(default_factory=list)
     source: str = "server"  # "raw": ``content`` is the model's raw text, calls not parsed

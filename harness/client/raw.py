@@ -100,6 +100,10 @@ class RawClient:
         out = await self._client.raw(PATHS[self.api], payload, stream=stream)
         return out if out.failure is not None else finish_raw(out, prompt)
 
+    @property
+    def request_url(self) -> str:
+        return str(self._client.base_url) + PATHS[self.api]
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 

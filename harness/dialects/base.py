@@ -34,7 +34,8 @@ class ParseResult:
     offset: int | None = None
     noncanonical: tuple[str, ...] = field(default=())
     eos: bool = False
-    #: which markup produced the result: "dsml-v4", "dsml-v32", "hermes", or "" (none found)
+    #: which markup produced the result: a registry name ("dsml-v4", "hermes", "qwen3-coder",
+    #: "gpt-oss", ...), "json", or "" (none found)
     dialect: str = ""
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,15 +3,18 @@
 The grammar is in the project docs (docs/dsml.md): values are kept byte for byte,
 ``string="false"`` values are strict JSON, parameters keep their order and may not repeat.
 Harmless deviations that servers accept (a self-closing zero-argument invoke, indented
-tags, no blank line before the block, no end-of-turn token, a JSON object as the body of an
-invoke) parse and are listed in ``ParseResult.noncanonical``. Anything DSML-like that does
-not parse (a near miss: a mutated marker or block name, a lost opener, text after the
-block, a truncated block) is an error with the offset where parsing stopped.
+tags, no blank line before the block, a canonical newline missing between tags, no
+end-of-turn token, a JSON object as the body of an invoke) parse and are listed in
+``ParseResult.noncanonical``. DSML quoted in a fenced code block is content. Anything
+DSML-like that does not parse (a near miss: a mutated marker or block name, a lost
+opener, text after the block, a truncated block) is an error with the offset where
+parsing stopped.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -28,10 +31,12 @@ from harness.dialects.dsml_grammar import (
     describe_fragment,
     find_fragment,
     find_opener,
+    newline,
     parse_invoke,
     skip_indent,
     split_eos,
 )
+from harness.dialects.markup import mask_fences
 from harness.errors import UsageError
 
 __all__ = [
@@ -48,6 +53,8 @@ __all__ = [
 ]
 
 VERSIONS = ("auto", "v4", "v32")
+#: Either version's block opener (where fenced code stops being searched).
+OPENER = re.compile("|".join(re.escape(f"<{MARK}{block}>") for block in BLOCKS.values()))
 
 
 # --------------------------------------------------------------------------- encoding
@@ -122,14 +129,15 @@ def parse(text: str, version: str = "auto", *, server_content: bool = False) -> 
     if version not in VERSIONS:
         raise UsageError(f"unknown DSML version {version!r}: use one of {', '.join(VERSIONS)}")
     body, eos = split_eos(text)
-    start, found_version = find_opener(body)
+    masked = mask_fences(body, OPENER)  # markup quoted in a fenced code block is content
+    start, found_version = find_opener(masked)
     if start < 0:
-        frag = find_fragment(body)
+        frag = find_fragment(masked)
         if frag is not None:
             return _fail(
                 text,
                 eos,
-                describe_fragment(body, frag),
+                describe_fragment(masked, frag),
                 frag.start(),
             )
         return ParseResult(content=body, eos=eos)
@@ -140,12 +148,12 @@ def parse(text: str, version: str = "auto", *, server_content: bool = False) -> 
         )
     noncanonical: list[str] = []
     content = content_before(body, start, noncanonical)
-    frag = find_fragment(body, 0, start)
+    frag = find_fragment(masked, 0, start)
     if frag is not None:
         return _fail(
             text,
             eos,
-            describe_fragment(body, frag) + " before the block",
+            describe_fragment(masked, frag) + " before the block",
             frag.start(),
             dialect,
         )
@@ -180,10 +188,7 @@ def parse_block(
     """Parse the block whose opener is at ``start``: (calls, offset after the closer)."""
     block = BLOCKS[version]
     opener, closer = f"<{MARK}{block}>", f"</{MARK}{block}>"
-    pos = start + len(opener)
-    if not text.startswith("\n", pos):
-        raise DsmlError.at(text, pos, "expected a newline after the block opener")
-    pos += 1
+    pos = newline(text, start + len(opener), noncanonical)
     calls: list[ToolCall] = []
     while True:
         pos = skip_indent(text, pos, noncanonical)
@@ -198,6 +203,7 @@ def parse_block(
 def first_marker(text: str) -> int:
     """Offset of the first DSML markup (block opener or near-miss fragment), or -1."""
     body, _ = split_eos(text)
+    body = mask_fences(body, OPENER)
     start, _v = find_opener(body)
     frag = find_fragment(body)
     offs = [o for o in (start, frag.start() if frag else -1) if o >= 0]

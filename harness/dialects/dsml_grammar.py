@@ -24,6 +24,7 @@ NC_SELF_CLOSING = "self-closing invoke"
 NC_NO_EMPTY_LINE = "no empty line in a zero-argument invoke"
 NC_JSON_BODY = "JSON object as the invoke body"
 NC_TRAILING_WS = "whitespace after the block"
+NC_NO_NEWLINE = "a canonical newline missing between tags"
 
 _WS = " \t"
 # Look-alikes of the fullwidth bar seen in corrupted envelopes (ASCII '|' handled apart,
@@ -143,10 +144,12 @@ def skip_indent(text: str, pos: int, noncanonical: list[str]) -> int:
     return j
 
 
-def _newline(text: str, pos: int, what: str) -> int:
+def newline(text: str, pos: int, noncanonical: list[str]) -> int:
+    """Skip the newline at ``pos``; a missing one is non-canonical (both servers accept it)."""
     if text.startswith("\n", pos):
         return pos + 1
-    raise DsmlError.at(text, pos, f"expected a newline after {what}")
+    noncanonical.append(NC_NO_NEWLINE)
+    return pos
 
 
 def diagnose(text: str, pos: int, version: str, expected: str) -> DsmlError:
@@ -215,8 +218,8 @@ def parse_invoke(
     pos = m.end()
     if m.group(2):
         noncanonical.append(NC_SELF_CLOSING)
-        return ToolCall(name, {}), _newline(text, pos, "the invoke")
-    pos = _newline(text, pos, "the invoke opener")
+        return ToolCall(name, {}), newline(text, pos, noncanonical)
+    pos = newline(text, pos, noncanonical)
     pos = skip_indent(text, pos, noncanonical)
     args: dict[str, Any] = {}
     if text.startswith("\n", pos):  # zero arguments: an empty line
@@ -246,10 +249,10 @@ def parse_invoke(
             if key in args:
                 raise DsmlError(f"repeated parameter {key!r}", pm.start())
             args[key] = raw if is_str == "true" else _json_value(raw, key, vstart)
-            pos = _newline(text, vend + len(PARAM_CLOSE), "a parameter")
+            pos = newline(text, vend + len(PARAM_CLOSE), noncanonical)
             pos = skip_indent(text, pos, noncanonical)
             if text.startswith(INVOKE_CLOSE, pos):
                 break
     if not text.startswith(INVOKE_CLOSE, pos):
         raise diagnose(text, pos, version, "the invoke closer")
-    return ToolCall(name, args), _newline(text, pos + len(INVOKE_CLOSE), "the invoke closer")
+    return ToolCall(name, args), newline(text, pos + len(INVOKE_CLOSE), noncanonical)

@@ -5,17 +5,21 @@ Canonical turn (Qwen's chat template): content, then one block per call, each
 is strict (no repeated keys, no NaN, one object per block); ``arguments`` is an object.
 Accepted but non-canonical: ``arguments`` as a JSON-encoded string, ``parameters`` in place
 of ``arguments``, no ``arguments`` at all, no end-of-turn token. Near misses (an unclosed
-or unopened tag, broken JSON, text after the calls) are errors with an offset.
+or unopened tag, broken JSON, text after the calls) are errors with an offset. A block
+without the canonical newlines (``<tool_call>{...}</tool_call>``) is accepted by both
+servers: non-canonical. Markup inside a fenced code block is content.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from harness.dialects.base import ParseResult, ToolCall
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
+from harness.dialects.markup import NC_NEWLINES, Tools, mask_fences
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 EOS = "<|im_end|>"
@@ -29,14 +33,18 @@ _FRAGMENT = re.compile(r"<[ \t]{0,2}/?[ \t]{0,2}tool[_-]?call[ \t]{0,2}>", re.IG
 _KEYS = {"name", "arguments", "parameters"}
 
 
+_OPENER = re.compile(re.escape(OPEN))
+
+
 class _Fail(Exception):
-    def __init__(self, reason: str, offset: int) -> None:
+    def __init__(self, reason: str, offset: int, calls: Sequence[ToolCall] = ()) -> None:
         self.reason = reason
         self.offset = offset
+        self.calls = tuple(calls)
 
 
 def first_marker(text: str) -> int:
-    m = _FRAGMENT.search(text)
+    m = _FRAGMENT.search(mask_fences(text, _OPENER))
     return m.start() if m else -1
 
 
@@ -76,45 +84,67 @@ def _parse_blocks(body: str, pos: int, noncanonical: list[str]) -> list[ToolCall
         reopen = body.find(OPEN, inner_start)
         if close < 0:
             truncated = reopen < 0
-            raise _Fail("truncated tool call" if truncated else "unclosed <tool_call>", pos)
+            reason = "truncated tool call" if truncated else "unclosed <tool_call>"
+            raise _Fail(reason, pos, calls)
         if 0 <= reopen < close:
-            raise _Fail("unclosed <tool_call> (a closer lost)", pos)
+            raise _Fail("unclosed <tool_call> (a closer lost)", pos, calls)
         inner = body[inner_start:close]
         try:
             obj = loads_strict(inner)
         except StrictJSONError as exc:
             raise _Fail(
-                f"tool call is not valid JSON ({exc.kind}: {exc.message})", inner_start + exc.pos
+                f"tool call is not valid JSON ({exc.kind}: {exc.message})",
+                inner_start + exc.pos,
+                calls,
             ) from None
-        calls.append(_call(obj, inner_start, noncanonical))
-        pos = close + len(CLOSE)
+        try:
+            calls.append(_call(obj, inner_start, noncanonical))
+        except _Fail as exc:
+            raise _Fail(exc.reason, exc.offset, calls) from None
+        if not (inner.startswith("\n") and inner.endswith("\n")) or inner[1:2].isspace():
+            noncanonical.append(NC_NEWLINES)
+        end = close + len(CLOSE)
+        pos = end
         while pos < len(body) and body[pos] in " \t\n\r":
             pos += 1
         if body.startswith(OPEN, pos):
+            if body[end:pos] != "\n":
+                noncanonical.append(NC_NEWLINES)
             continue
         if pos < len(body):
             frag = _FRAGMENT.search(body, pos)
             what = "a stray tag" if frag is not None and frag.start() == pos else "text"
-            raise _Fail(f"{what} after the tool calls", pos)
+            raise _Fail(f"{what} after the tool calls", pos, calls)
         return calls
 
 
-def parse(text: str, *, server_content: bool = False) -> ParseResult:
-    """Parse one assistant output in the Hermes dialect."""
+def parse(text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
+    """Parse one assistant output in the Hermes dialect (arguments are JSON: not coerced)."""
+    return _analyse(text, server_content)[0]
+
+
+def complete_calls(text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
+    """The calls complete in ``text`` (all of them, or those before the first error)."""
+    return _analyse(text, True)[1]
+
+
+def _analyse(text: str, server_content: bool) -> tuple[ParseResult, tuple[ToolCall, ...]]:
     eos = text.endswith(EOS)
     body = text[: -len(EOS)] if eos else text
-    first = body.find(OPEN)
-    frag = _FRAGMENT.search(body, 0, first if first >= 0 else len(body))
+    masked = mask_fences(body, _OPENER)
+    first = masked.find(OPEN)
+    frag = _FRAGMENT.search(masked, 0, first if first >= 0 else len(body))
     if frag is not None:
         reason = f"Hermes-like tag {frag.group(0)!r} outside a well-formed block"
-        return ParseResult(text, found=True, ok=False, error=reason, offset=frag.start(), eos=eos)
+        failed = ParseResult(text, found=True, ok=False, error=reason, offset=frag.start(), eos=eos)
+        return failed, ()
     if first < 0:
-        return ParseResult(content=body, eos=eos)
+        return ParseResult(content=body, eos=eos), ()
     noncanonical: list[str] = []
     try:
         calls = _parse_blocks(body, first, noncanonical)
     except _Fail as exc:
-        return ParseResult(
+        failed = ParseResult(
             text,
             found=True,
             ok=False,
@@ -123,9 +153,10 @@ def parse(text: str, *, server_content: bool = False) -> ParseResult:
             eos=eos,
             dialect="hermes",
         )
+        return failed, exc.calls
     if not eos and not server_content:
         noncanonical.append(NC_NO_EOS)
-    return ParseResult(
+    result = ParseResult(
         content=body[:first].rstrip("\n"),
         calls=tuple(calls),
         found=True,
@@ -134,6 +165,12 @@ def parse(text: str, *, server_content: bool = False) -> ParseResult:
         eos=eos,
         dialect="hermes",
     )
+    return result, result.calls
+
+
+def encode(content: str, calls: Sequence[ToolCall]) -> str:
+    """The canonical raw turn (Qwen's chat template)."""
+    return encode_turn(content, list(calls))
 
 
 def encode_turn(content: str, calls: list[ToolCall], eos: bool = True) -> str:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from harness.client.chat import ChatClient
-from harness.client.output import TurnOutput
+from harness.client.output import TurnOutput, server_failure
+from harness.drive.answering import ServerWatch
 from harness.drive.inflight import InflightBoard
 from harness.drive.selfreport import SelfReport
 from harness.drive.session import Session, SessionPlan, Shared
@@ -42,7 +43,7 @@ class Progress:
     def on_turn(self, rec: TurnRecord) -> None:
         self.count(
             bool(rec.get("corrupted")),
-            bool(rec.get("transport_error")),
+            server_failure(rec.get("transport_error")),
             (rec.get("repeat", 0), rec["session"]),
         )
 
@@ -195,6 +196,7 @@ async def _drive(
         limit=limit,
         on_turn=turn_done,
         board=board,
+        watch=ServerWatch(str(base.get("variant", "")), str(getattr(client, "request_url", "?"))),
         transcripts=transcripts,
     )
     # each session is built in its own task, when it starts: the first requests leave
@@ -212,5 +214,15 @@ async def _drive(
         if on_session_end is not None:  # only sessions that ran to their end
             on_session_end(session.plan.index, session.ended)
 
-    await asyncio.gather(*(one(i, plan) for i, plan in enumerate(plans)))
+    tasks = [asyncio.ensure_future(one(i, plan)) for i, plan in enumerate(plans)]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        # a session found the variant cannot go on (a HarnessError: the endpoint refuses the
+        # requests, the server stopped answering), or the run is stopping: the other sessions
+        # stop now, their requests in flight recorded as cancelled
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     return [s for s in sessions if s is not None]

@@ -15,8 +15,12 @@ class InflightBoard:
     """Requests in flight per worker, one 8-byte slot each in a file every worker maps."""
 
     def __init__(self, path: str, slot: int, slots: int) -> None:
-        with open(path, "r+b") as fh:
-            self._map = mmap.mmap(fh.fileno(), 8 * slots)
+        try:
+            with open(path, "r+b") as fh:
+                self._map = mmap.mmap(fh.fileno(), 8 * slots)
+        except FileNotFoundError:
+            # a worker on another host (a Ray cluster's node): only its own count is known
+            self._map = mmap.mmap(-1, 8 * slots)
         self._view = memoryview(self._map).cast("q")
         self.slot = slot
 

@@ -10,7 +10,8 @@ drives it. While running it measures:
   client that calls its ``observers``);
 - pool waits: time a request queued for a free connection (a pool smaller than the load);
 - stale resends: requests sent again because the server had closed their kept-alive
-  connection before they reached it (``resent_stale()``; nothing the server saw);
+  connection before any byte of an answer (``resent_stale()``; each first send is also a
+  ``dropped`` row of turns.jsonl);
 - CPU: process CPU seconds and the event-loop thread's CPU seconds over wall seconds;
 - turns per second (``note_turn()``).
 

@@ -14,6 +14,7 @@ from typing import Any, cast
 from harness import labels as L
 from harness.client.chat import ChatClient
 from harness.client.output import Failure, TurnOutput
+from harness.drive.answering import ServerWatch, retry_delay
 from harness.drive.inflight import InflightBoard
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
@@ -25,6 +26,8 @@ from harness.workload.tools import document_chunk, estimate_tokens, padding_text
 log = logging.getLogger(__name__)
 
 _CONTEXT_CHARS = 8000  # how much of the latest tool results the verdict sees as context
+#: How a session ends when a turn's attempts ran out (every one failed, or was corrupted).
+EXHAUSTED = "attempts exhausted"
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class Shared:
     transcripts: TranscriptLog | None = None  # the exact requests, when kept
     workload: Workload = field(default_factory=Workload)
     board: InflightBoard | None = None  # the other workers' in flight (harness.pool.parent)
+    watch: ServerWatch | None = None  # refused, overloaded, no longer answering
 
 
 def first_messages(scenario: Scenario, plan: SessionPlan) -> list[dict[str, Any]]:
@@ -225,6 +229,14 @@ class Session:
                 sh.inflight -= 1
                 if sh.board is not None:
                     sh.board.publish(sh.inflight)
+        for dropped in out.dropped:  # every send the server may have seen is a row
+            lost = TurnOutput(failure=dropped, latency_s=None)
+            why = {"failure": str(dropped), "resent": True}
+            verdict = Verdict(L.TRANSPORT_ERROR, False, evidence=why)
+            self._record(turn, attempt, inflight, sent_at, lost, verdict)
+            attempt += 1
+        if entry is not None:
+            entry.row["attempt"] = attempt
         self.turns_sent += 1
         if out.failure is not None:
             verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": str(out.failure)})
@@ -363,14 +375,21 @@ class Session:
 
     async def _attempts(self, turn: int) -> tuple[TurnOutput, Verdict] | None:
         """Send one turn until it comes back usable: transport failures are retried with
-        backoff, corrupted answers re-sent (``--on-corruption retry``); None when the
-        attempts run out. Every send is its own row."""
+        backoff (or the server's Retry-After), corrupted answers re-sent (``--on-corruption
+        retry``); None when the attempts run out. Every send is its own row (``attempt``
+        counts the rows: a send the server dropped unanswered and that was sent again is
+        one, within the same try). ``ServerWatch`` ends the variant when its server refuses
+        the requests or stopped answering."""
         sh = self.shared
-        for attempt in range(sh.scenario.max_attempts):
-            out, verdict, _ = await self.send(turn, attempt)
+        attempt = 0
+        for tried in range(sh.scenario.max_attempts):
+            out, verdict, record = await self.send(turn, attempt)
+            attempt = record["attempt"] + 1
+            if sh.watch is not None:
+                sh.watch.check(out.failure)
             if out.failure is not None:
-                if attempt + 1 < sh.scenario.max_attempts:
-                    await asyncio.sleep(sh.retry_delay_s * (2**attempt))
+                if tried + 1 < sh.scenario.max_attempts:
+                    await asyncio.sleep(retry_delay(out.failure, sh.retry_delay_s * (2**tried)))
                 continue
             if verdict.corrupted and sh.on_corruption == "retry":
                 continue
@@ -386,7 +405,7 @@ class Session:
                 await asyncio.sleep(self.think_s)  # the tool takes its time; the session idles
             result = await self._attempts(turn)
             if result is None:
-                self.ended = "attempts exhausted"
+                self.ended = EXHAUSTED
                 return
             out, verdict = result
             if verdict.corrupted:

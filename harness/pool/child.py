@@ -26,9 +26,11 @@ from typing import IO, cast
 
 import orjson
 
+from harness.client.output import server_failure
 from harness.drive.driver import Progress, drive
 from harness.drive.inflight import InflightBoard
 from harness.drive.trace_session import sessions_for
+from harness.errors import HarnessError
 from harness.pool.protocol import (
     READY,
     Failed,
@@ -92,7 +94,7 @@ class ForwardWriter:
             Turn(
                 orjson.dumps(record) + b"\n",
                 bool(record.get("corrupted")),
-                bool(record.get("transport_error")),
+                server_failure(record.get("transport_error")),
                 record.get("repeat", 0),
                 record["session"],
             )
@@ -171,6 +173,10 @@ async def serve(out: IO[bytes]) -> int:
         await task
     except asyncio.CancelledError:
         pass
+    except HarnessError as exc:  # the variant cannot go on (refused, no longer answering)
+        channel.send(Failed(str(exc), type(exc).__name__, getattr(exc, "whole_run", False)))
+        channel.flush()
+        return 1
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the variant
         traceback.print_exc()
         channel.send(Failed(f"{type(exc).__name__}: {exc}"))
@@ -194,7 +200,10 @@ async def listen(reader: asyncio.StreamReader, limit: asyncio.Semaphore) -> None
 
 
 def main() -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us, after Ctrl-C too
+    # the parent stops us, after Ctrl-C, SIGTERM or SIGHUP too (a closed terminal sends SIGHUP
+    # to the whole process group; the parent records what we send until it stops us)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints must not corrupt the frames
     out.write(READY)

@@ -37,17 +37,24 @@ def family(plan: SessionPlan) -> int:
     return plan.parent if plan.parent is not None else plan.index
 
 
-def shard(plans: list[SessionPlan], workers: int) -> list[list[SessionPlan]]:
-    """Whole fork families dealt in turn to at most ``workers`` shards (none empty); the
-    plans keep their order within a shard."""
+def deal(plans: list[SessionPlan], count: int) -> list[list[SessionPlan]]:
+    """Whole fork families dealt in turn to ``count`` slices (some empty when there are fewer
+    families); the plans keep their order within a slice. The same plans always give the same
+    slices: hosts given the same seed agree on them without talking."""
     roots: dict[int, int] = {}
     for plan in plans:
         roots.setdefault(family(plan), len(roots))
-    n = max(1, min(workers, len(roots)))
-    shards: list[list[SessionPlan]] = [[] for _ in range(n)]
+    slices: list[list[SessionPlan]] = [[] for _ in range(max(1, count))]
     for plan in plans:
-        shards[roots[family(plan)] % n].append(plan)
-    return [s for s in shards if s]
+        slices[roots[family(plan)] % len(slices)].append(plan)
+    return slices
+
+
+def shard(plans: list[SessionPlan], workers: int) -> list[list[SessionPlan]]:
+    """Whole fork families dealt in turn to at most ``workers`` shards (none empty); the
+    plans keep their order within a shard."""
+    families = len({family(p) for p in plans})
+    return [s for s in deal(plans, max(1, min(workers, families))) if s]
 
 
 def split_limit(concurrency: int, sizes: list[int]) -> list[int]:

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from harness.client import connections_for
 from harness.client.spec import ClientSpec
@@ -52,7 +52,7 @@ from harness.drive.driver import DriveOptions, Progress
 from harness.drive.inflight import InflightBoard
 from harness.drive.selfreport import SelfReport, combine
 from harness.drive.session import SessionPlan
-from harness.errors import InfrastructureError
+from harness.errors import EndpointRefused, HarnessError, InfrastructureError, ServerUnanswering
 from harness.pool.dealing import (
     AUTO_MIN_CONCURRENCY,
     AUTO_PER_WORKER,
@@ -102,6 +102,31 @@ STOP_GRACE_S = 30.0  # a stopped worker has this long to send the rest and exit
 _ROOT = str(Path(__file__).resolve().parents[2])  # where the workers import harness from
 
 
+class WorkerStdin(Protocol):
+    """Where the parent writes a worker's job and messages; ``close()`` tells it to stop."""
+
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def close(self) -> None: ...
+    def is_closing(self) -> bool: ...
+
+
+class WorkerProcess(Protocol):
+    """A worker as the parent drives it: a local process (``asyncio.subprocess.Process``), or
+    one on a cluster node (``harness.pool.cluster.RemoteWorker``)."""
+
+    @property
+    def stdin(self) -> WorkerStdin | None: ...
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    async def wait(self) -> int: ...
+    def kill(self) -> None: ...
+
+
 class WorkerError(InfrastructureError):
     """A worker process failed or died: the variant is stopped."""
 
@@ -111,7 +136,7 @@ class WorkerPool:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.procs: list[asyncio.subprocess.Process] = []
+        self.procs: list[WorkerProcess] = []
 
     async def start(self) -> None:
         """Start the processes and wait until each has imported and says it is ready, so
@@ -163,9 +188,7 @@ class _Grants:
     """The parent's view of each worker's limit and sessions left: when a worker can no
     longer use all its permits, the others get them (``regrant``, a ``Grow`` message)."""
 
-    def __init__(
-        self, limits: list[int], sizes: list[int], procs: list[asyncio.subprocess.Process]
-    ) -> None:
+    def __init__(self, limits: list[int], sizes: list[int], procs: list[WorkerProcess]) -> None:
         self.limits = list(limits)
         self.remaining = list(sizes)
         self.procs = procs
@@ -188,7 +211,7 @@ class _Feed:
     def __init__(
         self,
         number: int,
-        proc: asyncio.subprocess.Process,
+        proc: WorkerProcess,
         writer: TurnWriter,
         transcripts: TranscriptLog | None,
         progress: Progress,
@@ -206,6 +229,7 @@ class _Feed:
         self.ended = ended
         self.report: dict[str, Any] | None = None
         self.error: str | None = None
+        self.stop: HarnessError | None = None
 
     async def run(self, total: int) -> None:
         assert self.proc.stdout is not None
@@ -217,6 +241,8 @@ class _Feed:
                 break
             self._take(messages)
         code = await self.proc.wait()
+        if self.stop is not None:
+            raise self.stop
         if self.error is not None:
             raise WorkerError(f"worker {self.number} of {total} failed: {self.error}")
         if self.report is None:
@@ -245,11 +271,22 @@ class _Feed:
                 self.report = msg.report
             elif isinstance(msg, Failed):
                 self.error = msg.error
+                if msg.kind:  # the variant cannot go on: the same error as in one process
+                    self.stop = variant_stop(msg.error, msg.kind, msg.whole_run)
             if lines:  # the turns before it, written once it is handled
                 self.writer.write_lines(b"".join(lines), len(lines))
                 lines = []
         if lines:
             self.writer.write_lines(b"".join(lines), len(lines))
+
+
+def variant_stop(message: str, kind: str, whole_run: bool) -> HarnessError:
+    """The error a worker's ``drive()`` raised, raised again in the parent."""
+    if kind == EndpointRefused.__name__:
+        return EndpointRefused(message, whole_run=whole_run)
+    if kind == ServerUnanswering.__name__:
+        return ServerUnanswering(message)
+    return InfrastructureError(message)
 
 
 async def drive_workers(

@@ -100,9 +100,13 @@ class Report(NamedTuple):
 
 
 class Failed(NamedTuple):
-    """The worker failed (the traceback is in its own log)."""
+    """The worker failed (the traceback is in its own log); or, with ``kind``, its variant
+    cannot go on (the ``HarnessError`` class its drive raised: ``EndpointRefused``,
+    ``ServerUnanswering``), which the parent raises again."""
 
     error: str
+    kind: str = ""
+    whole_run: bool = False
 
 
 def encode(message: Any) -> bytes:

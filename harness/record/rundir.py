@@ -38,6 +38,7 @@ TIDY_FILE = "turns"  # .parquet, or .csv without pyarrow
 PLOTS_DIR = "plots"
 SERVERS_DIR = "servers"  # one log per launched server
 SERVER_FACTS_FILE = "server_facts.jsonl"  # what each variant's server reported of itself
+CLOCK_FILE = "clock.json"  # a shard's start against --start-at, its clock against the server's
 
 SessionKey = tuple[str, int, int]  # (variant, repeat, session)
 
@@ -71,6 +72,10 @@ class RunDir:
     def outcomes(self) -> Path:
         return self.path / OUTCOMES_FILE
 
+    @property
+    def clock(self) -> Path:
+        return self.path / CLOCK_FILE
+
     def server_log(self, name: str) -> Path:
         return self.path / SERVERS_DIR / name
 
@@ -93,6 +98,16 @@ class RunDir:
             raise UsageError(f"{where} a run folder (no {RUN_FILE} in it)")
         meta: dict[str, Any] = json.loads(self.run_file.read_text())
         return meta
+
+    def mark_meta(self, **fields: Any) -> None:
+        """Set fields of run.json (``interrupted``: the signal that cut the run short, or
+        None once a run, resumed or not, went to its end); no run.json, nothing to mark."""
+        try:
+            meta = json.loads(self.run_file.read_text())
+        except (OSError, ValueError):
+            return
+        meta.update(fields)
+        self.write_meta(meta)
 
     def finished_sessions(self) -> set[SessionKey]:
         """(variant, repeat, session) of every session that ran to its end."""

@@ -285,6 +285,13 @@ def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summa
     for key in ("started_at", "finished_at"):
         if key in run.meta:
             summary[key] = run.meta[key]
+    interrupted = run.meta.get("interrupted")
+    summary["interrupted"] = interrupted
+    if interrupted:
+        summary["verdict"] = (
+            f"INTERRUPTED ({interrupted}): the run was cut short, these numbers cover only the "
+            f"turns done. {summary['verdict']}"
+        )
     return summary
 
 

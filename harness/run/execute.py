@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from harness.analysis import sequential
+from harness.analysis import sequential, variantcheck
 from harness.client import connections_for
 from harness.client.chat import ChatClient
 from harness.client.spec import ClientSpec
@@ -31,6 +31,8 @@ from harness.drive.driver import DriveOptions, Progress, drive
 from harness.drive.selfreport import save_row
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.drive.trace_session import sessions_for
+from harness.errors import EndpointRefused, ServerUnanswering
+from harness.pool.cluster import ClusterPool
 from harness.pool.parent import (
     SessionSource,
     WorkerError,
@@ -43,7 +45,15 @@ from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnWriter
 from harness.run.afterload import after_load, after_load_left
 from harness.run.options import RunOptions
+from harness.run.plan import round_orders
 from harness.run.serverprobe import Contact, first_contact, model_source
+from harness.run.shard import (
+    plan_id,
+    server_clock_offset,
+    shard_concurrency,
+    slice_plans,
+    wait_until,
+)
 from harness.target.launch import Target, make_target
 from harness.target.metrics import MetricsScraper, flush_cache, warm_up
 from harness.target.readiness import EndpointTarget, watch
@@ -76,6 +86,8 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
         "python": sys.version.split()[0],
+        "plan_id": plan_id(opts),
+        "shard": opts.shard.to_dict() if opts.shard is not None else None,
     }
     RunDir(opts.out_dir).write_meta(meta)
 
@@ -88,6 +100,8 @@ class VariantOutcome:
     ended: dict[str, int]
     wall_s: float
     error: str | None = None
+    exit_code: int = 0  # 3: the server died or stopped answering; 2: it refused the requests
+    stop_run: bool = False  # every variant would be refused the same: the run ends
 
 
 def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
@@ -113,7 +127,15 @@ class _VariantRun:
     announce: Callable[[str], None]
     make_session: Callable[[SessionPlan, Shared], Session] | None = None
     reference: list[SessionPlan] | None = None
+    #: the server, made by the caller; ``started``: kept up from the block before (already
+    #: started); ``keep``: leave it up for the next block when this one ends without error
+    target: Target | None = None
+    started: bool = False
+    keep: bool = False
+    clock: dict[str, Any] | None = None  # a shard's clock.json, the server's offset to add
     ended: dict[str, int] = field(default_factory=dict)
+    code: int = 0
+    stop_run: bool = False
 
     @property
     def name(self) -> str:
@@ -133,26 +155,44 @@ class _VariantRun:
 
     async def run(self) -> VariantOutcome:
         """Start the variant's server, drive ``plans``, then the after-load work (--confirm,
-        and the ``reference`` sessions re-run alone), stop the server."""
+        and the ``reference`` sessions re-run alone), stop the server (unless ``keep``)."""
         opts = self.opts
-        target = _target_for(opts, self.variant, self.repeat)
+        held = self.started and self.target is not None
+        target = self.target or _target_for(opts, self.variant, self.repeat)
         t0 = time.perf_counter()
         how = {"launch": "starting the server", "hook": "running the before hook"}
         where = target.describe()
-        self.announce(
-            f"{self.name}: {how.get(where.get('mode', ''), 'waiting for ' + str(where.get('url')))}"
-        )
+        first = how.get(where.get("mode", ""), "waiting for " + str(where.get("url")))
+        self.announce(f"{self.name}: " + ("the server stays up" if held else first))
         error = None
+        completed = False
         self._sessions_log = open(opts.out_dir / SESSIONS_FILE, "a")  # noqa: SIM115, ASYNC230 - closed below
         # worker processes start (and import) while the server starts
-        workers = effective_workers(opts.workers, self.plans, opts.concurrency)
-        pool = WorkerPool(workers) if workers > 1 else None
+        pool: WorkerPool | None = None
+        if opts.cluster is not None:  # as many as the cluster has CPUs, up to what can run
+            most = effective_workers(len(self.plans), self.plans, opts.concurrency)
+            pool = ClusterPool(opts.cluster or None, most) if self.plans else None
+        elif (workers := effective_workers(opts.workers, self.plans, opts.concurrency)) > 1:
+            pool = WorkerPool(workers)
         starting = asyncio.create_task(pool.start()) if pool is not None else None
         try:
-            base_url = await target.start()
-            flush = await self._prepare_server(base_url)
-            facts = await first_contact(self._contact(target, base_url, flush), self.announce)
-            model = facts["model"]
+            facts: dict[str, Any] | None = None
+            if held:
+                base_url = str(getattr(target, "base_url", ""))
+                key = (self.variant.label, self.repeat)
+                rows = variantcheck.load(opts.out_dir)
+                mine = [r for r in rows if (r["variant"], r["repeat"]) == key]
+                facts = mine[-1] if mine else None
+            else:
+                base_url = await target.start()
+                if self.clock is not None and self.clock.get("server_offset_s") is None:
+                    offset = await server_clock_offset(base_url, opts.api_key)
+                    self.clock["server_offset_s"] = offset
+                    RunDir(opts.out_dir).clock.write_text(json.dumps(self.clock, indent=2) + "\n")
+            if facts is None:  # the first contact with this server
+                flush = await self._prepare_server(base_url) if not held else None
+                facts = await first_contact(self._contact(target, base_url, flush), self.announce)
+            model = str(facts["model"])
             self.announce(f"{self.name}: {len(self.plans)} sessions on {base_url}")
             client_spec = ClientSpec(
                 base_url,
@@ -185,23 +225,28 @@ class _VariantRun:
                     if error is None and alive is not None and not alive():
                         error = "the server process died during the run"
                         self.announce(f"{self.name}: {error}")
+                    if error is not None and not self.code:
+                        self.code = 3
                     if error is None:
                         await self._after_load(client, base)
             finally:
                 transcripts.close()
                 await client.aclose()
+            completed = True
         finally:
             self._sessions_log.close()
             if pool is not None and starting is not None:
                 with contextlib.suppress(Exception):
                     await starting  # quick: the processes import on their own
                 await pool.close()  # when the load never started (drive_workers closes it)
-            await target.stop()
+            if not (self.keep and completed and error is None):
+                await target.stop()
         wall = time.perf_counter() - t0
         self.announce(f"{self.name}: done in {wall:.0f}s")
         return VariantOutcome(
-            self.variant.label, self.repeat, len(self.plans), self.ended, wall, error
-        )
+            self.variant.label, self.repeat, len(self.plans), self.ended, wall, error, self.code,
+            self.stop_run,
+        )  # fmt: skip
 
     async def _prepare_server(self, base_url: str) -> dict[str, Any] | None:
         """A launched server's cache flush and warm-up, when its target file asks; the
@@ -317,9 +362,14 @@ class _VariantRun:
             if error is None:
                 raise
             self.announce(f"{self.name}: stopped: {error}")
-        except WorkerError as exc:
-            error = str(exc)
-            self.announce(f"{self.name}: stopped: {error}")
+        except (WorkerError, EndpointRefused, ServerUnanswering) as exc:
+            # a worker died, the endpoint refuses the requests, or the server stopped
+            # answering: this variant ends here, the run goes on (a refusal every variant
+            # would get ends the run: ``stop_run``)
+            error, self.code = str(exc), exc.exit_code
+            self.stop_run = bool(getattr(exc, "whole_run", False))
+            refused = isinstance(exc, EndpointRefused)  # (said at the end, once)
+            self.announce(f"{self.name}: stopped" + ("" if refused else f": {error}"))
         finally:
             watcher.cancel()
             if self.plans:  # (a resumed variant with only its after-load work left)
@@ -355,6 +405,22 @@ async def execute(
     )
     outcomes: list[VariantOutcome] = []
     skip = skip or set()
+    clock = None
+    if (shard := opts.shard) is not None:
+        # this host's slice of the plan, with its share of the concurrency
+        opts = replace(opts, concurrency=shard_concurrency(opts.concurrency, plans, shard))
+        plans = slice_plans(plans, shard)
+        announce(f"shard {shard.label}: {len(plans)} sessions a variant, "
+                 f"{opts.concurrency} in flight")  # fmt: skip
+        late = await wait_until(opts.start_at, announce) if opts.start_at is not None else None
+        clock = {
+            "shard": shard.to_dict(),
+            "start_unix": time.time(),
+            "start_at": opts.start_at,
+            "late_s": None if late is None else round(late, 3),
+            "server_offset_s": None,
+        }
+        RunDir(opts.out_dir).clock.write_text(json.dumps(clock, indent=2) + "\n")
 
     def save() -> None:
         path = opts.out_dir / OUTCOMES_FILE
@@ -366,32 +432,53 @@ async def execute(
         looks = math.ceil(opts.max_sessions / opts.sessions)
         every = make_plans(opts.scenario, looks * opts.sessions, opts.seed)
         rounds = [every[i : i + opts.sessions] for i in range(0, len(every), opts.sessions)]
-    with TurnWriter(opts.out_dir / TURNS_FILE) as writer:
-        async with asyncio.timeout(opts.run_timeout):
-            for look, round_plans in enumerate(rounds, 1):
-                for variant, repeat in opts.schedule():
-                    todo = [p for p in round_plans if (variant.label, repeat, p.index) not in skip]
-                    reference, confirm_left = after_load_left(
-                        opts, variant, repeat, round_plans, bool(skip)
-                    )
-                    if not todo and not reference and not confirm_left:
-                        continue
-                    step = _VariantRun(
-                        opts, run_id, variant, repeat, todo, writer, progress, announce, make,
-                        reference,
-                    )  # fmt: skip
-                    outcomes.append(await step.run())
-                    save()
-                if len(rounds) > 1:
-                    writer.sync()
-                    decided, why = sequential.decision(
-                        opts.out_dir / TURNS_FILE,
-                        [v.label for v in opts.variants],
-                        look=look,
-                        looks=len(rounds),
-                        alpha=opts.alpha,
-                    )
-                    announce(f"after {look * opts.sessions} sessions per variant: {why}")
-                    if decided:
-                        break
+    held: tuple[Variant, int, Target] | None = None  # a server kept up between two rounds
+    try:
+        with TurnWriter(opts.out_dir / TURNS_FILE) as writer:
+            async with asyncio.timeout(opts.run_timeout):
+                for look, order in enumerate(round_orders(opts.schedule(), len(rounds)), 1):
+                    round_plans = rounds[look - 1]
+                    for i, (variant, repeat) in enumerate(order):
+                        todo = [
+                            p for p in round_plans if (variant.label, repeat, p.index) not in skip
+                        ]
+                        reference, confirm_left = after_load_left(
+                            opts, variant, repeat, round_plans, bool(skip)
+                        )
+                        if not todo and not reference and not confirm_left:
+                            continue
+                        started = held is not None and held[:2] == (variant, repeat)
+                        if held is not None and not started:
+                            await held[2].stop()
+                        target = held[2] if held is not None and started else None
+                        target = target or _target_for(opts, variant, repeat)
+                        held = None
+                        # the last block of a round starts the next one: its server stays up
+                        keep = i == len(order) - 1 and look < len(rounds)
+                        step = _VariantRun(
+                            opts, run_id, variant, repeat, todo, writer, progress, announce,
+                            make, reference, target, started, keep, clock,
+                        )  # fmt: skip
+                        outcome = await step.run()
+                        outcomes.append(outcome)
+                        save()
+                        if outcome.stop_run:
+                            return outcomes  # every variant would be refused the same way
+                        if keep and outcome.error is None:
+                            held = (variant, repeat, target)
+                    if len(rounds) > 1:
+                        writer.sync()
+                        decided, why = sequential.decision(
+                            opts.out_dir / TURNS_FILE,
+                            [v.label for v in opts.variants],
+                            look=look,
+                            looks=len(rounds),
+                            alpha=opts.alpha,
+                        )
+                        announce(f"after {look * opts.sessions} sessions per variant: {why}")
+                        if decided:
+                            break
+    finally:
+        if held is not None:
+            await held[2].stop()
     return outcomes

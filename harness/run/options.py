@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.run.plan import run_order
+from harness.run.shard import Shard
 from harness.target.spec import TargetSpec
 from harness.workload.matrix import Variant
 from harness.workload.scenario import Scenario
@@ -48,8 +49,11 @@ class RunOptions:
     api: Api = "chat"  # chat | completions | generate (harness.client.raw)
     max_sessions: int | None = None  # --until-significant: the budget per variant
     workers: int = 1  # processes driving each variant's sessions (harness.pool.parent)
+    cluster: str | None = None  # --workers ray[:ADDRESS]: the Ray address ("": the default)
     alpha: float = 0.05
     strict_variants: bool = False  # a variant its server does not confirm stops the run
+    shard: Shard | None = None  # --shard I/K: this host drives the I-th of K slices
+    start_at: float | None = None  # --start-at: wall time (unix seconds) the load starts
     args: dict[str, Any] = field(default_factory=dict)  # the command line, for run.json
 
     def schedule(self) -> list[tuple[Variant, int]]:

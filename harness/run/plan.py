@@ -37,14 +37,40 @@ def run_order(
     return order
 
 
+def round_orders(
+    order: Sequence[tuple[Variant, int]], looks: int
+) -> list[list[tuple[Variant, int]]]:
+    """``--until-significant``: the order of each of ``looks`` rounds. Every other round runs
+    the order backwards (A B | B A | A B), so the block that ends a round also starts the
+    next: its server stays up in between (the decision between rounds reads the turns on
+    disk), and a run of R rounds starts R - 1 servers fewer. Reversing cancels a linear drift
+    as ``abba`` does."""
+    return [list(order) if k % 2 == 0 else list(reversed(order)) for k in range(looks)]
+
+
+def server_starts(rounds: Sequence[Sequence[tuple[Variant, int]]]) -> int:
+    """Servers started over the rounds: one per block, but none for a block that goes on
+    from the end of the round before."""
+    starts = 0
+    previous: tuple[Variant, int] | None = None
+    for blocks in rounds:
+        for i, block in enumerate(blocks):
+            if not (i == 0 and block == previous):
+                starts += 1
+        previous = blocks[-1] if blocks else None
+    return starts
+
+
 def format_plan(
     spec: TargetSpec,
     order: Sequence[tuple[Variant, int]],
     run_dir: Path,
     *,
     extra_args: Sequence[str] = (),
+    looks: int = 1,
 ) -> str:
-    """What a run would do, without starting anything: target, variants, order, commands."""
+    """What a run would do, without starting anything: target, variants, order, commands.
+    ``looks``: the rounds ``--until-significant`` may take (the worst case is all of them)."""
     variants: list[Variant] = []
     for v, _ in order:
         if v not in variants:
@@ -65,12 +91,21 @@ def format_plan(
         f"readiness: first of {', '.join(ready.paths)} answering 200, every "
         f"{ready.interval_s:g}s, at most {ready.timeout_s:g}s"
     )
+    rounds = round_orders(order, looks)
+    starts = server_starts(rounds)
+    if looks > 1:
+        lines.append(
+            f"--until-significant: up to {looks} rounds of {len(order)} blocks, every other one "
+            f"in reverse ({' | '.join(' -> '.join(v.label for v, _ in r) for r in rounds[:3])}"
+            f"{' | ...' if looks > 3 else ''}); the server of the block that ends a round stays "
+            "up into the next"
+        )
     if spec.mode in ("launch", "hook"):
-        worst = len(order) * ready.timeout_s
+        worst = starts * ready.timeout_s
         what = "server starts" if spec.mode == "launch" else "hook reconfigurations"
         lines.append(
-            f"{len(order)} {what}; start-up alone may take up to {_duration(worst)} "
-            "(ready timeout x blocks)"
+            f"{starts} {what} at most; start-up alone may take up to {_duration(worst)} "
+            f"(ready timeout x {starts})"
         )
     lines.append(
         f"between variants: warm-up {'on' if spec.warm_up else 'off'}, "

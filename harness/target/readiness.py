@@ -16,10 +16,11 @@ import signal
 import subprocess
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from harness.errors import InfrastructureError
+from harness.errors import InfrastructureError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,29 @@ def _stop_all() -> None:
             stop_group(proc, grace_s=3.0)
 
 
+def normalize_endpoint(url: str) -> str:
+    """``--endpoint`` as a base URL: ``HOST:PORT``, ``http://HOST:PORT``, ``.../v1`` (the form
+    vLLM prints and OpenAI clients take) and ``.../v1/chat/completions`` all give
+    ``http://HOST:PORT`` (the harness adds the API paths itself)."""
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https"):
+        raise UsageError(f"--endpoint {url!r}: expected http://HOST:PORT (or HOST:PORT)")
+    try:
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if not parts.hostname:
+        raise UsageError(f"--endpoint {url!r}: expected http://HOST:PORT (or HOST:PORT)")
+    path = parts.path.rstrip("/")
+    for suffix in ("/chat/completions", "/v1"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
 async def wait_ready(
     base_url: str,
     *,
@@ -44,17 +68,31 @@ async def wait_ready(
     paths: tuple[str, ...] = READINESS_PATHS,
     alive: Any = None,
     interval_s: float = 0.2,
+    up_already: bool = False,
 ) -> str:
-    """Poll the readiness paths until one answers 200; return it. ``alive()`` False fails fast."""
+    """Poll the readiness paths until one answers 200; return it. ``alive()`` False fails fast.
+
+    ``up_already`` (a server the harness did not start): when every path answers 404, or the
+    answer is not HTTP, something else listens there; that is said at once rather than
+    waited on (a server still starting answers 503, or does not listen yet)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     async with httpx.AsyncClient(base_url=base_url, timeout=5.0, trust_env=False) as http:
         while time.monotonic() < deadline:
             if alive is not None and not alive():
                 raise InfrastructureError(f"server at {base_url} exited while starting ({last})")
+            missing = 0
             for path in paths:
                 try:
                     resp = await http.get(path)
+                except httpx.RemoteProtocolError as exc:
+                    if up_already:
+                        raise InfrastructureError(
+                            f"{base_url} is not an OpenAI-compatible server: it does not answer "
+                            f"in HTTP ({exc}); check the --endpoint URL and port"
+                        ) from None
+                    last = f"{path}: {exc!r}"
+                    break
                 except httpx.HTTPError as exc:
                     cause = exc.__cause__ or exc.__context__
                     refused = isinstance(exc, httpx.ConnectError) or isinstance(
@@ -67,6 +105,13 @@ async def wait_ready(
                 last = f"{path}: HTTP {resp.status_code}"
                 if resp.status_code != 404:
                     break
+                missing += 1
+            if up_already and missing == len(paths):
+                raise InfrastructureError(
+                    f"{base_url} is not an OpenAI-compatible server: GET "
+                    f"{', '.join(paths)} all answered HTTP 404 (an OpenAI server serves "
+                    "/v1/models); check the --endpoint URL and port"
+                )
             await asyncio.sleep(interval_s)
     raise InfrastructureError(f"server at {base_url} not ready after {timeout_s:.0f}s ({last})")
 
@@ -79,7 +124,7 @@ class EndpointTarget:
         self.ready_timeout_s = ready_timeout_s
 
     async def start(self) -> str:
-        await wait_ready(self.base_url, timeout_s=self.ready_timeout_s)
+        await wait_ready(self.base_url, timeout_s=self.ready_timeout_s, up_already=True)
         return self.base_url
 
     async def stop(self) -> None:

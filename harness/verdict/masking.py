@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from harness.dialects.jsonstrict import StrictJSONError, raw_decode_strict
+from harness.dialects.registry import markup_spans
 from harness.verdict.salad import SPECIAL as _DEBRIS
 
 #: One or two backticks around a code span. Written with a literal backtick first (the same
@@ -70,6 +71,8 @@ class Masked:
     #: what ``loops`` blanks, then what ``prose`` blanks as well (each sorted, disjoint)
     blanked: tuple[tuple[int, int], ...] = ()
     data: tuple[tuple[int, int], ...] = ()
+    #: tool-call markup of the dialects besides DSML and Hermes (its tokens are not debris)
+    markup: tuple[tuple[int, int], ...] = ()
 
     @cached_property
     def _merged(self) -> npt.NDArray[np.int64]:
@@ -92,6 +95,9 @@ class Masked:
 
     def quoted_at(self, pos: int) -> bool:
         return any(s <= pos < e for s, e in self.quoted)
+
+    def markup_at(self, pos: int) -> bool:
+        return any(s <= pos < e for s, e in self.markup)
 
     def in_code(self, pos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which positions fall in fenced or indented code (``code`` is sorted, disjoint)."""
@@ -155,6 +161,11 @@ def mask(text: str) -> Masked:
             elif (objs := _json_values(text, m.start(1), m.end(1))) is not None:
                 spans.append(m.span())  # concatenated calls: the dialect reports them;
                 values.extend(objs)  # each call is still read on its own
+    markup: list[tuple[int, int]] = []
+    if "<" in text or "[" in text:
+        # the other dialects' markup (Kimi, Harmony, DeepSeek V3, Mistral, Llama, ...)
+        markup = markup_spans(text)
+        spans.extend(markup)
     if (
         "<" in text
         and _MANGLED_TAG.search(text) is not None  # (first: a match is rare)
@@ -210,6 +221,7 @@ def mask(text: str) -> Masked:
         prose,
         tuple(loop_spans),
         tuple(data_spans),
+        tuple(markup),
     )
 
 

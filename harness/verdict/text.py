@@ -238,7 +238,9 @@ def _events(
     if specials is None:
         specials = _special(ch.text)
     ev.extend(
-        e for e in specials if m is None or e[2] == "replacement_char" or not m.quoted_at(e[0])
+        e
+        for e in specials
+        if m is None or e[2] == "replacement_char" or not (m.quoted_at(e[0]) or m.markup_at(e[0]))
     )
     ev.extend((p, GLUED_WEIGHT, "glued_words") for p in repeat.glued(tok).tolist())
     for p, copies in repeat.periodic(tok):  # a loop inside one word

@@ -100,8 +100,13 @@ def estimate_tokens(text: str) -> int:
 
 
 def _rng(seed: int, *parts: Any) -> random.Random:
+    return random.Random(_draw(seed, *parts))
+
+
+def _draw(seed: int, *parts: Any) -> int:
+    """A 64-bit number fixed by ``(seed, *parts)``: the same in every process and run."""
     digest = hashlib.blake2b(repr((seed, *parts)).encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(digest, "big"))
+    return int.from_bytes(digest, "big")
 
 
 def _path(rng: random.Random) -> str:
@@ -131,67 +136,157 @@ def _code_line(rng: random.Random, indent: int) -> str:
     return f"{pad}{b} = self.{c}_map.get({b}_id, {rng.randrange(0, 9)})"
 
 
-def _fill(rng: random.Random, budget_tokens: int, line: Any) -> str:
-    target = max(40, budget_tokens * CHARS_PER_TOKEN)
-    lines: list[str] = []
-    size = 0
-    n = 0
-    while size < target:
-        text = line(rng, n)
-        lines.append(text)
-        size += len(text) + 1
-        n += 1
-    return "\n".join(lines)
+#: Lines in each tool kind's corpus: 8,192 lines is about 500 KB, more than an 80k-token
+#: context; a longer result wraps around.
+CORPUS_LINES = 8192
+#: Width of a ``read_file`` line number (``{n:5d}`` and two spaces) below line 100,000.
+_NUMBER_WIDTH = 7
+#: Marks where a ``search`` hit carries the query.
+_QUERY = "\x00"
 
 
-def _list_dir(rng: random.Random, args: dict[str, Any], budget: int) -> str:
-    base = str(args.get("path") or ".").strip("/") or "."
-    dirs = _DIRS if base == "." else tuple(d for d in _DIRS if d.startswith(base)) or _DIRS
+class _Corpus:
+    """Realistic lines of one tool kind, made once per process from a fixed seed.
 
+    A result is a run of whole lines from a seeded offset (wrapping around), so it costs a
+    slice and a join rather than a few random draws and an f-string per line. ``extra`` is
+    the number of characters the caller adds to each line (line numbers, the query), counted
+    when sizing the result.
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.ends = [0]
+        for line in lines:
+            self.ends.append(self.ends[-1] + len(line) + 1)
+
+    def take(self, first: int, chars: int, extra: int = 0) -> list[str]:
+        """Whole lines from line ``first`` (mod the corpus size), ``chars`` characters or more."""
+        n = len(self.lines)
+        first %= n
+        out: list[str] = []
+        while True:
+            ends = self.ends
+            base = ends[first]
+            # the fewest lines from ``first`` whose length reaches ``chars``
+            lo, hi = first + 1, n
+            if ends[n] - base + extra * (n - first) < chars:
+                out += self.lines[first:]
+                chars -= ends[n] - base + extra * (n - first)
+                first = 0
+                continue
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ends[mid] - base + extra * (mid - first) >= chars:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            out += self.lines[first:lo]
+            return out
+
+
+def _corpus_lines(kind: str, line: Any) -> list[str]:
+    rng = random.Random(f"harness-tool-corpus-{kind}")
+    return [line(rng, n) for n in range(CORPUS_LINES)]
+
+
+@functools.cache
+def _list_corpus(dirs: tuple[str, ...]) -> _Corpus:
     def entry(r: random.Random, n: int) -> str:
-        d = dirs[n % len(dirs)]
-        return f"{d}/{r.choice(_STEMS)}_{n}.py  {r.randrange(200, 90000)} bytes"
+        return f"{dirs[n % len(dirs)]}/{r.choice(_STEMS)}_{n}.py  {r.randrange(200, 90000)} bytes"
 
-    head = f"$ ls -R {base}\n"
-    return head + _fill(rng, budget, entry)
+    return _Corpus(_corpus_lines("list_dir:" + ",".join(dirs), entry))
 
 
-def _read_file(rng: random.Random, args: dict[str, Any], budget: int) -> str:
-    path = str(args.get("path", "src/main.py"))
-    start = int(args.get("start_line") or 1)
-
-    def line(r: random.Random, n: int) -> str:
-        return f"{start + n:5d}  {_code_line(r, 1 + (n % 3))}"
-
-    module = _path(rng)[:-3].replace("/", ".")
-    imports = f"# {path}\nimport logging\nfrom {module} import {rng.choice(_IDENTS)}\n"
-    return imports + _fill(rng, budget, line)
+@functools.cache
+def _code_corpus() -> _Corpus:
+    return _Corpus(_corpus_lines("read_file", lambda r, n: _code_line(r, 1 + (n % 3))))
 
 
-def _search(rng: random.Random, args: dict[str, Any], budget: int) -> str:
-    query = str(args.get("query", ""))
-
+@functools.cache
+def _search_corpus() -> _Corpus:
     def hit(r: random.Random, n: int) -> str:
         where = f"{_path(r)}:{r.randrange(1, 2000)}"
-        return f"{where}:    {query} = {r.choice(_IDENTS)}({r.choice(_WORDS)})"
+        return f"{where}:    {_QUERY} = {r.choice(_IDENTS)}({r.choice(_WORDS)})"
 
-    return f"Matches for /{query}/:\n" + _fill(rng, budget, hit)
+    return _Corpus(_corpus_lines("search", hit))
 
 
-def _run_tests(rng: random.Random, args: dict[str, Any], budget: int) -> str:
-    target = str(args.get("target", "tests"))
-
+@functools.cache
+def _test_corpus() -> _Corpus:
     def case(r: random.Random, n: int) -> str:
         status = "FAILED" if r.random() < 0.08 else "PASSED"
         return f"{_path(r).replace('src/', 'tests/')}::test_{r.choice(_IDENTS)}_{n} {status}"
 
-    body = _fill(rng, budget, case)
+    return _Corpus(_corpus_lines("run_tests", case))
+
+
+@functools.cache
+def _echo_corpus() -> _Corpus:
+    return _Corpus(
+        _corpus_lines("echo", lambda r, n: f"{r.choice(_WORDS)} {r.choice(_IDENTS)} {n}")
+    )
+
+
+def _chars(budget_tokens: int) -> int:
+    return max(40, budget_tokens * CHARS_PER_TOKEN)
+
+
+def _list_dir(draw: int, args: dict[str, Any], budget: int) -> str:
+    base = str(args.get("path") or ".").strip("/") or "."
+    dirs = _DIRS if base == "." else tuple(d for d in _DIRS if d.startswith(base)) or _DIRS
+    lines = _list_corpus(dirs).take(draw, _chars(budget))
+    return f"$ ls -R {base}\n" + "\n".join(lines)
+
+
+def _read_file(draw: int, args: dict[str, Any], budget: int) -> str:
+    path = str(args.get("path", "src/main.py"))
+    start = _int_arg(args.get("start_line"), 1)
+    code = _code_corpus().take(draw, _chars(budget), _NUMBER_WIDTH)
+    paths = _note_paths()
+    module = paths[(draw >> 16) % len(paths)][:-3].replace("/", ".")
+    ident = _IDENTS[(draw >> 40) % len(_IDENTS)]
+    head = f"# {path}\nimport logging\nfrom {module} import {ident}\n"
+    return head + "\n".join(map(str.__add__, _line_numbers(start, len(code)), code))
+
+
+@functools.cache
+def _numbered(count: int) -> list[str]:
+    return [f"{n:5d}  " for n in range(1, count + 1)]
+
+
+def _line_numbers(start: int, count: int) -> list[str]:
+    """``{n:5d}  `` for the ``count`` lines from ``start`` (the common ones made once)."""
+    made = _numbered(2 * CORPUS_LINES)
+    if start + count - 1 <= len(made):
+        return made[start - 1 : start - 1 + count]
+    return [f"{n:5d}  " for n in range(start, start + count)]
+
+
+def _search(draw: int, args: dict[str, Any], budget: int) -> str:
+    query = str(args.get("query", ""))
+    lines = _search_corpus().take(draw, _chars(budget), len(query) - len(_QUERY))
+    return f"Matches for /{query}/:\n" + "\n".join(lines).replace(_QUERY, query)
+
+
+def _run_tests(draw: int, args: dict[str, Any], budget: int) -> str:
+    target = str(args.get("target", "tests"))
+    body = "\n".join(_test_corpus().take(draw, _chars(budget)))
     failed = body.count("FAILED")
     return f"$ pytest {target}\n{body}\n== {failed} failed, {body.count('PASSED')} passed =="
 
 
-def _echo(rng: random.Random, args: dict[str, Any], budget: int) -> str:
-    return _fill(rng, budget, lambda r, n: f"{r.choice(_WORDS)} {r.choice(_IDENTS)} {n}")
+def _echo(draw: int, args: dict[str, Any], budget: int) -> str:
+    return "\n".join(_echo_corpus().take(draw, _chars(budget)))
+
+
+def _int_arg(value: Any, default: int) -> int:
+    """An integer argument as the model wrote it, within line numbers a file can have."""
+    try:
+        number = int(value) if value is not None else default
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return min(max(number, 1), 10**9)
 
 
 _KINDS = {
@@ -204,9 +299,13 @@ _KINDS = {
 
 
 def run_tool(kind: str, arguments: dict[str, Any], *, seed: int, budget_tokens: int) -> str:
-    """The result of one fake tool call, about ``budget_tokens`` tokens long."""
-    rng = _rng(seed, kind, sorted(arguments.items(), key=lambda kv: kv[0]).__repr__())
-    return _KINDS[kind](rng, arguments, max(16, budget_tokens))
+    """The result of one fake tool call, about ``budget_tokens`` tokens long.
+
+    The text is a run of lines of the kind's corpus from an offset fixed by the seed and the
+    arguments, so the same call in the same session gives the same text in every run.
+    """
+    draw = _draw(seed, kind, sorted(arguments.items(), key=lambda kv: kv[0]).__repr__())
+    return _KINDS[kind](draw, arguments, max(16, budget_tokens))
 
 
 _SUBJECTS = (
@@ -242,16 +341,19 @@ _CLAUSES = (
 )
 
 
-def document_chunk(seed: int, tokens: int) -> str:
-    """Deterministic prose paragraphs, about ``tokens`` tokens, for chat workloads."""
-    rng = _rng(seed, "document")
-
+@functools.cache
+def _prose_corpus() -> _Corpus:
     def sentence(r: random.Random, n: int) -> str:
         subject, verb = r.choice(_SUBJECTS), r.choice(_VERBS)
         text = f"{subject} {verb} {r.choice(_OBJECTS)} {r.choice(_CLAUSES)}."
         return text + ("\n" if n % 6 == 5 else "")
 
-    return _fill(rng, tokens, sentence)
+    return _Corpus(_corpus_lines("document", sentence))
+
+
+def document_chunk(seed: int, tokens: int) -> str:
+    """Deterministic prose paragraphs, about ``tokens`` tokens, for chat workloads."""
+    return "\n".join(_prose_corpus().take(_draw(seed, "document"), _chars(tokens)))
 
 
 def padding_text(seed: int, tokens: int) -> str:
@@ -294,8 +396,15 @@ def padding_text(seed: int, tokens: int) -> str:
 
 
 @functools.cache
+def _note_paths() -> tuple[str, ...]:
+    """Every ``{dir}/{stem}.py`` (``test_{stem}.py`` under tests/) the notes can name."""
+    return tuple(
+        f"{d}/{'test_' if d.startswith('tests') else ''}{s}.py" for d in _DIRS for s in _STEMS
+    )
+
+
+@functools.cache
 def _note_parts() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Every ``- {path}: {ident} handles the `` and every ``{word} {word}s.`` of a note."""
-    paths = [f"{d}/{'test_' if d.startswith('tests') else ''}{s}.py" for d in _DIRS for s in _STEMS]
-    heads = tuple(f"- {p}: {i} handles the " for p in paths for i in _IDENTS)
+    heads = tuple(f"- {p}: {i} handles the " for p in _note_paths() for i in _IDENTS)
     return heads, tuple(f"{a} {b}s." for a in _WORDS for b in _WORDS)

@@ -51,6 +51,29 @@ def test_stops_once_decided(tmp_path: Path) -> None:
     assert "every comparison decided" in proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert [v["sessions"] for v in summary["variants"]] == [8, 8]
+    # round 2 ran backwards (broken, clean): the broken build's server, which ended round 1,
+    # stayed up into round 2; three servers started for four blocks
+    assert proc.stderr.count("starting the server") == 3
+    assert "build=broken: the server stays up" in proc.stderr
+    starts = (out / "servers" / "build-broken.log").read_text().count("=== ")
+    assert starts == 1
+    assert (out / "servers" / "build-clean.log").read_text().count("=== ") == 2
+    blocks = json.loads((out / "outcomes.json").read_text())
+    order = [o["label"] for o in blocks]
+    assert order == ["build=clean", "build=broken", "build=broken", "build=clean"]
+
+
+def test_the_dry_run_counts_every_round_s_server_starts(tmp_path: Path) -> None:
+    target = tmp_path / "t.toml"
+    target.write_text(TARGET)
+    proc = harness(
+        "run", "--target", str(target), "--ab", "build=clean,broken", "--sessions", "4",
+        "--until-significant", "--max-sessions", "20", "--dry-run",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # 5 rounds of 2 blocks; each round after the first goes on with the last block's server
+    assert "up to 5 rounds of 2 blocks" in proc.stdout
+    assert "6 server starts at most; start-up alone may take up to 6 min" in proc.stdout
 
 
 @pytest.mark.slow

@@ -61,8 +61,11 @@ def test_run_two_variants_end_to_end(tmp_path: Path) -> None:
         seed,
         "--out",
         str(out),
-        "--no-progress", "--fail-if", "session_corruption_rate[index_k=fp8] > 0.5",
-        "--junit", str(tmp_path / "junit.xml"),
+        "--no-progress",
+        "--fail-if",
+        "session_corruption_rate[index_k=fp8] > 0.5",
+        "--junit",
+        str(tmp_path / "junit.xml"),
     )
     assert proc.returncode == 0, proc.stderr
     assert "index_k=bf16" in proc.stdout  # the per-variant table is printed

@@ -150,18 +150,26 @@ def test_the_key_reaches_a_server_that_requires_it_and_never_the_run_folder(
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
     assert KEY not in good.stdout + good.stderr
-    # without the key (its variable unset) every request is refused: the run cannot judge
+    # without the key (its variable unset) the first request is refused: retrying cannot fix
+    # it, the run ends at once, naming the status and the server's message (exit code 2)
     bad = harness(
         *common, "--out", str(tmp_path / "bad"), "--api-key-env", "NO_SUCH_KEY_VAR", env=env
     )
-    assert bad.returncode == 3, bad.stderr
-    assert "too many transport errors to judge" in bad.stderr
+    assert bad.returncode == 2, bad.stderr
+    assert "refused with HTTP 401: missing or wrong API key" in bad.stderr
+    assert "too many transport errors" not in bad.stderr
     rows = read_turns(tmp_path / "bad" / "turns.jsonl")
     assert rows
-    assert all(r["http_status"] == 401 for r in rows)
+    refused = [r for r in rows if r["http_status"] == 401]
+    assert refused
+    assert all(r["attempt"] == 0 for r in refused)  # not retried
     assert all(
-        str(r["transport_error"]).startswith("http_status: missing or wrong API key") for r in rows
+        str(r["transport_error"]).startswith("http_status: missing or wrong API key")
+        for r in refused
     )
+    assert all(r["transport_error"].startswith("cancelled") for r in rows if r not in refused)
+    result = json.loads(bad.stdout.strip().splitlines()[-1])
+    assert (result["passed"], result["exit_code"]) == (False, 2)
     assert sim_processes(f"--seed {seed}") == []
 
 

@@ -494,3 +494,39 @@ async def test_a_server_that_crashes_mid_run(tmp_path: Path) -> None:
     assert set(kinds) <= {"cut", "connect"}
     assert len(rows) == sum(s.turns_sent for s in sessions)
     assert [s.ended for s in sessions].count("attempts exhausted") == 3
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_every_request_the_server_saw_is_a_row(tmp_path: Path, stream: bool) -> None:
+    """A send dropped before any byte of an answer on a reused connection is re-sent (the
+    client test above), and it is a row of its own: a ``dropped`` transport error marked as
+    re-sent, with the next attempt number, so the rows match the requests the server saw."""
+    server, seen = await _keepalive_server(lambda _c, n: n == 1, stream)
+    port = server.sockets[0].getsockname()[1]
+    scenario = load_scenario().with_overrides(sessions=4, steps=2, max_turns=2, max_context=12000)
+    client = ChatClient(f"http://127.0.0.1:{port}", model="m", request_timeout=5.0)
+    try:
+        with TurnWriter(tmp_path / "turns.jsonl") as writer:
+            await drive(
+                client,
+                scenario,
+                make_plans(scenario, 4, seed=5),
+                writer,
+                BASE,
+                DriveOptions(concurrency=1, stream=stream),
+            )
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    rows = read_turns(tmp_path / "turns.jsonl")
+    assert len(rows) == sum(seen)
+    dropped = [r for r in rows if r["transport_error"]]
+    assert len(dropped) == 3  # sessions 2, 3 and 4 each met a dead connection first
+    assert {kind_of(r) for r in dropped} == {"dropped"}
+    assert all(r["evidence"]["resent"] for r in dropped)
+    for r in dropped:  # the re-send that was answered is the next attempt of the same turn
+        (answered,) = [
+            x for x in rows if (x["session"], x["turn"], x["attempt"]) == (r["session"], 0, 1)
+        ]
+        assert not answered["transport_error"]

@@ -202,7 +202,9 @@ def test_chat_sessions_against_llamacpp(llama: Launched, tmp_path: Path) -> None
 
     # every turn is a served plain-text answer with its usage: no transport error, although
     # llama.cpp closes the connection after each stream (the client sends a request that met
-    # such a dead connection again; see test_streamed_requests_one_after_another)
+    # such a dead connection again, and that first send is a ``dropped`` row of its own; see
+    # test_streamed_requests_one_after_another)
+    records = [r for r in records if not str(r["transport_error"]).startswith("dropped:")]
     for r in records:
         where = f"session {r['session']} turn {r['turn']} ({r['variant']}): {r}"
         assert r["transport_error"] is None, where

@@ -26,6 +26,8 @@ def test_run_against_llamacpp_variants(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     turns = read_turns(out / "turns.jsonl")
     assert {t["variant"] for t in turns} == {"slots=1", "slots=8"}
+    # (a send that met a connection llama.cpp had closed is a ``dropped`` row, then re-sent)
+    turns = [t for t in turns if not str(t["transport_error"]).startswith("dropped:")]
     assert not any(t["transport_error"] for t in turns)
     assert all(t["prompt_tokens"] and t["completion_tokens"] for t in turns)
     summary = json.loads((out / "summary.json").read_text())

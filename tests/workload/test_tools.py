@@ -48,3 +48,36 @@ def test_padding_is_the_text_random_choice_draws() -> None:
 def test_padding_reaches_its_size() -> None:
     text = padding_text(3, 1500)
     assert 1400 <= estimate_tokens(text) <= 1700
+
+
+def test_read_file_numbers_lines_from_the_asked_start() -> None:
+    text = run_tool("read_file", {"path": "src/a.py", "start_line": 40}, seed=2, budget_tokens=400)
+    numbers = [int(m) for m in re.findall(r"^\s*(\d+)  ", text, re.M)]
+    assert numbers[:3] == [40, 41, 42]
+    assert numbers == list(range(40, 40 + len(numbers)))
+
+
+@pytest.mark.parametrize("kind", ["list_dir", "read_file", "search", "run_tests", "echo"])
+def test_results_longer_than_the_corpus_keep_their_size(kind: str) -> None:
+    # a result past the corpus's length wraps around instead of stopping short
+    budget = 3 * tools.CORPUS_LINES * 60 // tools.CHARS_PER_TOKEN
+    text = run_tool(
+        kind, {"path": "src", "query": "q", "target": "t"}, seed=1, budget_tokens=budget
+    )
+    assert 0.95 * budget <= estimate_tokens(text) <= 1.1 * budget
+
+
+def test_search_hits_carry_the_query_and_arguments_change_the_text() -> None:
+    a = run_tool("search", {"query": "load_back"}, seed=5, budget_tokens=300)
+    b = run_tool("search", {"query": "evict_lru"}, seed=5, budget_tokens=300)
+    assert a.count("load_back") >= a.count("\n")
+    assert "\x00" not in a
+    assert a != b
+    summary = run_tool("run_tests", {"target": "tests"}, seed=5, budget_tokens=300).splitlines()[-1]
+    assert re.fullmatch(r"== \d+ failed, \d+ passed ==", summary)
+
+
+def test_a_model_written_start_line_never_breaks_the_tool() -> None:
+    for value in ("12", "x", -5, 10**30, None, 2.5):
+        text = run_tool("read_file", {"path": "p", "start_line": value}, seed=1, budget_tokens=50)
+        assert text.startswith("# p\n")

@@ -1,0 +1,120 @@
+"""The end of ``harness run``: the exit code, the report, the table and the one-line result.
+
+The exit code says the worst that happened, in this order: a stop signal (128 + its number:
+130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), a refused configuration (2), infrastructure (3: a
+server that died, stopped answering or could not be judged, the run timeout), a failed gate
+(1). The last line on stdout is a JSON object whose ``passed`` is true exactly when the exit
+code is 0, with the code, the signal that interrupted the run (or null) and why it failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.cli.gates import apply_gates, print_failure_line
+from harness.drive.session import EXHAUSTED
+from harness.record.rundir import SESSIONS_FILE, TURNS_FILE, RunDir
+from harness.run import stopsignals
+from harness.run.execute import VariantOutcome
+from harness.run.options import RunOptions
+
+#: A variant with more than this share of transport errors cannot be judged (exit code 3).
+MAX_TRANSPORT_ERROR_RATE = 0.5
+#: ... nor one with more than this share of its sessions ended with their attempts exhausted.
+MAX_EXHAUSTED_SHARE = 0.5
+
+
+def _interrupted_code(interrupted: str) -> int:
+    return stopsignals.exit_code(signal.Signals[interrupted])
+
+
+def finish_run(
+    args: argparse.Namespace,
+    opts: RunOptions,
+    run_id: str,
+    outcomes: list[VariantOutcome],
+    interrupted: str | None,
+    infra: str | None,
+    t0: float,
+) -> int:
+    """After the load: the report, the table, the gates and the one-line JSON result, whose
+    ``passed`` is true exactly when the exit code is 0."""
+    from harness.report.build import format_table, write_report
+
+    turns_path = opts.out_dir / TURNS_FILE
+    nothing_ran = not turns_path.exists() or turns_path.stat().st_size == 0
+    refused = [o for o in outcomes if o.exit_code == 2]
+    died = [o for o in outcomes if o.error and o.exit_code != 2]
+    for o in refused:
+        print(f"harness: error: {o.error}", file=sys.stderr)
+    for o in died:
+        print(f"harness: variant {o.label}: {o.error}", file=sys.stderr)
+    if interrupted:
+        code = _interrupted_code(interrupted)
+    elif refused:
+        code = 2
+    else:
+        code = 3 if (infra or died or nothing_ran) else 0
+    problem = (
+        f"interrupted by {interrupted}"
+        if interrupted
+        else refused[0].error
+        if refused
+        else infra or (died[0].error if died else None)
+    )
+    if nothing_ran:
+        print(f"harness: error: {problem or 'no turn was recorded'}", file=sys.stderr)
+        print_failure_line(run_id, code or 3, problem or "no turn was recorded", interrupted)
+        return code or 3
+    if interrupted or infra:
+        print(
+            f"harness: {problem}; the report covers the turns done so far "
+            f"(continue with: harness run --resume {opts.out_dir})",
+            file=sys.stderr,
+        )
+    RunDir(opts.out_dir).mark_meta(interrupted=interrupted)
+    summary = write_report(opts.out_dir)
+    for warning in summary.get("server_warnings") or []:
+        print(f"harness: warning: {warning}", file=sys.stderr)
+    print(format_table(summary))
+    print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
+    unjudged = unjudged_variants(summary, opts.out_dir)
+    if unjudged and code in (0, 1):
+        code = 3
+        problem = "cannot judge " + "; ".join(unjudged)
+        print(f"harness: {problem}", file=sys.stderr)
+    return apply_gates(args, summary, run_code=code, run_problem=problem, interrupted=interrupted)
+
+
+def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
+    """Variants that cannot be judged, each with why: more than half of their requests failed
+    in transport, or more than half of their sessions ended with their attempts exhausted (a
+    server that stopped answering part-way fails a share of the turns, but ends every
+    session)."""
+    exhausted: dict[str, int] = {}
+    ended: dict[str, int] = {}
+    path = run_dir / SESSIONS_FILE
+    if path.exists():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                row = json.loads(line)
+                ended[row["variant"]] = ended.get(row["variant"], 0) + 1
+                if row.get("ended") == EXHAUSTED:
+                    exhausted[row["variant"]] = exhausted.get(row["variant"], 0) + 1
+    out = []
+    for v in summary["variants"]:
+        label = v["label"]
+        if (v.get("transport_error_rate") or 0) > MAX_TRANSPORT_ERROR_RATE:
+            out.append(f"{label} (too many transport errors to judge: {v['transport_errors']} "
+                       f"of {v['turns'] - v.get('cancelled_turns', 0)} requests)")  # fmt: skip
+        elif exhausted.get(label, 0) > MAX_EXHAUSTED_SHARE * ended.get(label, 0):
+            out.append(f"{label} ({exhausted[label]} of {ended[label]} sessions ended with "
+                       "their attempts exhausted)")  # fmt: skip
+    return out

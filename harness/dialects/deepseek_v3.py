@@ -1,0 +1,192 @@
+"""DeepSeek V3 / R1 and V3.1 tool calls, the markers before DSML (``deepseek_v3``,
+``deepseek_v31`` in vLLM; ``deepseekv3``, ``deepseekv31`` in SGLang).
+
+``｜`` is U+FF5C FULLWIDTH VERTICAL LINE, ``▁`` U+2581 LOWER ONE EIGHTH BLOCK. V3, V3-0324,
+R1 and R1-0528 write a type, the name and a fenced JSON object, calls separated by a
+newline::
+
+    text<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather
+    ```json
+    {"city": "Tokyo"}
+    ```<｜tool▁call▁end｜>
+    <｜tool▁call▁begin｜>…<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>
+
+V3.1 has no type, no fence and no newline:
+``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Tokyo"}
+<｜tool▁call▁end｜><｜tool▁calls▁end｜>`` (one line).
+
+Arguments are a strict JSON object. Accepted but non-canonical: other whitespace around
+the fence or between the markers, a fence without ``json``, no end-of-turn token. Near
+misses: a mangled marker, a call outside the section, a type other than ``function``, a V3
+call without its fence, a V3-style call in a V3.1 turn (vLLM reads it as a call named
+``function``) or a V3.1-style one in a V3 turn, bad JSON, an unclosed call or section,
+text after the section (vLLM keeps it, SGLang drops it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.jsonstrict import StrictJSONError, loads_strict
+from harness.dialects.markup import (
+    NC_NEWLINES,
+    BlockGrammar,
+    Fail,
+    Scanner,
+    Tools,
+    expect_ws,
+    snippet,
+)
+from harness.errors import UsageError
+
+BAR, SP = "\uff5c", "\u2581"
+CALLS_BEGIN = f"<{BAR}tool{SP}calls{SP}begin{BAR}>"
+CALLS_END = f"<{BAR}tool{SP}calls{SP}end{BAR}>"
+CALL_BEGIN = f"<{BAR}tool{SP}call{SP}begin{BAR}>"
+CALL_END = f"<{BAR}tool{SP}call{SP}end{BAR}>"
+SEP = f"<{BAR}tool{SP}sep{BAR}>"
+EOS = f"<{BAR}end{SP}of{SP}sentence{BAR}>"
+VERSIONS = {"v3": "deepseek-v3", "v31": "deepseek-v31"}
+
+_OPENER = re.compile(re.escape(CALLS_BEGIN))
+FRAGMENT = re.compile(
+    rf"<?[{BAR}|][ \t]?tool[{SP}_ ]?(?:calls?[{SP}_ ]?)?(?:begin|end|sep)[ \t]?[{BAR}|]?>?"
+    rf"|<[ \t]?tool{SP}[^<>\n]{{0,20}}?(?:begin|end|sep)[^<>\n]{{0,3}}>",
+    re.IGNORECASE,
+)
+_FENCED = re.compile(
+    r"([^\n`<>]+?)([ \t]*\n?)```(json)?([ \t]*\n?)(.*?)(\n?[ \t]*)```([ \t]*)", re.S
+)
+_CANON_FENCE = ("\n", "json", "\n", "\n", "")
+
+
+def _version(version: str) -> str:
+    if version not in VERSIONS:
+        raise UsageError(f"unknown DeepSeek version {version!r}: use one of {', '.join(VERSIONS)}")
+    return version
+
+
+def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
+    if not body[pos:].strip():
+        return Fail(f"truncated section: expected {expected}", pos, calls)
+    return Fail(f"expected {expected}, found {snippet(body, pos)}", pos, calls)
+
+
+def _json(raw: str, at: int, calls: list[ToolCall]) -> dict[str, object]:
+    try:
+        args = loads_strict(raw)
+    except StrictJSONError as exc:
+        reason = f"arguments are not valid JSON ({exc.kind}: {exc.message})"
+        raise Fail(reason, at + exc.pos, calls) from None
+    if not isinstance(args, dict):
+        raise Fail("arguments are JSON but not an object", at, calls)
+    return args
+
+
+def _scanner(version: str) -> Scanner:
+    def scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[ToolCall], int]:
+        calls: list[ToolCall] = []
+        p = expect_ws(body, start + len(CALLS_BEGIN), "", nc)
+        while True:
+            if body.startswith(CALLS_END, p):
+                if not calls:
+                    raise Fail("tool-call section with no call", p, calls)
+                return calls, p + len(CALLS_END)
+            if not body.startswith(CALL_BEGIN, p):
+                raise _need(body, p, f"{CALL_BEGIN} or {CALLS_END}", calls)
+            p += len(CALL_BEGIN)
+            end = body.find(CALL_END, p)
+            sep = body.find(SEP, p, end if end >= 0 else len(body))
+            stray = FRAGMENT.search(
+                body, sep + len(SEP) if sep >= 0 else p, end if end >= 0 else len(body)
+            )
+            if stray is not None:
+                raise Fail(f"call not closed before {stray.group(0)!r}", stray.start(), calls)
+            if sep < 0:
+                if end < 0:
+                    raise Fail(f"truncated section: call without {SEP}", p, calls)
+                raise Fail(f"call without {SEP}", p, calls)
+            if end < 0:
+                raise Fail("truncated section: call not closed", sep, calls)
+            head, rest, at = body[p:sep], body[sep + len(SEP) : end], sep + len(SEP)
+            if version == "v3":
+                calls.append(_v3_call(head, rest, p, at, nc, calls))
+            else:
+                if head.strip() == "function" and "```" in rest:
+                    raise Fail("V3-style call (type and fence) in a V3.1 turn", p, calls)
+                name = head.strip()
+                if not name or re.search(r"\s", name):
+                    raise Fail(f"malformed function name {head!r}", p, calls)
+                if head != name:
+                    nc.append(NC_NEWLINES)
+                calls.append(ToolCall(name, _json(rest, at, calls)))
+            p = end + len(CALL_END)
+            canonical = "\n" if version == "v3" else ""
+            q = expect_ws(body, p, "", [])
+            p = expect_ws(body, p, canonical if body.startswith(CALL_BEGIN, q) else "", nc)
+
+    return scan
+
+
+def _v3_call(
+    head: str, rest: str, p: int, at: int, nc: list[str], calls: list[ToolCall]
+) -> ToolCall:
+    if head != "function":
+        if head.strip() == "function":
+            nc.append(NC_NEWLINES)
+        elif "```" not in rest:
+            raise Fail("V3.1-style call (no type, no fence) in a V3 turn", p, calls)
+        else:
+            raise Fail(f"call type {head!r} is not function", p, calls)
+    m = _FENCED.fullmatch(rest)
+    if m is None:
+        raise Fail("arguments without their ```json fence", at, calls)
+    name = m.group(1).strip()
+    if (
+        m.group(2),
+        m.group(3),
+        m.group(4),
+        m.group(6),
+        m.group(7),
+    ) != _CANON_FENCE or name != m.group(1):
+        nc.append(NC_NEWLINES)
+    return ToolCall(name, _json(m.group(5), at + m.start(5), calls))
+
+
+GRAMMARS = {
+    v: BlockGrammar(name, _OPENER, FRAGMENT, _scanner(v), eos=(EOS,), separator="", what="DeepSeek")
+    for v, name in VERSIONS.items()
+}
+
+
+def first_marker(text: str, version: str = "v3") -> int:
+    return GRAMMARS[_version(version)].first_marker(text)
+
+
+def parse(
+    text: str, version: str = "v3", *, server_content: bool = False, tools: Tools = None
+) -> ParseResult:
+    """Parse one assistant output with the V3/R1 (``v3``) or V3.1 (``v31``) markers."""
+    return GRAMMARS[_version(version)].parse(text, server_content=server_content, tools=tools)
+
+
+def complete_calls(text: str, tools: Tools = None, version: str = "v3") -> tuple[ToolCall, ...]:
+    return GRAMMARS[_version(version)].complete_calls(text, tools)
+
+
+def encode(content: str, calls: Sequence[ToolCall], version: str = "v3") -> str:
+    _version(version)
+    if not calls:
+        return content + EOS
+    parts = []
+    for c in calls:
+        args = json.dumps(c.arguments, ensure_ascii=False)
+        if version == "v3":
+            parts.append(f"{CALL_BEGIN}function{SEP}{c.name}\n```json\n{args}\n```{CALL_END}")
+        else:
+            parts.append(f"{CALL_BEGIN}{c.name}{SEP}{args}{CALL_END}")
+    joined = ("\n" if version == "v3" else "").join(parts)
+    return f"{content}{CALLS_BEGIN}{joined}{CALLS_END}{EOS}"

@@ -1,0 +1,170 @@
+"""GLM tool calls: GLM-4.5 / 4.6 (``glm45``) and GLM-4.7 / 5 (``glm47``).
+
+GLM-4.5 writes, after the content and a newline, one block per call::
+
+    <tool_call>get_weather
+    <arg_key>city</arg_key>
+    <arg_value>Tokyo</arg_value>
+    </tool_call>
+
+(``<tool_call>get_time\\n</tool_call>`` with no arguments), blocks separated by newlines.
+GLM-4.7 writes the same without any newline: ``<tool_call>get_time</tool_call>``. The
+turn ends with ``<|observation|>`` after calls (``<|user|>`` otherwise). Values are raw
+text (strings are not quoted or escaped, other values JSON) typed by ``coerce``.
+
+Accepted but non-canonical: the other version's layout (SGLang's glm45 needs the newline
+after the name, its glm47 takes 4.5's ``name\\n`` as an unknown name; vLLM reads both),
+other whitespace between the tags, no end-of-turn token. Near misses: a piece of the markup
+outside a well-formed block (an orphan ``</arg_value>``), a mangled tag, a key without its
+value, an unclosed key or value, a missing name, a repeated key, text after the calls,
+a cut-off block, Hermes JSON or Qwen3-Coder markup inside ``<tool_call>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.coerce import coerce_args, xml_value
+from harness.dialects.markup import (
+    NC_NEWLINES,
+    BlockGrammar,
+    Fail,
+    Scanner,
+    Tools,
+    expect_ws,
+    skip_ws,
+    snippet,
+)
+from harness.errors import UsageError
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+KEY, KEY_CLOSE, VALUE, VALUE_CLOSE = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
+EOS = ("<|observation|>", "<|user|>", "<|endoftext|>")
+VERSIONS = {"glm45": "\n", "glm47": ""}  # version -> the newline it writes between tags
+
+_OPENER = re.compile(re.escape(OPEN))
+FRAGMENT = re.compile(
+    r"<[ \t]{0,2}/?[ \t]{0,2}tool[ _-]?call[ \t]{0,2}>"
+    r"|<[ \t]{0,2}/?[ \t]{0,2}arg[_ -]?(?:key|value)[ \t]{0,2}>",
+    re.IGNORECASE,
+)
+_NAME = re.compile(r"[^\n<>]*")
+_INNER = re.compile(r"</?arg_(?:key|value)>|</?tool_call>")
+
+
+def _version(version: str) -> str:
+    if version not in VERSIONS:
+        raise UsageError(f"unknown GLM version {version!r}: use one of {', '.join(VERSIONS)}")
+    return version
+
+
+def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
+    if not body[pos:].strip():
+        return Fail(f"truncated block: expected {expected}", pos, calls)
+    return Fail(f"expected {expected}, found {snippet(body, pos)}", pos, calls)
+
+
+def _closed(body: str, pos: int, closer: str, what: str, calls: list[ToolCall]) -> int:
+    """Where ``closer`` starts, with no other GLM tag before it."""
+    end = body.find(closer, pos)
+    inner = _INNER.search(body, pos, end if end >= 0 else len(body))
+    if inner is not None:
+        raise Fail(f"{what} not closed before {inner.group(0)!r}", inner.start(), calls)
+    if end < 0:
+        raise Fail(f"truncated block: {what} not closed", pos, calls)
+    return end
+
+
+def _scanner(version: str) -> Scanner:
+    nl = VERSIONS[version]
+
+    def scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[ToolCall], int]:
+        calls: list[ToolCall] = []
+        while True:
+            p = start + len(OPEN)
+            m = _NAME.match(body, p)
+            assert m is not None  # the pattern matches the empty string
+            name = m.group(0).strip()
+            if not name:
+                q = skip_ws(body, p)
+                if body.startswith("{", q):  # (at the opener: another dialect's shape)
+                    raise Fail("Hermes JSON inside a GLM <tool_call>", start, calls)
+                if body.startswith("<function=", q):
+                    raise Fail("Qwen3-Coder markup inside a GLM <tool_call>", start, calls)
+                raise _need(body, q, "a function name after <tool_call>", calls)
+            if re.search(r"[\s\"'{}()\[\]=,:]", name):
+                raise Fail(f"malformed function name {name!r}", start, calls)
+            if m.group(0) != name:
+                nc.append(NC_NEWLINES)
+            p = m.end()
+            raw: dict[str, str] = {}
+            while True:
+                p = expect_ws(body, p, nl, nc)
+                if body.startswith(CLOSE, p):
+                    break
+                if not body.startswith(KEY, p):
+                    raise _need(body, p, f"{KEY} or {CLOSE}", calls)
+                kstart = p + len(KEY)
+                kend = _closed(body, kstart, KEY_CLOSE, "<arg_key>", calls)
+                key = body[kstart:kend].strip()
+                if key != body[kstart:kend]:
+                    nc.append(NC_NEWLINES)
+                if not key:
+                    raise Fail("empty <arg_key>", kstart, calls)
+                p = expect_ws(body, kend + len(KEY_CLOSE), nl, nc)
+                if not body.startswith(VALUE, p):
+                    raise _need(body, p, f"{VALUE} after the key {key!r}", calls)
+                vstart = p + len(VALUE)
+                vend = _closed(body, vstart, VALUE_CLOSE, f"<arg_value> of {key!r}", calls)
+                if key in raw:
+                    raise Fail(f"repeated key {key!r}", kstart, calls)
+                raw[key] = body[vstart:vend]
+                p = vend + len(VALUE_CLOSE)
+            calls.append(ToolCall(name, coerce_args(raw, name, tools)))
+            p += len(CLOSE)
+            q = skip_ws(body, p)
+            if not body.startswith(OPEN, q):
+                return calls, p
+            if body[p:q] != nl:
+                nc.append(NC_NEWLINES)
+            start = q
+
+    return scan
+
+
+GRAMMARS = {
+    v: BlockGrammar(v, _OPENER, FRAGMENT, _scanner(v), eos=EOS, separator=nl, what="GLM")
+    for v, nl in VERSIONS.items()
+}
+
+
+def first_marker(text: str, version: str = "glm45") -> int:
+    return GRAMMARS[_version(version)].first_marker(text)
+
+
+def parse(
+    text: str, version: str = "glm45", *, server_content: bool = False, tools: Tools = None
+) -> ParseResult:
+    """Parse one assistant output in the GLM-4.5 (``glm45``) or 4.7 (``glm47``) layout."""
+    return GRAMMARS[_version(version)].parse(text, server_content=server_content, tools=tools)
+
+
+def complete_calls(text: str, tools: Tools = None, version: str = "glm45") -> tuple[ToolCall, ...]:
+    return GRAMMARS[_version(version)].complete_calls(text, tools)
+
+
+def encode(content: str, calls: Sequence[ToolCall], version: str = "glm45") -> str:
+    nl = VERSIONS[_version(version)]
+    if not calls:
+        return content + "<|user|>"
+    blocks = []
+    for c in calls:
+        args = "".join(
+            f"{KEY}{k}{KEY_CLOSE}{nl}{VALUE}{xml_value(v)}{VALUE_CLOSE}{nl}"
+            for k, v in c.arguments.items()
+        )
+        blocks.append(f"{OPEN}{c.name}{nl}{args}{CLOSE}")
+    text = content + (nl if content else "") + nl.join(blocks)
+    return text + "<|observation|>"

@@ -1,0 +1,192 @@
+"""What the block-shaped dialects share: fences, end-of-turn tokens, near misses, results.
+
+Most dialects write content, then one block (or a run of blocks) of tool-call markup, then
+the end-of-turn token. ``BlockGrammar`` holds what differs between them (the exact opener,
+the near-miss fragments, the scanner of the block) and does the rest the same way:
+
+* markup inside a fenced code block (```` ``` ```` or ``~~~`` lines, closed) is content:
+  a model quoting a tool call is not calling it (``mask_fences``);
+* any fragment of the dialect's markup in the content before the first well-formed block
+  (an orphan closer such as ``</parameter>``, a mangled opener) is a near miss;
+* text after the calls is a near miss (the formats end the turn with the calls);
+* harmless deviations (a missing canonical newline, no end-of-turn token) are accepted and
+  listed in ``ParseResult.noncanonical``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.dialects.base import ParseResult, ToolCall
+
+Tools = Sequence[Mapping[str, Any]] | None
+
+NC_NO_EOS = "no end-of-turn token"
+NC_NEWLINES = "canonical newlines missing or extra"
+NC_TRAILING_WS = "whitespace after the calls"
+NC_NO_SEPARATOR = "no newline between the content and the calls"
+
+#: Stands in for fenced text in a masked copy: not whitespace, not part of any marker.
+MASK = "\x00"
+_FENCE = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})[^\n]*$", re.MULTILINE)
+
+
+class Fail(Exception):
+    """A near miss found while scanning: why, where, and the calls complete before it."""
+
+    def __init__(self, reason: str, offset: int, calls: Sequence[ToolCall] = ()) -> None:
+        super().__init__(f"{reason} at offset {offset}")
+        self.reason = reason
+        self.offset = offset
+        self.calls = tuple(calls)
+
+
+def mask_fences(text: str, opener: re.Pattern[str] | None = None) -> str:
+    """``text`` with every closed fenced code block blanked out (same length, newlines kept).
+
+    Scanning stops at the first ``opener`` outside a fence: from there on the text is the
+    tool-call markup (DeepSeek V3 writes a ```` ```json ```` fence inside its calls).
+    """
+    if "```" not in text and "~~~" not in text:
+        return text
+    out: list[str] = []
+    pos = 0
+    while True:
+        fence = _FENCE.search(text, pos)
+        if fence is None:
+            break
+        if opener is not None:
+            op = opener.search(text, pos, fence.start())
+            if op is not None:
+                break
+        mark = fence.group(1)
+        close = re.compile(rf"^[ ]{{0,3}}{re.escape(mark[0])}{{{len(mark)},}}[ \t]*$", re.M)
+        end = close.search(text, fence.end() + 1) if fence.end() < len(text) else None
+        if end is None:
+            break
+        out.append(text[pos : fence.start()])
+        out.append(re.sub(r"[^\n]", MASK, text[fence.start() : end.end()]))
+        pos = end.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def open_fence(text: str) -> bool:
+    """True when ``text`` ends inside a fenced code block (an opener with no closer yet)."""
+    return _FENCE.search(mask_fences(text)) is not None
+
+
+def split_eos(text: str, tokens: Sequence[str]) -> tuple[str, bool]:
+    for token in tokens:
+        if token and text.endswith(token):
+            return text[: -len(token)], True
+    return text, False
+
+
+def failed(text: str, reason: str, offset: int, dialect: str, eos: bool = False) -> ParseResult:
+    return ParseResult(
+        content=text, found=True, ok=False, error=reason, offset=offset, eos=eos, dialect=dialect
+    )
+
+
+def skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def expect_ws(text: str, pos: int, canonical: str, nc: list[str]) -> int:
+    """Skip whitespace at ``pos``; anything but exactly ``canonical`` is non-canonical."""
+    end = skip_ws(text, pos)
+    if text[pos:end] != canonical:
+        nc.append(NC_NEWLINES)
+    return end
+
+
+def first_of(pattern: re.Pattern[str], text: str, start: int = 0, end: int | None = None) -> int:
+    m = pattern.search(text, start, len(text) if end is None else end)
+    return m.start() if m else -1
+
+
+def snippet(text: str, pos: int, size: int = 30) -> str:
+    return repr(text[pos : pos + size].split("\n", 1)[0])
+
+
+#: scan(body, start, noncanonical, tools) -> (calls, offset after the markup); raises Fail
+Scanner = Callable[[str, int, list[str], Tools], tuple[list[ToolCall], int]]
+
+
+@dataclass(frozen=True)
+class BlockGrammar:
+    """A dialect written as: content, a tool-call block, the end-of-turn token."""
+
+    dialect: str
+    opener: re.Pattern[str]  #: the exact opener of the markup
+    fragment: re.Pattern[str]  #: any piece of the markup, exact or mangled
+    scan: Scanner
+    eos: tuple[str, ...] = ()
+    separator: str = "\n"  #: what the canonical text puts between content and block
+    what: str = "tool-call"  #: how errors name the markup
+
+    def first_marker(self, text: str) -> int:
+        body, _ = split_eos(text, self.eos)
+        masked = mask_fences(body, self.opener)
+        offs = [
+            o for o in (first_of(self.opener, masked), first_of(self.fragment, masked)) if o >= 0
+        ]
+        return min(offs) if offs else -1
+
+    def analyse(
+        self, text: str, *, server_content: bool = False, tools: Tools = None
+    ) -> tuple[ParseResult, tuple[ToolCall, ...]]:
+        """(the parse, the calls complete before the first error: all of them when ok)."""
+        body, eos = split_eos(text, self.eos)
+        masked = mask_fences(body, self.opener)
+        opener = self.opener.search(masked)
+        start = opener.start() if opener else -1
+        frag = self.fragment.search(masked, 0, start if start >= 0 else len(masked))
+        if frag is not None:
+            reason = f"{self.what} tag {frag.group(0)!r} outside a well-formed block"
+            return failed(text, reason, frag.start(), self.dialect, eos), ()
+        if start < 0:
+            return ParseResult(content=body, eos=eos), ()
+        nc: list[str] = []
+        pre = body[:start]
+        content = pre.rstrip()
+        if content and self.separator and not pre.endswith(self.separator):
+            nc.append(NC_NO_SEPARATOR)
+        try:
+            calls, end = self.scan(body, start, nc, tools)
+        except Fail as exc:
+            return failed(text, exc.reason, exc.offset, self.dialect, eos), exc.calls
+        rest = body[end:]
+        if rest.strip():
+            off = skip_ws(body, end)
+            frag = self.fragment.match(body, off)
+            what = "a stray tag" if frag is not None else "text"
+            return failed(text, f"{what} after the tool calls", off, self.dialect, eos), tuple(
+                calls
+            )
+        if rest:
+            nc.append(NC_TRAILING_WS)
+        if not eos and not server_content:
+            nc.append(NC_NO_EOS)
+        result = ParseResult(
+            content=content,
+            calls=tuple(calls),
+            found=True,
+            ok=True,
+            noncanonical=tuple(dict.fromkeys(nc)),
+            eos=eos,
+            dialect=self.dialect,
+        )
+        return result, result.calls
+
+    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
+        return self.analyse(text, server_content=server_content, tools=tools)[0]
+
+    def complete_calls(self, text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
+        return self.analyse(text, server_content=True, tools=tools)[1]

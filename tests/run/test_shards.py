@@ -1,0 +1,213 @@
+"""A run spread over shards (``harness run --shard I/K``) and merged (``harness merge``): real
+``harness run`` processes, each launching its own simulator, against the same run in one
+process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.drive.session import make_plans
+from harness.errors import UsageError
+from harness.pool.dealing import deal, family
+from harness.run.shard import (
+    Shard,
+    parse_shard,
+    parse_start_at,
+    shard_concurrency,
+    slice_plans,
+    wait_until,
+)
+from harness.workload.scenario import load_scenario
+
+CLI = [sys.executable, "-m", "harness.cli"]
+ROOT = Path(__file__).resolve().parents[2]
+
+# the simulator with corruption off and transport faults on: its faults are drawn per
+# conversation and send, so the same sessions get the same answers however they are spread
+TARGET = """
+name = "sim-faults"
+mode = "launch"
+model = "deepseek-ai/DeepSeek-V4-Flash"
+warm_up = false
+flush_cache = false
+[launch]
+command = ["{python}", "-m", "harness.sim", "--host", "{host}", "--port", "{port}",
+           "--model", "{model}", "--index-k", "fp8"]
+stop_grace_s = 5
+[ready]
+paths = ["/health"]
+timeout_s = 60
+interval_s = 0.2
+[factors.errors.few]
+args = ["--error-rate", "0.03"]
+[factors.errors.many]
+args = ["--error-rate", "0.15", "--bad-json-rate", "0.05"]
+"""
+# what depends on timing and load, not on the plan
+VOLATILE = {"run_id", "cached_tokens", "sent_at", "ttft_s", "itl_s", "latency_s", "inflight"}
+
+
+def harness(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _turns(run: Path) -> list[dict[str, object]]:
+    rows = [json.loads(line) for line in (run / "turns.jsonl").read_text().splitlines()]
+    return sorted(
+        ({k: v for k, v in r.items() if k not in VOLATILE} for r in rows),
+        key=lambda r: (r["variant"], r["repeat"], r["session"], r["turn"], r["attempt"]),
+    )
+
+
+def _headline(run: Path) -> tuple[object, list[dict[str, object]]]:
+    summary = json.loads((run / "summary.json").read_text())
+    keys = ("label", "sessions", "corrupted_sessions", "session_corruption_rate", "turns",
+            "corrupted_turns", "turn_corruption_rate", "transport_errors", "labels")  # fmt: skip
+    rows = [{k: v.get(k) for k in keys} for v in summary["variants"]]
+    return summary["verdict"], rows
+
+
+def test_slices_cover_every_session_once_with_whole_families() -> None:
+    scenario = load_scenario().with_overrides(sessions=23, max_turns=None, max_context=None)
+    plans = make_plans(scenario, 23, seed=5)
+    slices = deal(plans, 4)
+    assert sorted(p.index for s in slices for p in s) == list(range(23))
+    owner = {family(p): i for i, s in enumerate(slices) for p in s}
+    assert all(owner[family(p)] == i for i, s in enumerate(slices) for p in s)
+    assert slice_plans(plans, Shard(2, 4)) == slices[1]
+    assert slice_plans(make_plans(scenario, 23, seed=5), Shard(2, 4)) == slices[1]
+    shares = [shard_concurrency(10, plans, Shard(i, 4)) for i in range(1, 5)]
+    assert sum(shares) == 10
+    assert deal(plans[:2], 4)[3] == []  # more shards than sessions: some slices are empty
+    assert shard_concurrency(10, plans[:2], Shard(4, 4)) == 1
+
+
+def test_shard_and_start_time_arguments() -> None:
+    assert parse_shard("2/4") == Shard(2, 4)
+    for bad in ("0/4", "5/4", "2", "a/b", "2/4/1"):
+        with pytest.raises(UsageError, match="I/K"):
+            parse_shard(bad)
+    hour_before = 1796176800.0 - 3600
+    assert parse_start_at("2026-12-02T02:00:00Z", now=hour_before) == 1796176800.0
+    assert parse_start_at("2026-12-02T03:00:00+01:00", now=hour_before) == 1796176800.0
+    assert parse_start_at("1796176800", now=hour_before) == 1796176800.0
+    with pytest.raises(UsageError, match="zone"):
+        parse_start_at("2026-12-02T02:00:00", now=hour_before)
+    with pytest.raises(UsageError, match="ISO 8601"):
+        parse_start_at("tomorrow", now=hour_before)
+    with pytest.raises(UsageError, match="ahead"):
+        parse_start_at(str(time.time() + 3 * 86400))
+
+
+async def test_a_shard_waits_for_its_start_time() -> None:
+    t0 = time.time()
+    late = await wait_until(t0 + 0.3, lambda _msg: None)
+    assert time.time() - t0 >= 0.29
+    assert 0 <= late < 0.2
+    assert await wait_until(t0 - 5, lambda _msg: None) >= 5  # already past: no wait
+
+
+def test_three_shards_merged_are_the_run_one_process_makes(tmp_path: Path) -> None:
+    target = tmp_path / "target.toml"
+    target.write_text(TARGET)
+    common = ["--target", str(target), "--ab", "errors=few,many", "--sessions", "9",
+              "--turns", "4", "--seed", "3", "--no-progress", "--workers", "1"]  # fmt: skip
+    one = harness("run", *common, "--out", str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr
+    start = str(time.time() + 4)
+    procs = [
+        subprocess.Popen(
+            [
+                *CLI,
+                "run",
+                *common,
+                "--shard",
+                f"{i}/3",
+                "--start-at",
+                start,
+                "--out",
+                str(tmp_path / f"shard{i}"),
+            ],  # fmt: skip
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in (1, 2, 3)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+    shards = [str(tmp_path / f"shard{i}") for i in (3, 1, 2)]  # any order
+    merged = harness("merge", *shards, "-o", str(tmp_path / "merged"), "--shards", "3")
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads(merged.stdout.splitlines()[-1])["passed"] is True
+
+    assert _turns(tmp_path / "merged") == _turns(tmp_path / "one")
+    assert _headline(tmp_path / "merged") == _headline(tmp_path / "one")
+    errors = sum(r["transport_errors"] for r in _headline(tmp_path / "one")[1])  # type: ignore[misc]
+    assert errors > 0  # the comparison has something to compare
+    # each shard ran its slice only, and began at the time asked
+    for i in (1, 2, 3):
+        meta = json.loads((tmp_path / f"shard{i}" / "run.json").read_text())
+        assert meta["shard"] == {"index": i, "count": 3}
+        assert meta["finished"]["exit_code"] == 0
+        clock = json.loads((tmp_path / f"shard{i}" / "clock.json").read_text())
+        assert clock["start_unix"] >= float(start) - 0.05
+        assert clock["late_s"] == pytest.approx(clock["start_unix"] - float(start), abs=0.05)
+        assert clock["server_offset_s"] is not None
+    info = json.loads((tmp_path / "merged" / "merge.json").read_text())
+    assert info["present"] == [1, 2, 3]
+    assert info["missing"] == []
+    assert (tmp_path / "merged" / "report.html").is_file()
+
+    # one shard missing: the merged folder is written, and the run fails as infrastructure
+    part = harness("merge", shards[1], shards[2], "-o", str(tmp_path / "part"), "--shards", "3")
+    assert part.returncode == 3
+    assert "shard 3/3 is missing" in part.stderr
+    assert json.loads((tmp_path / "part" / "merge.json").read_text())["missing"] == [3]
+
+    # a shard that did not end well fails the merge too
+    meta_path = tmp_path / "shard2" / "run.json"
+    meta = json.loads(meta_path.read_text())
+    meta["finished"]["exit_code"] = 3
+    meta_path.write_text(json.dumps(meta))
+    bad = harness("merge", *shards, "-o", str(tmp_path / "bad"))
+    assert bad.returncode == 3
+    assert "shard 2/3 ended with exit code 3" in bad.stderr
+
+    # folders of different plans, or one shard twice, are refused before anything is written
+    other = harness("run", *common[:-2], "--workers", "1", "--seed", "4", "--shard", "1/3",
+                    "--out", str(tmp_path / "other"))  # fmt: skip
+    assert other.returncode == 0, other.stderr
+    mixed = harness("merge", shards[0], str(tmp_path / "other"), "-o", str(tmp_path / "mixed"))
+    assert mixed.returncode == 2
+    assert "different runs" in mixed.stderr
+    twice = harness("merge", shards[0], shards[0], "-o", str(tmp_path / "twice"))
+    assert twice.returncode == 2
+    assert "given twice" in twice.stderr
+    assert not (tmp_path / "mixed").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--shard", "1/2", "--confirm"], "--confirm needs one coordinator"),
+        (["--shard", "1/2", "--fail-if", "session_corruption_rate > 0"], "harness merge"),
+        (["--start-at", "1796176800"], "--start-at goes with --shard"),
+        (["--shard", "3/2"], "I/K"),
+    ],
+)
+def test_what_a_shard_cannot_do_is_refused_at_once(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    done = harness("run", "--sessions", "2", "--turns", "1", "--out", str(tmp_path / "r"), *flags)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not (tmp_path / "r").exists()
