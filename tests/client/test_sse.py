@@ -92,7 +92,7 @@ def test_an_in_band_error_ends_the_stream_and_nothing_after_it_is_read() -> None
         out, stops = _read(reads)
         assert stops[-1] is True
         assert out["failure"] == {"kind": "stream_error", "message": "engine overloaded",
-                                  "status": None}  # fmt: skip
+                                  "status": None, "retry_after_s": None}  # fmt: skip
         assert "never" not in out["content"]
         assert out["reasoning"] == "first"
 
