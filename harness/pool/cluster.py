@@ -123,7 +123,7 @@ class ClusterPool(WorkerPool):
                 ray.init(address=self.address, log_to_driver=False, include_dashboard=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ConfigError(f"--workers ray:{self.address or ''}: {exc}") from None
-        resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        resources: dict[str, float] = ray.cluster_resources()
         cpus = int(resources.get("CPU", 1))
         self.size = max(1, min(self.limit, cpus))
         return ray
