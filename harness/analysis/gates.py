@@ -198,9 +198,11 @@ def write_junit(
     results: Sequence[GateResult],
     suite: str = "harness",
     run_failure: str | None = None,
+    properties: Sequence[tuple[str, str]] = (),
 ) -> Path:
     """JUnit XML: one testcase per (gate, variant), failed gates carry a <failure>; with
-    ``run_failure`` one more, ``run``, failed with that message."""
+    ``run_failure`` one more, ``run``, failed with that message; ``properties`` (the model,
+    the server warnings) as the suite's <properties>."""
     results = list(results)
     if run_failure is not None:
         results.append(GateResult(RUN_CASE, "run", False, None, run_failure))
@@ -209,6 +211,10 @@ def write_junit(
     root = ET.Element("testsuites", name=suite, tests=str(len(results)), failures=str(failures))
     ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(results)),
                        failures=str(failures), errors="0", skipped=str(skipped))  # fmt: skip
+    if properties:
+        props = ET.SubElement(ts, "properties")
+        for name, value in properties:
+            ET.SubElement(props, "property", name=name, value=value)
     for r in results:
         case = ET.SubElement(ts, "testcase", classname=f"{suite}.{r.variant}", name=r.name)
         if r.skipped:
@@ -254,3 +260,11 @@ def result_line(
         "gates": [{**asdict(r), "value": _clean(r.value)} for r in results],
     }
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def summary_properties(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The JUnit suite's properties of a summary: the model, each server warning."""
+    model = summary.get("model")
+    props = [("model", ", ".join(model) if isinstance(model, list) else str(model))]
+    props += [("server_warning", w) for w in summary.get("server_warnings") or []]
+    return props

@@ -83,6 +83,8 @@ def finish_run(
         )
     RunDir(opts.out_dir).mark_meta(interrupted=interrupted)
     summary = write_report(opts.out_dir)
+    for warning in summary.get("server_warnings") or []:
+        print(f"harness: warning: {warning}", file=sys.stderr)
     print(format_table(summary))
     own = sum(v.get("harness_errors") or 0 for v in summary["variants"])
     if own:

@@ -72,6 +72,7 @@ def apply_gates(
         baseline_gate,
         evaluate_gates,
         result_line,
+        summary_properties,
         write_junit,
     )
     from harness.report.build import load_summary
@@ -87,7 +88,8 @@ def apply_gates(
     if run_code:
         failure = f"exit code {run_code}: {run_problem or 'the run failed'}"
     if args.junit is not None:
-        write_junit(args.junit, results, run_failure=failure)
+        write_junit(args.junit, results, run_failure=failure,
+                    properties=summary_properties(summary))  # fmt: skip
     interrupted = interrupted or summary.get("interrupted")
     print(result_line(summary, results, code, interrupted, run_problem if run_code else None))
     return code

@@ -196,6 +196,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         keep_transcripts=bool(getattr(args, "keep_transcripts", False)),
         confirm=bool(getattr(args, "confirm", False)),
         reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
+        strict_variants=bool(getattr(args, "strict_variants", False)),
         shard=shard,
         start_at=start_at,
         args=saved,

@@ -167,6 +167,14 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         help="with --until-significant: the most sessions per variant",
     )
 
+    run.add_argument(
+        "--strict-variants",
+        action="store_true",
+        help="stop (exit 2) when a variant's server does not confirm its levels: a failed "
+        "verify rule, or the same reported configuration as a variant that differs in one "
+        "factor (default: a warning in the summary and report)",
+    )
+
     out = run.add_argument_group("output and progress")
     out.add_argument("--out", type=Path, metavar="DIR",
                      help="run folder (default: reports/<run-id>)")  # fmt: skip

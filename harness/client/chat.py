@@ -308,7 +308,9 @@ class ChatClient:
             choice = doc["choices"][0]
             msg = choice.get("message") or {}
             out.content = _text(msg.get("content"))
-            out.reasoning = _text(msg.get("reasoning_content"))
+            out.reasoning = _text(
+                msg.get("reasoning_content") or msg.get("reasoning")
+            )  # vLLM's name
             out.tool_calls = [
                 {
                     "id": c.get("id"),

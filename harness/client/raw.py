@@ -18,7 +18,7 @@ from typing import Any
 from harness.client.chat import ChatClient
 from harness.client.output import TurnOutput
 from harness.dialects import dsml
-from harness.dialects.prompt_v4 import END_THINK, THINK, render_v4, render_v32
+from harness.dialects.prompt_v4 import BOS, END_THINK, THINK, render_v4, render_v32
 from harness.errors import UsageError
 
 APIS = ("chat", "completions", "generate")
@@ -50,8 +50,13 @@ def render_prompt(body: Mapping[str, Any], dialect: str) -> str:
 
 
 def raw_payload(api: str, prompt: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The request of ``api`` for ``prompt`` with the chat body's sampling settings."""
+    """The request of ``api`` for ``prompt`` with the chat body's sampling settings.
+
+    ``skip_special_tokens`` is false: the servers default to true and would strip the think
+    delimiters and, where they are special tokens, the DSML marks from the text (SGLang's chat
+    path turns it off itself when tools are given; the raw paths do not)."""
     sampling = {k: body[k] for k in ("temperature", "max_tokens", "seed") if k in body}
+    sampling["skip_special_tokens"] = False
     if api == "completions":
         return {"prompt": prompt, **sampling}
     names = {"max_tokens": "max_new_tokens", "seed": "sampling_seed"}  # SGLang's names
@@ -73,16 +78,24 @@ def finish_raw(out: TurnOutput, prompt: str) -> TurnOutput:
 
 
 class RawClient:
-    """The client as the sessions see it in raw mode: ``chat(body)`` sends the rendered prompt."""
+    """The client as the sessions see it in raw mode: ``chat(body)`` sends the rendered prompt.
 
-    def __init__(self, client: ChatClient, api: str, dialect: str) -> None:
+    ``drop_bos``: the server puts its own BOS before a prompt, so the rendered one is left out
+    (``check_rendering`` finds out)."""
+
+    def __init__(self, client: ChatClient, api: str, dialect: str, drop_bos: bool = False) -> None:
         check_api(api, dialect)
         self._client = client
         self.api = api
         self.dialect = dialect
+        self.drop_bos = drop_bos
+
+    def prompt(self, body: Mapping[str, Any]) -> str:
+        prompt = render_prompt(body, self.dialect)
+        return prompt.removeprefix(BOS) if self.drop_bos else prompt
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
-        prompt = render_prompt(body, self.dialect)
+        prompt = self.prompt(body)
         payload = raw_payload(self.api, prompt, body)
         out = await self._client.raw(PATHS[self.api], payload, stream=stream)
         return out if out.failure is not None else finish_raw(out, prompt)
@@ -93,3 +106,43 @@ class RawClient:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
+
+
+async def check_rendering(raw: RawClient, body: dict[str, Any]) -> dict[str, Any]:
+    """One turn sent both ways: the server's chat template and the harness's rendering must
+    give the same ``prompt_tokens``, or the raw turns are not the chat turns.
+
+    One token more in raw mode, on a prompt that starts with BOS, is the server adding its
+    own BOS (a double BOS): ``raw.drop_bos`` is set and the turn sent again without it.
+    ``{"ok": True | False | None, "chat_prompt_tokens", "raw_prompt_tokens", "drop_bos",
+    "message"}``; None when the two could not be compared.
+    """
+    chat = await raw._client.chat(body, stream=False)
+    out = await raw.chat(body, stream=False)
+    result: dict[str, Any] = {
+        "chat_prompt_tokens": chat.prompt_tokens,
+        "raw_prompt_tokens": out.prompt_tokens,
+        "drop_bos": False,
+    }
+    failed = chat.failure or out.failure
+    if failed is not None or chat.prompt_tokens is None or out.prompt_tokens is None:
+        why = str(failed) if failed is not None else "no prompt_tokens in the answers"
+        return {**result, "ok": None, "message": f"raw mode: the rendering was not checked ({why})"}
+    if out.prompt_tokens == chat.prompt_tokens + 1 and raw.prompt(body).startswith(BOS):
+        raw.drop_bos = True
+        again = await raw.chat(body, stream=False)
+        if again.prompt_tokens == chat.prompt_tokens:
+            return {**result, "raw_prompt_tokens": again.prompt_tokens, "drop_bos": True,
+                    "ok": True, "message": (
+                        "raw mode: the server adds its own BOS to a prompt; the harness leaves "
+                        "its rendered BOS out (no double BOS)")}  # fmt: skip
+        raw.drop_bos = False
+    if out.prompt_tokens == chat.prompt_tokens:
+        return {**result, "ok": True, "message": (
+            f"raw mode: the rendered prompt and the server's chat template agree "
+            f"({chat.prompt_tokens} prompt tokens)")}  # fmt: skip
+    return {**result, "ok": False, "message": (
+        f"raw mode: the prompt the harness renders is {out.prompt_tokens} tokens where the "
+        f"server's chat template makes {chat.prompt_tokens} of the same turn: the raw turns are "
+        "not what the chat endpoint sends the model (another chat template, system prompt or "
+        "tool rendering?); compare runs with trace compare only once they agree")}  # fmt: skip

@@ -22,6 +22,7 @@ class ClientSpec:
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     api: str = "chat"
     limits: Limits = field(default_factory=Limits)
+    drop_bos: bool = False  # raw mode: the server adds its own BOS (raw.check_rendering)
 
     def chat_client(self) -> ChatClient:
         return ChatClient(
@@ -35,4 +36,6 @@ class ClientSpec:
 
     def sessions_client(self, client: ChatClient, dialect: str) -> Any:
         """The client as the sessions see it: the chat client, or raw mode around it."""
-        return client if self.api == "chat" else RawClient(client, self.api, dialect)
+        if self.api == "chat":
+            return client
+        return RawClient(client, self.api, dialect, self.drop_bos)

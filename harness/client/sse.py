@@ -2,7 +2,8 @@
 ``TurnOutput``.
 
 ``LineSplitter`` cuts arbitrary byte chunks into whole lines; ``ChatEvents`` reads an OpenAI
-chat stream as its bytes arrive (content, reasoning, tool-call deltas, the finish reason,
+chat stream as its bytes arrive (content, reasoning as SGLang and llama.cpp name it,
+``reasoning_content``, or as vLLM does, ``reasoning``; tool-call deltas, the finish reason,
 ``usage``, in-band errors) with one time stamp per read; ``raw_piece`` reads one
 ``/v1/completions`` or SGLang ``/generate`` body or event. Each streamed chat event is decoded
 by msgspec into the few fields a turn needs (``_Event``); the ids, model names and time stamps
@@ -59,7 +60,8 @@ class _ToolCallDelta(msgspec.Struct):
 
 class _Delta(msgspec.Struct):
     content: str | None = None
-    reasoning_content: str | None = None
+    reasoning_content: str | None = None  # SGLang, llama.cpp
+    reasoning: str | None = None  # vLLM
     tool_calls: list[_ToolCallDelta] | None = None
 
 
@@ -170,8 +172,9 @@ class ChatEvents:
                     if delta.content:
                         content(delta.content)
                         carried = True
-                    if delta.reasoning_content:
-                        reasoning(delta.reasoning_content)
+                    thought = delta.reasoning_content or delta.reasoning
+                    if thought:
+                        reasoning(thought)
                         carried = True
                     if delta.tool_calls:
                         self._calls(delta.tool_calls)

@@ -43,6 +43,7 @@ SERVERS_DIR = "servers"  # one log per launched server
 TARGET_COPY = "target.toml"
 #: what run.json and every printed command hold in place of a secret's value
 MASK = "***"
+SERVER_FACTS_FILE = "server_facts.jsonl"  # what each variant's server reported of itself
 CLOCK_FILE = "clock.json"  # a shard's start against --start-at, its clock against the server's
 
 SessionKey = tuple[str, int, int]  # (variant, repeat, session)

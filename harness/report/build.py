@@ -31,6 +31,7 @@ from harness.record.rundir import (
 from harness.report import facts as report_facts
 from harness.report import html as report_html
 from harness.report import plots
+from harness.report import servers as report_servers
 from harness.report.confirm import markdown as confirm_markdown
 from harness.report.html import METHOD, comparison_line
 
@@ -162,6 +163,7 @@ def render_markdown(
         "",
         summary["verdict"],
         "",
+        *report_servers.warning_lines(summary),
     ]
     out += [f"{line[0].upper()}{line[1:]}." for line in coverage.dialect_lines(summary)]
     if summary.get("warnings"):
@@ -189,6 +191,7 @@ def render_markdown(
                        f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
     out += shared_sections(summary)
+    out += report_servers.markdown(summary)
     if plot_files:
         out += ["", "## Plots", ""]
         out += [f"![{name}]({rel})" for name, rel in plot_files.items()]
@@ -309,6 +312,7 @@ def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summa
     summary = analysis.summarize(run.turns, run.run_id, run.variants, alpha=alpha)
     confirm.attach(summary, run.run_dir)  # confirm.jsonl / reference.jsonl, when recorded
     _attach_self_report(summary, run.run_dir)
+    report_servers.attach(summary, run)  # server_facts.jsonl, metrics beside corruption
     for key in ("started_at", "finished_at"):
         if key in run.meta:
             summary[key] = run.meta[key]

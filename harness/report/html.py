@@ -16,6 +16,7 @@ from typing import Any
 from harness.analysis import coverage
 from harness.analysis.summary import fmt_p, fmt_pct
 from harness.report.facts import cancelled_markdown
+from harness.report.servers import html as servers_html
 
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -160,6 +161,7 @@ def render_html(
     if summary["comparisons"]:
         parts += ["<h2>Comparisons with the baseline</h2>", _comparisons(summary)]
     parts.append(shared)
+    parts += servers_html(summary)
     if plot_paths:
         parts.append("<h2>Plots</h2>")
         parts += [_img(p, name) for name, p in plot_paths.items() if p.is_file()]

@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
 
-from harness.analysis import frames, livecontext  # noqa: E402
+from harness.analysis import frames, livecontext, metrics_vs_corruption  # noqa: E402
 from harness.analysis import summary as analysis
 from harness.labels import CORRUPTED_LABELS  # noqa: E402
 
@@ -350,6 +350,36 @@ def plot_pressure(live: pd.DataFrame, corruption: pd.DataFrame, path: Path) -> P
     return _save(fig, path)
 
 
+def plot_metrics_vs_corruption(frame: pd.DataFrame, path: Path) -> Path:
+    """The watched server metrics over time, each above the turn corruption rate, per variant
+    (harness.analysis.metrics_vs_corruption)."""
+    present = set(frame.dropna(subset=["value"])["metric"])
+    names = [n for n in metrics_vs_corruption.WATCHED if n in present]
+    fig, axes = plt.subplots(len(names) + 1, 1, figsize=(11, 2.4 * (len(names) + 1)),
+                             sharex=True, squeeze=False)  # fmt: skip
+    several = frame["repeat"].nunique() > 1
+    for ax, name in zip(axes.flat, names, strict=False):
+        sub = frame[frame["metric"] == name].dropna(subset=["value"])
+        for (variant, repeat), g in sub.groupby(["variant", "repeat"], sort=False):
+            label = f"{variant} #{repeat}" if several else str(variant)
+            ax.plot(g["t"], g["value"], marker=".", lw=1.2, label=label)
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+    bx = axes.flat[-1]
+    rates = frame.drop_duplicates(["variant", "repeat", "t"])
+    for (variant, repeat), g in rates.groupby(["variant", "repeat"], sort=False):
+        label = f"{variant} #{repeat}" if several else str(variant)
+        bx.plot(g["t"], g["rate"], marker="o", lw=1.2, label=label)
+    bx.yaxis.set_major_formatter(PercentFormatter(1.0))
+    bx.set_ylim(bottom=0)
+    bx.set_title("Turn corruption rate", fontsize=10)
+    bx.set_xlabel("time since the variant's first request (s)")
+    bx.grid(alpha=0.3)
+    bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("Server metrics beside the corruption rate", fontsize=11)
+    return _save(fig, path)
+
+
 def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) -> dict[str, Path]:
     """Draw every figure the data allows into ``out_dir``; returns {name: path}."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -380,6 +410,10 @@ def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) 
     ):
         events = frames.corruption_events(df) if len(df) else None
         jobs.append(("server_metrics", lambda p: plot_metrics(metrics, p, events)))
+    if metrics is not None and {"variant", "t", "name", "value"} <= set(metrics.columns):
+        beside = metrics_vs_corruption.binned(df, metrics)
+        if len(beside):
+            jobs.append(("metrics_vs_corruption", lambda p: plot_metrics_vs_corruption(beside, p)))
     for name, job in jobs:
         try:
             made[name] = job(out_dir / f"{name}.png")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.analysis import sequential
+from harness.analysis import sequential, variantcheck
 from harness.client import connections_for
 from harness.client.chat import ChatClient
 from harness.client.spec import ClientSpec
@@ -55,6 +55,7 @@ from harness.record.turns import JsonlAppender, TurnWriter
 from harness.run.afterload import after_load, after_load_left
 from harness.run.options import RunOptions
 from harness.run.plan import round_orders
+from harness.run.serverprobe import Contact, first_contact, model_source
 from harness.run.shard import (
     plan_id,
     server_clock_offset,
@@ -64,7 +65,7 @@ from harness.run.shard import (
 )
 from harness.target.launch import Target, make_target
 from harness.target.metrics import MetricsScraper, flush_cache, warm_up
-from harness.target.readiness import EndpointTarget, served_model, server_version, watch
+from harness.target.readiness import EndpointTarget, server_version, watch
 from harness.workload.dialect import DialectChoice, choose, model_names
 from harness.workload.matrix import Variant
 
@@ -93,6 +94,7 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "model": opts.model,
         "dialect": opts.scenario.dialect,
         "dialects": {},  # per variant, once its server answers (record_dialect)
+        "model_source": model_source(opts.model, opts.args),
         "variants": [{"label": v.label, "factors": v.as_dict()} for v in opts.variants],
         "order": [{"variant": v.label, "repeat": r} for v, r in opts.schedule()],
         "args": opts.args,
@@ -208,7 +210,10 @@ class _VariantRun:
         held = self.started and self.target is not None
         target = self.target or _target_for(opts, self.variant, self.repeat)
         t0 = time.perf_counter()
-        self.announce(f"{self.name}: " + ("the server stays up" if held else "starting the server"))
+        how = {"launch": "starting the server", "hook": "running the before hook"}
+        where = target.describe()
+        first = how.get(where.get("mode", ""), "waiting for " + str(where.get("url")))
+        self.announce(f"{self.name}: " + ("the server stays up" if held else first))
         error = None
         completed = False
         version: str | None = None
@@ -223,17 +228,24 @@ class _VariantRun:
             pool = WorkerPool(workers)
         starting = asyncio.create_task(pool.start()) if pool is not None else None
         try:
+            facts: dict[str, Any] | None = None
             if held:
                 base_url = str(getattr(target, "base_url", ""))
+                key = (self.variant.label, self.repeat)
+                rows = variantcheck.load(opts.out_dir)
+                mine = [r for r in rows if (r["variant"], r["repeat"]) == key]
+                facts = mine[-1] if mine else None
             else:
                 base_url = await target.start()
                 if self.clock is not None and self.clock.get("server_offset_s") is None:
                     offset = await server_clock_offset(base_url, opts.api_key)
                     self.clock["server_offset_s"] = offset
                     RunDir(opts.out_dir).clock.write_text(json.dumps(self.clock, indent=2) + "\n")
-                await self._prepare_server(base_url)
+            if facts is None:  # the first contact with this server
+                flush = await self._prepare_server(base_url) if not held else None
+                facts = await first_contact(self._contact(target, base_url, flush), self.announce)
+            model = str(facts["model"])
             self.announce(f"{self.name}: {len(self.plans)} sessions on {base_url}")
-            model = opts.model or await served_model(base_url, opts.api_key)
             version = await server_version(base_url, opts.api_key)
             opts = await self._decide_dialect(base_url, model)
             client_spec = ClientSpec(
@@ -244,6 +256,7 @@ class _VariantRun:
                 opts.request_timeout,
                 opts.api,
                 opts.limits,
+                bool((facts.get("rendering") or {}).get("drop_bos")),
             )
             client = client_spec.chat_client()
             # raw mode: the prompt rendered here, the output parsed here
@@ -305,14 +318,38 @@ class _VariantRun:
         self.opts = replace(opts, scenario=replace(opts.scenario, dialect=choice.name))
         return self.opts
 
-    async def _prepare_server(self, base_url: str) -> None:
-        """A launched server's cache flush and warm-up, when its target file asks."""
+    async def _prepare_server(self, base_url: str) -> dict[str, Any] | None:
+        """A launched server's cache flush and warm-up, when its target file asks; the
+        flush's outcome (a failure is a warning: the repeats may not start alike)."""
         spec, opts = self.opts.target, self.opts
+        flush = None
         if spec is not None and not opts.endpoint:
             if spec.flush_cache:
-                await flush_cache(base_url)
+                flush = await flush_cache(base_url, api_key=opts.api_key)
+                if not flush["ok"]:
+                    self.announce(f"{self.name}: warning: the cache flush failed: "
+                                  f"{flush['message']}")  # fmt: skip
             if spec.warm_up:
                 await warm_up(base_url, opts.model or spec.model, api_key=opts.api_key)
+        return flush
+
+    def _contact(self, target: Target, base_url: str, flush: dict[str, Any] | None) -> Contact:
+        opts, spec = self.opts, self.opts.target
+        return Contact(
+            run_dir=opts.out_dir,
+            variant=self.variant,
+            repeat=self.repeat,
+            base_url=base_url,
+            described=target.describe(),
+            rules=spec.rules_for(self.variant) if spec is not None and not opts.endpoint else {},
+            model=opts.model,
+            model_source=model_source(opts.model, opts.args),
+            api_key=opts.api_key,
+            api=opts.api,
+            scenario=opts.scenario,
+            flush=flush,
+            strict=opts.strict_variants,
+        )
 
     def _metrics(self, base_url: str) -> contextlib.AbstractAsyncContextManager[Any]:
         spec = self.opts.target

@@ -53,6 +53,7 @@ class RunOptions:
     workers: int = 1  # processes driving each variant's sessions (harness.pool.parent)
     cluster: str | None = None  # --workers ray[:ADDRESS]: the Ray address ("": the default)
     alpha: float = 0.05
+    strict_variants: bool = False  # a variant its server does not confirm stops the run
     shard: Shard | None = None  # --shard I/K: this host drives the I-th of K slices
     start_at: float | None = None  # --start-at: wall time (unix seconds) the load starts
     dialect_from_option: bool = False  # the scenario's dialect came from --dialect

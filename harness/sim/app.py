@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import itertools
 import logging
@@ -191,7 +192,7 @@ class SimApp:
             await asyncio.sleep(engine.latency.ttft(uncached) + per_token * gen.completion_tokens)
         finally:
             done()
-        use = openai.usage(gen.prompt_tokens, gen.completion_tokens, gen.cached_tokens)
+        use = openai.usage(gen.prompt_tokens, gen.completion_tokens, self._cached(gen))
         body = openai.completion(
             rid,
             int(time.time()),
@@ -205,6 +206,9 @@ class SimApp:
         if fault is None:
             return _json(body, headers=headers)
         return self._faulty_body(orjson.dumps(body), headers, fault)
+
+    def _cached(self, gen: Generation) -> int | None:
+        return gen.cached_tokens if self.config.cache_report else None
 
     def _faulty_body(self, data: bytes, headers: dict[str, str], fault: TransportFault) -> Response:
         """A non-streamed body that is invalid JSON, or cut or stalled part-way."""
@@ -254,7 +258,7 @@ class SimApp:
                 event = transport.broken(event)
             yield event
         if include_usage:
-            use = openai.usage(gen.prompt_tokens, gen.completion_tokens, gen.cached_tokens)
+            use = openai.usage(gen.prompt_tokens, gen.completion_tokens, self._cached(gen))
             yield openai.chunk(rid, created, model, None, use=use)
         yield openai.DONE
 
@@ -309,7 +313,12 @@ class SimApp:
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
     async def server_info(self, request: Request) -> Response:
+        """As SGLang's: every flag the server runs with (the API key aside), under SGLang's
+        names where it has one, so a level that reaches the server shows here."""
         c = self.config
+        flags = {k: v for k, v in dataclasses.asdict(c).items() if k != "api_key"}
+        for ours in ("index_k", "hicache", "kv_capacity", "max_running", "seed", "model"):
+            flags.pop(ours)
         return _json(
             {
                 "model_path": c.model,
@@ -318,15 +327,25 @@ class SimApp:
                 "max_running_requests": c.max_running,
                 "tool_call_parser": c.dialect if c.tool_parser == "on" else None,
                 "enable_hierarchical_cache": c.hicache == "on",
-                "hicache_ratio": c.hicache_ratio,
                 "index_k_dtype": c.index_k,
-                "topk": c.topk,
+                "enable_cache_report": c.cache_report,
+                "random_seed": c.seed,
+                "api_key_required": c.api_key is not None,
+                **flags,
                 "version": "sim",
             }
         )
 
     async def flush_cache(self, request: Request) -> Response:
-        self.engine.flush()
+        """As SGLang: refused (400) while any request runs or waits."""
+        engine = self.engine
+        if engine.running or engine.queued:
+            return PlainTextResponse(
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {engine.queued}, #running-req: {engine.running}\n",
+                status_code=400,
+            )
+        engine.flush()
         return PlainTextResponse("Cache flushed.\n")
 
 

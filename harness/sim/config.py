@@ -45,6 +45,10 @@ class SimConfig:
 
     ``dialect``: the tool-call markup the scripted model writes (any registered dialect with
     an encoder); ``tool_parser="off"``: the server returns it raw in ``content``.
+    As upstream servers: ``cache_report`` off leaves the cached-token count out of ``usage``
+    (SGLang without ``--enable-cache-report``); the raw endpoints strip special tokens from
+    their text unless a request sends ``skip_special_tokens: false``; ``raw_add_bos`` counts
+    the BOS a tokenizer adds before a raw prompt that already starts with one.
     """
 
     index_k: str = "bf16"
@@ -69,6 +73,8 @@ class SimConfig:
     bad_json_rate: float = 0.0
     crash_after: int | None = None
     slow_start: float = 0.0
+    cache_report: bool = True
+    raw_add_bos: bool = False
     api_key: str | None = field(default=None, repr=False)  # never in logs
     dialect: str = "dsml-v4"  # the tool-call dialect the model writes (harness.sim.speaker)
     tool_parser: str = "on"

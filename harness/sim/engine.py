@@ -53,6 +53,11 @@ def _seed(*parts: bytes) -> random.Random:
     return random.Random(int.from_bytes(digest, "big"))
 
 
+#: The simulated speculative decoding: acceptance of healthy and of corrupted answers, and the
+#: weight of each answer in the moving mean.
+SPEC_ACCEPT, SPEC_CORRUPT, SPEC_WEIGHT = 0.7, 0.1, 0.05
+
+
 class Engine:
     """State shared by all requests of one server (single event loop, no locks needed)."""
 
@@ -69,6 +74,8 @@ class Engine:
         self.prompt_tokens_total = 0
         self.cached_tokens_total = 0
         self.generation_tokens_total = 0
+        self.last_hit_rate = 0.0  # cached share of the last prefill (SGLang's cache_hit_rate)
+        self.accept_rate = SPEC_ACCEPT  # speculative acceptance, moving (see metrics())
         self.running_tokens = 0
         self.injected: Counter[str] = Counter()
         self.causes: Counter[str] = Counter()  # corrupted responses by mechanism
@@ -250,6 +257,10 @@ class Engine:
         self.requests += 1
         self.prompt_tokens_total += prompt.total
         self.cached_tokens_total += cached
+        self.last_hit_rate = cached / prompt.total if prompt.total else 0.0
+        # a corrupted answer is one the draft model's guesses stop matching: acceptance drops
+        seen = SPEC_CORRUPT if kind is not None else SPEC_ACCEPT
+        self.accept_rate += SPEC_WEIGHT * (seen - self.accept_rate)
         self.generation_tokens_total += completion_tokens
         if corrupt:  # otherwise transport_fault() counted this response
             self.injected[kind or "none"] += 1
@@ -276,19 +287,26 @@ class Engine:
         return n
 
     def metrics(self) -> dict[str, float]:
-        prompt = self.prompt_tokens_total
-        hit = self.cached_tokens_total / prompt if prompt else 0.0
+        """SGLang's names (``sglang:`` added by the app), with its semantics: ``cache_hit_rate``
+        is the cached share of the last prefill, not a running total; HiCache's host tier in
+        tokens; ``spec_accept_rate`` a moving mean of the speculative acceptance, which drops
+        while answers come out corrupted (the collapse reported after HiCache load-backs)."""
         used = self.pool.gpu_tokens / self.config.kv_capacity
-        return {
+        out = {
             "num_running_reqs": self.running,
             "num_queue_reqs": self.queued,
             "token_usage": min(1.0, used),
-            "cache_hit_rate": hit,
+            "cache_hit_rate": self.last_hit_rate,
             "cached_tokens_total": self.cached_tokens_total,
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
             "num_requests_total": self.requests,
+            "spec_accept_rate": round(self.accept_rate, 6),
         }
+        if self.config.hicache == "on":
+            out["hicache_host_used_tokens"] = self.pool.host_tokens
+            out["hicache_host_total_tokens"] = self.pool.host_capacity
+        return out
 
     def pool_metrics(self) -> dict[str, float]:
         """The KV pool and the race's mechanism (exported as ``sim:*``)."""

@@ -160,6 +160,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="health endpoints answer 503 for this long after start",
     )
     p.add_argument(
+        "--cache-report",
+        choices=["on", "off"],
+        default="on",
+        help="usage.prompt_tokens_details.cached_tokens in answers (off: as SGLang without "
+        "--enable-cache-report)",
+    )
+    p.add_argument(
+        "--raw-bos",
+        choices=["keep", "add"],
+        default="keep",
+        help="raw endpoints: add: tokenize as a server that puts its own BOS before a prompt "
+        "(one token more when the prompt starts with one: a double BOS)",
+    )
+    p.add_argument(
         "--api-key-env",
         metavar="NAME",
         help="require the key in this environment variable as a bearer token (401 without)",
@@ -195,6 +209,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         bad_json_rate=args.bad_json_rate,
         crash_after=args.crash_after,
         slow_start=args.slow_start,
+        cache_report=args.cache_report == "on",
+        raw_add_bos=args.raw_bos == "add",
         api_key=_api_key(args.api_key_env),
     )
 

@@ -11,13 +11,18 @@ import orjson
 from harness.dialects.base import ToolCall
 
 
-def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
-    return {
+def usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
+    """OpenAI ``usage``; ``cached`` None: no ``prompt_tokens_details`` (as SGLang without
+    ``--enable-cache-report``, vLLM without ``--enable-prompt-tokens-details``)."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
+        "prompt_tokens_details": None,
     }
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
+    return out
 
 
 def tool_calls_json(calls: Sequence[ToolCall], ids: Sequence[str]) -> list[dict[str, Any]]:

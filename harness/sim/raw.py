@@ -5,6 +5,12 @@ decoded back into chat messages and tools, so the engine answers the same conver
 the same model output as on ``/v1/chat/completions``; the answer is the raw DSML text (no
 server-side parsing), the end-of-turn token trimmed as a server does when it stops on it.
 A prompt that is not V4 text is one user message (a deterministic answer, not the chat one).
+
+As upstream, ``skip_special_tokens`` defaults to true: the DeepSeek special tokens
+(``SPECIAL``: the sentence and role tokens, the think delimiters, the DSML mark) are stripped
+from the text unless the request sends ``skip_special_tokens: false``, so a raw client that
+forgets it sees broken tool calls the model never wrote. With ``raw_add_bos`` the prompt is
+counted as a tokenizer that adds its own BOS does: one token more when it starts with one.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -28,6 +35,7 @@ from harness.sim.engine import Generation
 from harness.sim.inject import CHARS_PER_TOKEN
 from harness.sim.transport import Stream
 
+SPECIAL = (BOS, dsml.EOS, USER, ASSISTANT, THINK, END_THINK, dsml.MARK)
 _TOOLS_START = "\n\n## Tools\n\n"
 _SCHEMAS = re.compile(r"### Available Tool Schemas\n\n(.*?)\n\nYou MUST strictly follow", re.DOTALL)
 _RESULT = re.compile(r"<tool_result>(.*?)</tool_result>(?:\n\n)?", re.DOTALL)
@@ -116,12 +124,24 @@ def _fields(payload: Any, api: str) -> dict[str, Any]:
     if seed is not None and not isinstance(seed, int):
         raise ValueError("the seed must be an integer")
     stream = bool(payload.get("stream"))
-    return {"prompt": prompt, "max_tokens": max_tokens, "seed": seed, "stream": stream}
+    skip = params.get("skip_special_tokens", True)
+    if not isinstance(skip, bool):
+        raise ValueError("'skip_special_tokens' must be true or false")
+    return {"prompt": prompt, "max_tokens": max_tokens, "seed": seed, "stream": stream,
+            "skip_special_tokens": skip}  # fmt: skip
 
 
-def _text(gen: Generation) -> tuple[str, str]:
+def strip_special(text: str) -> str:
+    """The text as a server decodes it with ``skip_special_tokens``: no special tokens."""
+    for token in SPECIAL:
+        text = text.replace(token, "")
+    return text
+
+
+def _text(gen: Generation, skip_special: bool) -> tuple[str, str]:
     finish = "length" if gen.finish_reason == "length" else "stop"
-    return gen.raw.removesuffix(dsml.EOS), finish
+    text = gen.raw.removesuffix(dsml.EOS)
+    return (strip_special(text) if skip_special else text), finish
 
 
 class RawRoutes:
@@ -151,7 +171,10 @@ class RawRoutes:
             body = orjson.dumps(openai.error(f"invalid request: {exc}"))
             return Response(body, 400, {"x-sim-injected": "none"}, media_type="application/json")
         engine = sim.engine
-        messages, tools = decode_v4(fields["prompt"])
+        prompt = fields["prompt"]
+        if sim.config.raw_add_bos:
+            prompt = BOS + prompt  # the tokenizer's own BOS, before whatever the prompt holds
+        messages, tools = decode_v4(prompt.replace(BOS + BOS, BOS, 1))
         prepared = engine.prepare(messages, tools)
         in_flight = await engine.admit(prepared[0])
         gen: Generation | None = None
@@ -178,15 +201,18 @@ class RawRoutes:
             raise
         headers = {"x-sim-injected": gen.injected}
         rid = uuid.uuid4().hex
+        skip = fields["skip_special_tokens"]
+        if prompt.startswith(BOS + BOS):
+            gen = replace(gen, prompt_tokens=gen.prompt_tokens + 1)  # a double BOS
         if fields["stream"]:
-            return Stream(self._events(api, rid, gen), headers, done)
+            return Stream(self._events(api, rid, gen, skip), headers, done)
         try:
             uncached = gen.prompt_tokens - gen.cached_tokens
             per_token = engine.latency.per_token(engine.running)
             await asyncio.sleep(engine.latency.ttft(uncached) + per_token * gen.completion_tokens)
         finally:
             done()
-        text, finish = _text(gen)
+        text, finish = _text(gen, skip)
         return Response(
             orjson.dumps(self._body(api, rid, gen, text, finish, True)),
             200,
@@ -220,11 +246,13 @@ class RawRoutes:
         }
         return {"text": text, "meta_info": meta}
 
-    async def _events(self, api: str, rid: str, gen: Generation) -> AsyncIterator[bytes]:
+    async def _events(
+        self, api: str, rid: str, gen: Generation, skip_special: bool
+    ) -> AsyncIterator[bytes]:
         """SSE: completions events carry a delta, /generate events the text so far."""
         engine = self.sim.engine
         await asyncio.sleep(engine.latency.ttft(gen.prompt_tokens - gen.cached_tokens))
-        text, finish = _text(gen)
+        text, finish = _text(gen, skip_special)
         size = self.sim.chunk_chars
         pieces = [text[i : i + size] for i in range(0, len(text), size)] or [""]
         sent = ""

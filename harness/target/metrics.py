@@ -2,8 +2,9 @@
 
 ``parse_prometheus`` reads the text exposition format; ``normalize`` maps SGLang, vLLM and
 llama.cpp names onto one vocabulary (``running``, ``queued``, ``cache_usage``,
-``cache_hit_rate``). ``MetricsScraper`` polls ``<base_url>/metrics`` and appends rows
-``{"variant", "repeat", "t", "name", "value"}`` to ``metrics.jsonl``; a server without
+``cache_hit_rate``, ``hicache_host_used_tokens``, ``spec_accept_rate``). ``MetricsScraper``
+polls ``<base_url>/metrics`` and appends rows
+``{"variant", "repeat", "t", "wall", "name", "value"}`` to ``metrics.jsonl``; a server without
 ``/metrics`` is noted once and left alone. Nothing here raises into the run.
 """
 
@@ -37,6 +38,8 @@ RATIO_METRICS = frozenset(
         "vllm:gpu_cache_usage_perc",
         "vllm:gpu_prefix_cache_hit_rate",
         "llamacpp:kv_cache_usage_ratio",
+        "sglang:spec_accept_rate",
+        "sglang:spec_accept_length",
     }
 )
 
@@ -56,15 +59,31 @@ SOURCES: Mapping[str, tuple[str, ...]] = {
         "sglang:token_usage",
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",
-        "llamacpp:kv_cache_usage_ratio",
+        "llamacpp:kv_cache_usage_ratio",  # builds before 2025; current ones export none
     ),
     "cache_hit_rate": ("sglang:cache_hit_rate", "vllm:gpu_prefix_cache_hit_rate"),
+    "hicache_host_used_tokens": ("sglang:hicache_host_used_tokens",),
+    "spec_accept_rate": ("sglang:spec_accept_rate",),
 }
-#: vLLM's prefix-cache counters (hit rate = hits / queries), with and without ``_total``.
-VLLM_HITS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
-VLLM_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
+#: Hit rates and acceptance rates over the last interval from counters, per server:
+#: normalized name -> (numerator names, denominator names, denominator adds the numerator).
+COUNTER_RATIOS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...] = (
+    ("cache_hit_rate", ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
+     ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"), False),
+    # llama.cpp: prompt_tokens_total counts the tokens not taken from the cache
+    ("cache_hit_rate", ("llamacpp:prompt_tokens_cached_total",),
+     ("llamacpp:prompt_tokens_total",), True),
+    ("spec_accept_rate", ("vllm:spec_decode_num_accepted_tokens_total",),
+     ("vllm:spec_decode_num_draft_tokens_total",), False),
+    ("spec_accept_rate", ("llamacpp:spec_decode_num_accepted_tokens_total",),
+     ("llamacpp:spec_decode_num_draft_tokens_total",), False),
+)  # fmt: skip
 #: Raw series worth keeping beside the normalized ones.
-EXTRA_RAW = ("sglang:cached_tokens_total", "sglang:num_used_tokens", "sglang:gen_throughput")
+EXTRA_RAW = (
+    "sglang:cached_tokens_total", "sglang:num_used_tokens", "sglang:gen_throughput",
+    "sglang:hicache_host_total_tokens", "sglang:spec_accept_length",
+    "vllm:spec_decode_num_drafts_total", "llamacpp:n_busy_slots_per_decode",
+)  # fmt: skip
 
 _SAMPLE = re.compile(
     r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)"
@@ -113,33 +132,43 @@ def _first(metrics: Mapping[str, float], names: Iterable[str]) -> float | None:
 def normalize(
     metrics: Mapping[str, float], previous: Mapping[str, float] | None = None
 ) -> dict[str, float]:
-    """``running``, ``queued``, ``cache_usage`` (0..1), ``cache_hit_rate`` (0..1) when known.
+    """The normalized names the server's metrics give (``SOURCES``, then ``COUNTER_RATIOS``).
 
-    vLLM's hit rate comes from its prefix-cache counters: over the interval since
-    ``previous`` when that scrape is given and queries grew, else since the server started.
-    Names the server does not export are left out.
+    A ratio of counters (vLLM's prefix-cache hits over queries, llama.cpp's cached prompt
+    tokens, speculative tokens accepted over drafted) is over the interval since
+    ``previous`` when that scrape is given and the denominator grew, else since the server
+    started. Names the server does not export are left out.
     """
     out: dict[str, float] = {}
     for norm, names in SOURCES.items():
         value = _first(metrics, names)
         if value is not None:
             out[norm] = value
-    if "cache_hit_rate" not in out:
-        hits, queries = _first(metrics, VLLM_HITS), _first(metrics, VLLM_QUERIES)
-        if hits is not None and queries is not None:
-            if previous is not None:
-                h0, q0 = _first(previous, VLLM_HITS), _first(previous, VLLM_QUERIES)
-                if h0 is not None and q0 is not None and queries > q0:
-                    hits, queries = hits - h0, queries - q0
-            if queries > 0:
-                out["cache_hit_rate"] = hits / queries
+    for norm, nums, dens, adds in COUNTER_RATIOS:
+        if norm in out:
+            continue
+        num, den = _first(metrics, nums), _first(metrics, dens)
+        if num is None or den is None:
+            continue
+        if adds:
+            den += num
+        if previous is not None:
+            n0, d0 = _first(previous, nums), _first(previous, dens)
+            if n0 is not None and d0 is not None:
+                d0 += n0 if adds else 0.0
+                if den > d0:
+                    num, den = num - n0, den - d0
+        if den > 0:
+            out[norm] = num / den
     return out
 
 
 def kept_raw(metrics: Mapping[str, float]) -> dict[str, float]:
     """The raw series written beside the normalized ones."""
     names = {n for group in SOURCES.values() for n in group}
-    names.update(VLLM_HITS, VLLM_QUERIES, EXTRA_RAW)
+    for _, nums, dens, _adds in COUNTER_RATIOS:
+        names.update(nums, dens)
+    names.update(EXTRA_RAW)
     return {k: v for k, v in metrics.items() if k in names}
 
 
@@ -247,12 +276,14 @@ class MetricsScraper:
         return True
 
     def _write(self, out: IO[bytes], t: float, values: Mapping[str, float]) -> None:
+        wall = round(time.time(), 3)  # to line the rows up with the turns' sent_at
         lines = b"".join(
             orjson.dumps(
                 {
                     "variant": self.variant,
                     "repeat": self.repeat,
                     "t": round(t, 3),
+                    "wall": wall,
                     "name": name,
                     "value": value,
                 }
@@ -264,18 +295,30 @@ class MetricsScraper:
         out.flush()
 
 
-async def flush_cache(base_url: str, *, timeout_s: float = 60.0) -> bool:
-    """POST /flush_cache (SGLang, the simulator). False where the server has none or it fails."""
+async def flush_cache(
+    base_url: str, *, timeout_s: float = 60.0, api_key: str | None = None
+) -> dict[str, Any]:
+    """POST /flush_cache (SGLang, the simulator) with the API key when one is set.
+
+    ``{"ok", "status", "message"}``: SGLang answers 400 while a request runs or waits and
+    401 without the key it was started with; the run records a failure as a warning.
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as http:
+        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=headers) as http:
             resp = await http.post(f"{base_url.rstrip('/')}/flush_cache")
     except httpx.HTTPError as exc:
-        log.info("flush_cache on %s failed: %s", base_url, exc)
-        return False
-    if resp.status_code != 200:
-        log.info("flush_cache on %s: HTTP %s", base_url, resp.status_code)
-        return False
-    return True
+        log.warning("flush_cache on %s failed: %s", base_url, exc)
+        return {"ok": False, "status": None, "message": f"{type(exc).__name__}: {exc}"}
+    if resp.status_code == 200:
+        return {"ok": True, "status": 200, "message": "flushed"}
+    why = {
+        400: "the server was busy (SGLang refuses while a request runs or waits)",
+        401: "unauthorized: give the server's key with --api-key-env",
+        404: "the server has no /flush_cache",
+    }.get(resp.status_code, resp.text[:200].strip())
+    log.warning("flush_cache on %s: HTTP %s %s", base_url, resp.status_code, why)
+    return {"ok": False, "status": resp.status_code, "message": f"HTTP {resp.status_code}: {why}"}
 
 
 async def warm_up(

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.errors import ConfigError, UsageError
 from harness.record.rundir import MASK
+from harness.target.serverfacts import SOURCES
 from harness.workload.matrix import Variant
 
 MODES = ("launch", "endpoint", "hook")
@@ -40,10 +41,13 @@ _LEVEL = re.compile(r"^[A-Za-z0-9_.:+\-]+$")
 
 @dataclass(frozen=True)
 class LevelSpec:
-    """What one factor level adds: launch arguments and environment variables."""
+    """What one factor level adds: launch arguments and environment variables; ``verify``
+    is what the server must report once it runs this level (``"server_info.kv_cache_dtype"
+    -> "fp8_e4m3"``, see harness.target.serverfacts)."""
 
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    verify: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,22 @@ class TargetSpec:
     warm_up: bool = True
     flush_cache: bool = False
     metrics: bool = True
+    #: ``[verify.<factor>.<level>]`` tables (any mode): what the server reports at that level
+    verify: Mapping[str, Mapping[str, Mapping[str, str]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def rules_for(self, variant: Variant) -> dict[str, tuple[str, str]]:
+        """``"source.key"`` -> (expected value, the factor that sets it) for ``variant``: its
+        levels' ``verify`` and the ``[verify]`` tables' entries for its levels."""
+        out: dict[str, tuple[str, str]] = {}
+        for factor, level in variant.factors:
+            entry = self.factors.get(factor, {}).get(level)
+            for key, value in (entry.verify if entry is not None else {}).items():
+                out[key] = (value, factor)
+            for key, value in self.verify.get(factor, {}).get(level, {}).items():
+                out[key] = (value, factor)
+        return out
 
     def levels(self, factor: str) -> tuple[str, ...]:
         """The levels the file defines for ``factor`` (empty if it defines none)."""
@@ -226,6 +246,7 @@ class _Builder:
         allowed = {
             "name", "mode", "description", "model", "served_model", "vars", "ready", "launch",
             "hook", "base_url", "endpoints", "factors", "warm_up", "flush_cache", "metrics",
+            "verify",
         }  # fmt: skip
         self._no_unknown(raw, allowed, "top level")
         mode = raw.get("mode")
@@ -253,6 +274,20 @@ class _Builder:
             spec["endpoints"] = self._endpoints(values)
         elif raw.get("endpoints") is not None:
             raise self.fail('an [endpoints] table is only used with mode = "endpoint"')
+        verify = self._verify_tables()
+        for factor, levels in verify.items():
+            if mode == "endpoint":
+                known = sorted(
+                    {lvl for key, _ in spec["endpoints"] for f, lvl in key if f == factor}
+                )
+            else:
+                known = list(factors.get(factor, {}))
+            for level in levels:
+                if level not in known:
+                    raise self.fail(
+                        f"[verify.{factor}.{level}]: the file defines no level {level!r} of "
+                        f"factor {factor!r} (its levels: {', '.join(known) or 'none'})"
+                    )
         return TargetSpec(
             path=self.path,
             name=name,
@@ -266,6 +301,7 @@ class _Builder:
             warm_up=self._bool(raw, "warm_up", True),
             flush_cache=self._bool(raw, "flush_cache", mode != "launch"),
             metrics=self._bool(raw, "metrics", True),
+            verify=verify,
             **spec,
         )
 
@@ -329,15 +365,52 @@ class _Builder:
                     raise self.fail(f"{where}: a level may only hold letters, digits and . _ : + -")
                 if not isinstance(body, dict):
                     raise self.fail(f"{where}: must be a table with 'args' and/or 'env'")
-                self._no_unknown(body, {"args", "env"}, where)
+                self._no_unknown(body, {"args", "env", "verify"}, where)
                 args = self._str_list(body, "args", where)
                 if args and mode != "launch":
                     raise self.fail(f"{where}: 'args' only apply in launch mode; use 'env'")
                 for arg in args:
                     self._check_placeholders(arg, values, where)
                 env = self._env(body, where, values, allow_port=mode == "launch")
-                out[factor][level] = LevelSpec(tuple(args), env)
+                out[factor][level] = LevelSpec(tuple(args), env, self._verify(body, where))
         return out
+
+    def _verify_tables(self) -> Mapping[str, Mapping[str, Mapping[str, str]]]:
+        out: dict[str, Mapping[str, Mapping[str, str]]] = {}
+        for factor, levels in self._table(self.raw, "verify").items():
+            if not isinstance(levels, dict) or not all(
+                isinstance(v, dict) for v in levels.values()
+            ):
+                raise self.fail(
+                    f"[verify.{factor}]: give one table per level, e.g. "
+                    f'[verify.{factor}.bf16] "server_info.kv_cache_dtype" = "bf16"'
+                )
+            out[factor] = MappingProxyType(
+                {
+                    lvl: self._verify({"verify": body}, f"[verify.{factor}.{lvl}]")
+                    for lvl, body in levels.items()
+                }  # fmt: skip
+            )
+        return MappingProxyType(out)
+
+    def _verify(self, body: Mapping[str, Any], where: str) -> Mapping[str, str]:
+        table = body.get("verify", {})
+        if not isinstance(table, dict):
+            raise self.fail(f'{where} verify: give a table of "source.key" = "value"')
+        out: dict[str, str] = {}
+        for key, value in table.items():
+            source, dot, rest = key.partition(".")
+            if source not in SOURCES or not dot or not rest:
+                raise self.fail(
+                    f"{where} verify: {key!r} must be a source and a key joined by a dot, the "
+                    f'source one of {", ".join(SOURCES)} (e.g. "server_info.kv_cache_dtype")'
+                )
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            if not isinstance(value, str | int | float):
+                raise self.fail(f"{where} verify {key}: give a string, a number or true/false")
+            out[key] = str(value)
+        return MappingProxyType(out)
 
     def _launch(self, values: Mapping[str, str]) -> LaunchSpec:
         table = self._table(self.raw, "launch")

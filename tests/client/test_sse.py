@@ -113,3 +113,78 @@ def test_a_broken_event_fails_where_it_stands(together: bool) -> None:
     with pytest.raises(msgspec.DecodeError):
         events.read(STREAM[4] + broken + STREAM[5] if together else broken, 1.0)
     assert events.content == ["Reading "]  # read before the broken line; nothing after it
+
+
+# ---- vLLM names its reasoning ``reasoning``: read from a real loopback server --------------
+
+
+def _vllm_events() -> list[bytes]:
+    """What vLLM streams with a reasoning parser: ``delta.reasoning``, then the content."""
+    return [
+        _event({"role": "assistant", "content": ""}),
+        *(_event({"reasoning": w}) for w in ("The file ", "is small.")),
+        *(_event({"content": w}) for w in ("Done", ".")),
+        b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n',
+        _event(usage={"prompt_tokens": 9, "completion_tokens": 6}),
+        DONE,
+    ]
+
+
+async def _vllm_like_server(gap_s: float) -> tuple[Any, str]:
+    """An aiohttp server on a loopback port answering like vLLM: streamed events with
+    ``delta.reasoning`` (``gap_s`` before the content starts), or ``message.reasoning``."""
+    import asyncio
+
+    from aiohttp import web
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": "Done.", "reasoning": "The file is small."}
+            return web.json_response(
+                {
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 9, "completion_tokens": 6},
+                }  # fmt: skip
+            )
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        for i, event in enumerate(_vllm_events()):
+            if i == 3:  # the reasoning is out; the content comes later
+                await asyncio.sleep(gap_s)
+            await resp.write(event)
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_vllm_reasoning_is_read_and_counts_for_the_first_token(stream: bool) -> None:
+    from harness.client.chat import ChatClient
+
+    gap = 0.4
+    runner, url = await _vllm_like_server(gap)
+    client = ChatClient(url, model="m")
+    try:
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        out = await client.chat(body, stream=stream)
+    finally:
+        await client.aclose()
+        await runner.cleanup()
+    assert out.failure is None
+    assert out.reasoning == "The file is small."
+    assert out.content == "Done."
+    assert out.prompt_tokens == 9
+    if stream:
+        assert out.events == 4
+        assert out.ttft_s is not None
+        assert out.latency_s is not None
+        # the first token is the first reasoning token, before the pause, not the content after
+        assert out.latency_s - out.ttft_s >= gap * 0.9

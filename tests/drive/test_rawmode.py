@@ -14,7 +14,14 @@ from harness import labels as L
 from harness.analysis.rawcompare import compare_records, judge_pair
 from harness.client.chat import ChatClient
 from harness.client.output import TurnOutput
-from harness.client.raw import RawClient, check_api, finish_raw, raw_payload
+from harness.client.raw import (
+    PATHS,
+    RawClient,
+    check_api,
+    check_rendering,
+    finish_raw,
+    raw_payload,
+)
 from harness.dialects import dsml
 from harness.dialects.prompt_v4 import render_v4
 from harness.drive.raw_session import visible
@@ -77,10 +84,16 @@ def test_payloads_and_api_checks() -> None:
         "temperature": 0.0,
         "max_tokens": 64,
         "seed": 5,
+        "skip_special_tokens": False,  # the DSML and think marks kept in the text
     }
     assert raw_payload("generate", "P", body) == {
         "text": "P",
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": 64, "sampling_seed": 5},
+        "sampling_params": {
+            "temperature": 0.0,
+            "max_new_tokens": 64,
+            "sampling_seed": 5,
+            "skip_special_tokens": False,
+        },
     }
     check_api("generate", "dsml-v32")
     with pytest.raises(UsageError, match="dsml-v4"):
@@ -180,3 +193,68 @@ def test_compare_tells_server_parser_from_model() -> None:
     assert "parser: 1 of 3" in both["verdict"]
     assert "and the model: 1 of 3" in both["verdict"]
     assert compare_records([], [])["verdict"].startswith("nothing to compare")
+
+
+@pytest.mark.parametrize("api", ["completions", "generate"])
+async def test_the_sim_strips_special_tokens_unless_asked_not_to(
+    make_sim: Callable[..., str], api: str
+) -> None:
+    """As upstream servers: a raw request without ``skip_special_tokens: false`` gets its
+    DSML and think marks stripped; the harness's raw client asks for them."""
+    url = make_sim(fault_scale=0.0)
+    client = ChatClient(url, model="sim")
+    raw = RawClient(client, api, "dsml-v4")
+    body = {"messages": CONVERSATION, "tools": TOOLS, "max_tokens": 512, "seed": 11}
+    try:
+        kept = await raw.chat(body, stream=False)
+        payload = raw_payload(api, render_v4(CONVERSATION, TOOLS), body)
+        payload.pop("skip_special_tokens", None)
+        payload.get("sampling_params", {}).pop("skip_special_tokens", None)
+        stripped = await client.raw(PATHS[api], payload, stream=False)
+    finally:
+        await client.aclose()
+    assert dsml.MARK in kept.content
+    ok = classify_turn(kept.content, tools=TOOLS, dialect="dsml-v4", source="raw")
+    assert ok.label == L.OK_TOOL_CALL
+    assert stripped.failure is None
+    assert dsml.MARK not in stripped.content
+    assert "invoke" in stripped.content  # the same answer, its marks gone
+    bad = classify_turn(stripped.content, tools=TOOLS, dialect="dsml-v4", source="raw")
+    assert bad.label != L.OK_TOOL_CALL
+
+
+@pytest.mark.parametrize("bos", ["keep", "add"])
+async def test_the_rendering_is_checked_against_the_chat_path(
+    make_sim: Callable[..., str], bos: str
+) -> None:
+    """Same prompt_tokens both ways; a server that adds its own BOS makes one token more,
+    and the raw client then leaves the rendered BOS out."""
+    url = make_sim(fault_scale=0.0, raw_add_bos=bos == "add")
+    client = ChatClient(url, model="sim")
+    raw = RawClient(client, "generate", "dsml-v4")
+    body = {"messages": CONVERSATION, "tools": TOOLS, "max_tokens": 1}
+    try:
+        result = await check_rendering(raw, body)
+        after = await raw.chat({**body, "max_tokens": 64}, stream=False)
+        chat = await client.chat({**body, "max_tokens": 64}, stream=False)
+    finally:
+        await client.aclose()
+    assert result["ok"] is True, result
+    assert result["drop_bos"] is (bos == "add")
+    assert raw.drop_bos is (bos == "add")
+    assert "double BOS" in result["message"] if bos == "add" else "agree" in result["message"]
+    assert after.prompt_tokens == chat.prompt_tokens
+
+
+async def test_a_rendering_that_differs_is_said_plainly(make_sim: Callable[..., str]) -> None:
+    url = make_sim(fault_scale=0.0)
+    client = ChatClient(url, model="sim")
+    raw = RawClient(client, "completions", "dsml-v4")
+    raw.prompt = lambda body: render_v4(body["messages"], None)  # type: ignore[method-assign]
+    try:  # (a rendering that forgets the tools)
+        result = await check_rendering(raw, {"messages": CONVERSATION, "tools": TOOLS})
+    finally:
+        await client.aclose()
+    assert result["ok"] is False
+    assert result["raw_prompt_tokens"] < result["chat_prompt_tokens"]
+    assert "the prompt the harness renders is" in result["message"]

@@ -48,3 +48,36 @@ def _servers_left() -> list[str]:
         if "-m harness.llamacpp" in cmd and "--port-file" not in cmd:  # launched by a target
             left.append(cmd)
     return left
+
+
+@pytest.mark.slow
+def test_llamacpp_slots_are_verified_and_a_variable_it_ignores_is_caught(tmp_path: Path) -> None:
+    """/props reports the slots: the shipped rules pass; levels that set a variable the
+    server never reads leave both variants at the same slots, and the run says so."""
+    _need_engine()
+    common = ("--scenario", "scenarios/chat_docs.toml", "--sessions", "1", "--turns", "1",
+              "--ab", "slots=1,8", "--no-stream", "--no-progress")  # fmt: skip
+    good = harness("run", "--target", "scenarios/targets/llamacpp.toml", *common,
+                   "--out", str(tmp_path / "good"), timeout=400)  # fmt: skip
+    assert good.returncode == 0, good.stderr[-2000:]
+    assert "warning" not in good.stderr
+    summary = json.loads((tmp_path / "good" / "summary.json").read_text())
+    assert summary["server_warnings"] == []
+    said = {k: v["repeats"][0]["settings"] for k, v in summary["servers"]["variants"].items()}
+    assert said == {"slots=1": {"props.total_slots": 1}, "slots=8": {"props.total_slots": 8}}
+
+    shipped = Path("scenarios/targets/llamacpp.toml").read_text()
+    ignored = shipped.replace('args = ["--parallel", "1"]', 'env = { LLAMACPP_SLOTS = "1" }')
+    ignored = ignored.replace('args = ["--parallel", "8"]', 'env = { LLAMACPP_SLOTS = "8" }')
+    assert ignored != shipped
+    target = tmp_path / "ignored.toml"
+    target.write_text(ignored)
+    bad = harness("run", "--target", str(target), *common, "--out", str(tmp_path / "bad"),
+                  timeout=400)  # fmt: skip
+    assert bad.returncode == 0, bad.stderr[-2000:]
+    assert "the server reports props.total_slots = 8, the target file expects '1'" in bad.stderr
+    summary = json.loads((tmp_path / "bad" / "summary.json").read_text())
+    warnings = summary["server_warnings"]
+    assert any("differ only in slots" in w for w in warnings)
+    assert "**Warning:**" in (tmp_path / "bad" / "report.md").read_text()
+    assert _servers_left() == []

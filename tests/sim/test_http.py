@@ -351,3 +351,77 @@ def test_client_disconnect_frees_the_slot(make_sim: Callable[..., str]) -> None:
                 break
             time.sleep(0.02)
         assert _running(client) == 0
+
+
+def _sglang_metrics(client: httpx.Client) -> dict[str, float]:
+    values = {}
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("sglang:"):
+            name, value = line.rsplit(" ", 1)
+            values[name.split("{")[0].removeprefix("sglang:")] = float(value)
+    return values
+
+
+def test_cache_hit_rate_is_of_the_last_prefill_not_cumulative(sim_url: str) -> None:
+    """As upstream SGLang: the gauge is the cached share of the last prefill batch."""
+    with httpx.Client(base_url=sim_url) as client:
+        chat(client, messages())
+        chat(client, messages())  # the same prompt again: almost all of it cached
+        again = _sglang_metrics(client)
+        other = [{"role": "user", "content": "Something else entirely, from the start."}]
+        body = {"model": "m", "messages": other, "max_tokens": 64}
+        client.post("/v1/chat/completions", json=body)  # no tools, no system prompt: no hit
+        fresh = _sglang_metrics(client)
+        info = client.get("/server_info").json()
+    assert again["cache_hit_rate"] > 0.9
+    cumulative = fresh["cached_tokens_total"] / fresh["prompt_tokens_total"]
+    assert cumulative > 0.2  # what the old cumulative gauge said
+    assert fresh["cache_hit_rate"] < 0.2
+    # HiCache's host tier and the speculative acceptance, under SGLang's names
+    assert fresh["hicache_host_total_tokens"] == info["max_total_num_tokens"] * 2
+    assert "hicache_host_used_tokens" in fresh
+    assert 0 < fresh["spec_accept_rate"] <= 1
+
+
+def test_usage_leaves_cached_tokens_out_without_the_cache_report(
+    make_sim: Callable[..., str],
+) -> None:
+    with httpx.Client(base_url=make_sim(cache_report=False)) as client:
+        usage = chat(client, messages()).json()["usage"]
+        info = client.get("/server_info").json()
+    assert usage["prompt_tokens_details"] is None
+    assert usage["prompt_tokens"] > 0
+    assert info["enable_cache_report"] is False
+
+
+def test_flush_cache_is_refused_while_a_request_runs(make_sim: Callable[..., str]) -> None:
+    """As SGLang: 400 while anything runs or waits; 200 once idle."""
+    import threading
+
+    url = make_sim(speed=0.5)
+    with httpx.Client(base_url=url, timeout=60) as client:
+        worker = threading.Thread(target=lambda: chat(httpx.Client(base_url=url, timeout=60),
+                                                      messages()))  # fmt: skip
+        worker.start()
+        deadline = time.monotonic() + 10
+        while _sglang_metrics(client)["num_running_reqs"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        busy = client.post("/flush_cache")
+        worker.join()
+        idle = client.post("/flush_cache")
+    assert busy.status_code == 400
+    assert "pending requests" in busy.text
+    assert idle.status_code == 200
+
+
+def test_server_info_reports_every_flag_but_the_key(make_sim: Callable[..., str]) -> None:
+    """As SGLang's /server_info lists every server argument: a level that reaches the
+    simulator shows there (harness.target.serverfacts compares it whole)."""
+    url = make_sim(crash_after=50, fault_scale=0.5, api_key="k-secret-1", slow_start=0.0)
+    info = httpx.get(url + "/server_info", headers={"authorization": "Bearer k-secret-1"}).json()
+    assert info["crash_after"] == 50
+    assert info["fault_scale"] == 0.5
+    assert info["raw_add_bos"] is False
+    assert info["api_key_required"] is True
+    assert "k-secret-1" not in orjson.dumps(info).decode()
+    assert "api_key" not in info

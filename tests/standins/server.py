@@ -40,7 +40,8 @@ METRICS = {
     "llamacpp": (
         "llamacpp:requests_processing 1\n"
         "llamacpp:requests_deferred 4\n"
-        "llamacpp:kv_cache_usage_ratio 0.5\n"
+        "llamacpp:prompt_tokens_total 300\n"
+        "llamacpp:prompt_tokens_cached_total 100\n"
     ),
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,7 @@ from harness.target.metrics import (
     METRICS_FILE,
     MetricsScraper,
     flush_cache,
+    kept_raw,
     normalize,
     parse_prometheus,
     warm_up,
@@ -50,14 +52,33 @@ vllm:prefix_cache_hits_total{engine="0",model_name="deepseek-ai/DeepSeek-V3.2"} 
 vllm:prefix_cache_queries_created{engine="0",model_name="deepseek-ai/DeepSeek-V3.2"} 1.7e9
 """
 
+# The names and HELP lines of the llama.cpp server xllamacpp 0.2 ships (its /metrics read for
+# real): no kv_cache_usage_ratio any more; cached prompt tokens counted apart.
 LLAMACPP = """\
-# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
 # TYPE llamacpp:prompt_tokens_total counter
-llamacpp:prompt_tokens_total 12345
-# TYPE llamacpp:kv_cache_usage_ratio gauge
-llamacpp:kv_cache_usage_ratio 0.3
+llamacpp:prompt_tokens_total 3000
+# HELP llamacpp:prompt_tokens_cached_total Number of prompt tokens reused from the cache
+# TYPE llamacpp:prompt_tokens_cached_total counter
+llamacpp:prompt_tokens_cached_total 1000
+llamacpp:spec_decode_num_draft_tokens_total 400
+llamacpp:spec_decode_num_accepted_tokens_total 300
 llamacpp:requests_processing 7
 llamacpp:requests_deferred 3
+llamacpp:n_busy_slots_per_decode 2.5
+"""
+
+SGLANG_HICACHE_SPEC = """\
+sglang:hicache_host_used_tokens{model_name="m",tp_rank="0"} 52000.0
+sglang:hicache_host_total_tokens{model_name="m",tp_rank="0"} 400000.0
+sglang:spec_accept_rate{model_name="m",tp_rank="0"} 0.62
+sglang:spec_accept_length{model_name="m",tp_rank="0"} 2.4
+"""
+
+VLLM_SPEC = """\
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 100.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 300.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 150.0
 """
 
 
@@ -106,10 +127,27 @@ def test_normalize_vllm_cumulative_and_windowed_hit_rate() -> None:
 
 
 def test_normalize_llamacpp_and_unknown_server() -> None:
-    assert normalize(parse_prometheus(LLAMACPP)) == pytest.approx(
-        {"running": 7.0, "queued": 3.0, "cache_usage": 0.3}
+    now = parse_prometheus(LLAMACPP)
+    # the hit rate: cached of all prompt tokens (its prompt_tokens_total leaves them out)
+    assert normalize(now) == pytest.approx(
+        {"running": 7.0, "queued": 3.0, "cache_hit_rate": 0.25, "spec_accept_rate": 0.75}
     )
+    before = {**now, "llamacpp:prompt_tokens_total": 2000.0,
+              "llamacpp:prompt_tokens_cached_total": 200.0}  # fmt: skip
+    assert normalize(now, before)["cache_hit_rate"] == pytest.approx(800 / 1800)
+    assert "llamacpp:n_busy_slots_per_decode" in kept_raw(now)
     assert normalize(parse_prometheus("process_cpu_seconds_total 3\n")) == {}
+
+
+def test_normalize_hicache_and_speculative_acceptance() -> None:
+    sglang = normalize(parse_prometheus(SGLANG_HICACHE_SPEC))
+    assert sglang == pytest.approx({"hicache_host_used_tokens": 52000.0, "spec_accept_rate": 0.62})
+    assert "sglang:hicache_host_total_tokens" in kept_raw(parse_prometheus(SGLANG_HICACHE_SPEC))
+    now = parse_prometheus(VLLM_SPEC)
+    assert normalize(now) == pytest.approx({"spec_accept_rate": 0.5})
+    before = {**now, "vllm:spec_decode_num_draft_tokens_total": 200.0,
+              "vllm:spec_decode_num_accepted_tokens_total": 140.0}  # fmt: skip
+    assert normalize(now, before)["spec_accept_rate"] == pytest.approx(0.1)  # the collapse
 
 
 def read_rows(run_dir: Path) -> list[dict[str, object]]:
@@ -181,7 +219,7 @@ async def test_scraper_against_the_simulator(tmp_path: Path) -> None:
                 if scraper.scrapes >= 2:
                     break
                 await asyncio.sleep(0.05)
-        assert await flush_cache(url) is True
+        assert (await flush_cache(url))["ok"] is True
     finally:
         await target.stop()
     names = {r["name"] for r in read_rows(tmp_path)}
@@ -191,10 +229,21 @@ async def test_scraper_against_the_simulator(tmp_path: Path) -> None:
 async def test_warm_up_and_flush_cache() -> None:
     with running_standin() as url:
         assert await warm_up(url, "m", requests=2) is True
-        assert await flush_cache(url) is True
-        assert await flush_cache(url + "/") is True
+        assert (await flush_cache(url))["ok"] is True
+        assert (await flush_cache(url + "/"))["ok"] is True
         async with httpx.AsyncClient(trust_env=False) as http:
             assert (await http.get(url + "/flushes")).text == "2"
     dead = f"http://127.0.0.1:{free_port()}"
-    assert await flush_cache(dead, timeout_s=2) is False
+    assert (await flush_cache(dead, timeout_s=2))["ok"] is False
     assert await warm_up(dead, "m", timeout_s=2) is False
+
+
+async def test_flush_cache_sends_the_key_and_says_why_it_failed(
+    make_sim: Callable[..., str],
+) -> None:
+    url = make_sim(api_key="s3cret")
+    refused = await flush_cache(url)
+    assert refused["ok"] is False
+    assert refused["status"] == 401
+    assert "--api-key-env" in refused["message"]
+    assert (await flush_cache(url, api_key="s3cret"))["ok"] is True
