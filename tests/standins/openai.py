@@ -16,6 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 512  # the tests open more connections at once than the default 5
+    daemon_threads = True
+
+
 class OpenAIStandin:
     def __init__(
         self,
@@ -29,8 +34,7 @@ class OpenAIStandin:
         self.not_openai = not_openai
         self.arrivals: list[float] = []
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
