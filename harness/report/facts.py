@@ -40,7 +40,7 @@ def run_facts(meta: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
         "command": meta.get("command"),
         "harness_version": meta.get("harness_version"),
         "model": meta.get("model") or (", ".join(models) if models else None),
-        "dialect": meta.get("dialect"),
+        "dialect": _dialect(meta),
         "scenario": meta.get("scenario"),
         "target": _target(meta, args),
         "sessions": meta.get("sessions"),
@@ -77,6 +77,21 @@ def _code(value: Any) -> str:
     ticks = "``" if "`" in text else "`"
     pad = " " if ticks == "``" else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _dialect(meta: Mapping[str, Any]) -> str | None:
+    """The dialect the variants settled on (``auto`` decides per variant), else the asked one."""
+    chosen = meta.get("dialects")
+    names = []
+    if isinstance(chosen, dict):
+        for row in chosen.values():
+            name = row.get("dialect") if isinstance(row, dict) else None
+            if name and name not in names:
+                names.append(str(name))
+    if names:
+        return ", ".join(names)
+    asked = meta.get("dialect")
+    return str(asked) if asked is not None else None
 
 
 def run_markdown(summary: Mapping[str, Any]) -> list[str]:
