@@ -168,6 +168,8 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     # with --endpoint and no --model, the name is asked from the server's /v1/models
     model = args.model or (target.served_model or target.model if target else None)
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    if isinstance(saved.get("argv"), list):  # the command line as typed, secrets masked
+        saved["argv"] = _masked([str(a) for a in saved["argv"]])
     saved["target_var"] = _shown_target_vars(getattr(args, "target_var", None) or [])
     concurrency = args.concurrency or scenario.sessions
     shard, start_at = _shard_options(args)
@@ -200,10 +202,25 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         shard=shard,
         start_at=start_at,
         args=saved,
-        command=shlex.join(["harness", *(getattr(args, "argv", None) or sys.argv[1:])]),
+        command=shlex.join(["harness", *_masked(getattr(args, "argv", None) or sys.argv[1:])]),
         dialect_from_option=dialect is not None,
         **_workload_options(args, scenario),
     )
+
+
+def _masked(argv: list[str]) -> list[str]:
+    """The command line with the values of secret-named ``--target-var``s masked."""
+    out = list(argv)
+    for i, item in enumerate(out):
+        var = item.split("=", 1)[1] if item.startswith("--target-var=") else None
+        if var is None and i > 0 and out[i - 1] == "--target-var":
+            var = item
+        if var is not None and "=" in var and is_secret_name(var.split("=", 1)[0]):
+            name = var.split("=", 1)[0]
+            out[i] = (
+                f"--target-var={name}=" if item.startswith("--target-var=") else f"{name}="
+            ) + MASK
+    return out
 
 
 def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None]:

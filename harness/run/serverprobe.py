@@ -23,6 +23,7 @@ import httpx
 from harness.analysis import variantcheck
 from harness.client.chat import ChatClient
 from harness.client.raw import RawClient, check_rendering
+from harness.dialects import registry
 from harness.errors import ConfigError
 from harness.target import serverfacts
 from harness.target.readiness import served_model
@@ -105,7 +106,10 @@ async def first_contact(c: Contact, say: Callable[[str], None]) -> dict[str, Any
     if c.api != "chat":  # raw mode: one turn both ways, the same prompt_tokens?
         probe = ChatClient(c.base_url, model=model, api_key=c.api_key, request_timeout=120.0)
         try:
-            raw = RawClient(probe, c.api, c.scenario.dialect)
+            dialect = c.scenario.dialect
+            if dialect == "auto":  # decided by the model's name, as the sessions will be
+                dialect = registry.dialect_for_model(model) or dialect
+            raw = RawClient(probe, c.api, dialect)
             rendering = await check_rendering(raw, probe_body(c.scenario))
         finally:
             await probe.aclose()
