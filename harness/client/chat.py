@@ -56,6 +56,7 @@ from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.limits import Limits
 from harness.client.output import BadResponse, Failure, TooLarge, TurnOutput
 from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
+from harness.record.payload import HistoryEncoder
 from harness.record.transcripts import chat_payload
 
 log = logging.getLogger(__name__)
@@ -236,8 +237,11 @@ class ChatClient:
                 raise
             return failure
 
-    async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
-        data = chat_payload(body, self.model, stream)
+    async def chat(
+        self, body: dict[str, Any], *, stream: bool, history: HistoryEncoder | None = None
+    ) -> TurnOutput:
+        """One chat request; ``history``: the session's encoded messages (``record.payload``)."""
+        data = chat_payload(body, self.model, stream, history)
         out = TurnOutput()
         t0 = time.perf_counter()
         if stream:
