@@ -77,7 +77,7 @@ def test_a_coding_session_history_with_tool_results() -> None:
     """Realistic turns: the fake tools' code and listings, non-ASCII, escapes."""
     encoder = HistoryEncoder()
     history: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent.\n\tTabs, \"quotes\", ünïcödé 🐍"},
+        {"role": "system", "content": 'You are a coding agent.\n\tTabs, "quotes", ünïcödé 🐍'},
         {"role": "user", "content": "Fix the cache eviction race."},
     ]
     for turn, kind in enumerate(["read_file", "search", "run_tests", "list_dir", "read_file"]):
