@@ -49,7 +49,10 @@ class HistoryEncoder:
             for message in messages[same:]:
                 if not isinstance(message, dict):
                     return None  # (anything else: the whole body's encoder says what)
-                parts.append(orjson.dumps(message))
+                # each message after the first with its comma: one join makes the body (a
+                # join of the joined messages would copy the history twice, and a body that
+                # large is memory the allocator maps afresh each time: 5 times slower)
+                parts.append(b"," + orjson.dumps(message) if parts else orjson.dumps(message))
                 seen.append(message)
         except (TypeError, orjson.JSONEncodeError):
             return None  # a lone surrogate, nesting too deep: the fallback escapes the body
@@ -58,6 +61,6 @@ class HistoryEncoder:
             tail = orjson.dumps(rest)
         except (TypeError, orjson.JSONEncodeError):
             return None
-        # '{"messages":[' m1 ',' m2 ... ']' then ',' and the other keys, or '}'
+        # '{"messages":[' m1 ',m2' ... ']' then ',' and the other keys, or '}'
         close = b"]}" if tail == b"{}" else b"]," + tail[1:]
-        return b"".join((_OPEN, b",".join(parts), close))
+        return b"".join([_OPEN, *parts, close])
