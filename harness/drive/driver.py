@@ -345,7 +345,8 @@ async def _drive(
             finally:
                 progress.session_ended(plan.index)
                 if gate is not None:
-                    session.messages = []  # its history goes with its slot
+                    session.messages = []  # its history goes with its slot, and its bytes
+                    session.encoded.clear()
         if on_session_end is not None:  # only sessions that ran to their end
             on_session_end(session.plan.index, session.ended)
 

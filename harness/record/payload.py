@@ -10,7 +10,9 @@ same payload (``tests/record/test_payload.py`` compares them); whenever they mig
 ``encode`` returns None and the caller encodes the body as a whole.
 
 Messages are taken as immutable once sent (a session only appends to its history): a message
-is recognised by its identity, and its bytes are never looked at again.
+is recognised by its identity, and its bytes are never looked at again. The cache holds the
+history's messages and their bytes (about the history's size again) until ``clear``: the
+driver clears it when a session hands its slot on, as it drops the history.
 """
 
 from __future__ import annotations
@@ -30,6 +32,14 @@ class HistoryEncoder:
     def __init__(self) -> None:
         self._messages: list[object] = []  # the message objects encoded, in order
         self._parts: list[bytes] = []  # their bytes
+
+    def clear(self) -> None:
+        """Forget the history (its messages and their bytes): a session that ended."""
+        self._messages.clear()
+        self._parts.clear()
+
+    def __len__(self) -> int:
+        return len(self._parts)
 
     def encode(self, payload: dict[str, Any]) -> bytes | None:
         """``orjson.dumps(payload)``, the messages (its first key) from the cache; None when
