@@ -162,6 +162,21 @@ GRAMMARS = {
 }
 
 
+#: V3 writes a type and a fence around the arguments, V3.1 the JSON right after the separator
+_V3_LAYOUT = re.compile(rf"function[ \t]*{re.escape(SEP)}|{re.escape(SEP)}[^\n<{{]*\n[ \t]*```")
+_V31_LAYOUT = re.compile(rf"{re.escape(SEP)}[^\n<{{`]*{{")
+
+
+def layout(text: str) -> str | None:
+    """The version whose layout the markup in ``text`` has, whole or broken: ``deepseek-v3``
+    when its calls mostly carry a type and a fence, ``deepseek-v31`` when their JSON mostly
+    follows the name; None when they do not tell."""
+    v3, v31 = len(_V3_LAYOUT.findall(text)), len(_V31_LAYOUT.findall(text))
+    if v3 == v31:
+        return None
+    return VERSIONS["v3"] if v3 > v31 else VERSIONS["v31"]
+
+
 def first_marker(text: str, version: str = "v3") -> int:
     return GRAMMARS[_version(version)].first_marker(text)
 

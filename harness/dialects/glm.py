@@ -140,6 +140,26 @@ GRAMMARS = {
 }
 
 
+#: a GLM tag right after a line break (4.5/4.6) or right after other text (4.7/5); the
+#: closers of keys and values follow their text in both layouts, so they tell nothing
+_AFTER_NEWLINE = re.compile(
+    r"\n[ \t]*(?:<arg_key>|<arg_value>|</tool_call>)|</tool_call>\n<tool_call>"
+)
+_AFTER_TEXT = re.compile(r"[^\s](?:<arg_key>|<arg_value>|</tool_call>)|</tool_call><tool_call>")
+
+
+def layout(text: str) -> str | None:
+    """The GLM version whose layout the markup in ``text`` has, whole or broken: ``glm45``
+    when its tags mostly stand on lines of their own (``\n<arg_key>``), ``glm47`` when they
+    mostly follow the text before them (``get_time</tool_call>``); None when they do not tell
+    (no such tag, or as many of each)."""
+    after_newline = len(_AFTER_NEWLINE.findall(text))
+    after_text = len(_AFTER_TEXT.findall(text))
+    if after_newline == after_text:
+        return None
+    return "glm45" if after_newline > after_text else "glm47"
+
+
 def first_marker(text: str, version: str = "glm45") -> int:
     return GRAMMARS[_version(version)].first_marker(text)
 

@@ -159,6 +159,20 @@ GRAMMARS = {
 }
 
 
+_V3_LAYOUT = re.compile(r"\[TOOL_CALLS\][ \t]*\[")
+_V11_LAYOUT = re.compile(r"\[ARGS\]|\[CALL_ID\]")
+
+
+def layout(text: str) -> str | None:
+    """The version whose layout the markup in ``text`` has, whole or broken: ``mistral``
+    when its calls are mostly JSON lists after ``[TOOL_CALLS]``, ``mistral-v11`` when they
+    are mostly ``name[ARGS]{…}``; None when they do not tell."""
+    v3, v11 = len(_V3_LAYOUT.findall(text)), len(_V11_LAYOUT.findall(text))
+    if v3 == v11:
+        return None
+    return VERSIONS["v3"] if v3 > v11 else VERSIONS["v11"]
+
+
 def first_marker(text: str, version: str = "v3") -> int:
     return GRAMMARS[_version(version)].first_marker(text)
 

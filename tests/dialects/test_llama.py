@@ -151,7 +151,15 @@ def test_aliases_and_auto() -> None:
     assert registry.parse(J + EOT).dialect == "llama3-json"
     assert registry.get("llama3_json").name == "llama3-json"
     assert registry.get("pythonic").name == "llama4-pythonic"
-    assert not registry.parse(P).found  # pythonic is never guessed (a markdown link looks alike)
+    # auto takes a call list when the markup tells: the output is one, or holds the wrapper
+    assert registry.parse(P + EOT4).dialect == "llama4-pythonic"
+    assert registry.parse(P + EOT4).calls == registry.get("pythonic").parse(P + EOT4).calls
+    assert registry.detect("<|python_start|>" + P) == "llama4-pythonic"
+    # ... but not a list that does not parse whole: an answer opening with a markdown link
+    for prose in ["[f(x)](https://example.org) explains it.", P + " and then some text"]:
+        assert registry.detect(prose) == "none", prose
+        assert not registry.parse(prose).found
+        assert registry.get("pythonic").parse(prose + EOT4).found  # named, a near miss
     with pytest.raises(ValueError, match="no content"):
         llama.encode("Hi", [S])
 
