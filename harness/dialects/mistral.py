@@ -30,6 +30,7 @@ from harness.dialects.markup import (
     Fail,
     Scanner,
     Tools,
+    layout_of,
     skip_ws,
     snippet,
 )
@@ -167,10 +168,7 @@ def layout(text: str) -> str | None:
     """The version whose layout the markup in ``text`` has, whole or broken: ``mistral``
     when its calls are mostly JSON lists after ``[TOOL_CALLS]``, ``mistral-v11`` when they
     are mostly ``name[ARGS]{…}``; None when they do not tell."""
-    v3, v11 = len(_V3_LAYOUT.findall(text)), len(_V11_LAYOUT.findall(text))
-    if v3 == v11:
-        return None
-    return VERSIONS["v3"] if v3 > v11 else VERSIONS["v11"]
+    return layout_of(text, _V3_LAYOUT, _V11_LAYOUT, (VERSIONS["v3"], VERSIONS["v11"]))
 
 
 def first_marker(text: str, version: str = "v3") -> int:
