@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 from harness.errors import ConfigError, UsageError
 from harness.record.rundir import MASK
 from harness.target.serverfacts import SOURCES
+from harness.tomlfile import read_toml
 from harness.workload.matrix import Variant
 
 MODES = ("launch", "endpoint", "hook")
@@ -219,16 +219,7 @@ def load_target(path: Path, *, var_overrides: Mapping[str, str] | None = None) -
     replaces the top-level ``model``. They are argv values, never shell text.
     """
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: target file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}); a target is UTF-8 TOML") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: TOML nested too deep to read") from None
+    raw = read_toml(path, "target")
     return _Builder(path, raw, dict(var_overrides or {})).build()
 
 
