@@ -73,7 +73,7 @@ def test_overrides_are_validated() -> None:
 def test_scenario_and_target_files_that_cannot_be_read_say_why(
     tmp_path: Path, what: str, body: bytes
 ) -> None:
-    from harness.target.spec import load_target
+    from harness.target.targetfile import load_target
 
     path = tmp_path / f"{what}.toml"
     path.write_bytes(body)
