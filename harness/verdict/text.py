@@ -109,8 +109,7 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     found = rules(work, context, unescaped=True)
     fitted = model.load()
     x, worst = features.vector(work, found.score, found.signals, fitted.chars, context)
-    p = fitted.proba(x)
-    bad = 1.0 - float(p[0])
+    bad = fitted.p_corrupted(x)
     t = fitted.threshold_rules if found.score >= THRESHOLD else fitted.threshold
     score = THRESHOLD * bad / t if bad < t else THRESHOLD + (1 - THRESHOLD) * (bad - t) / (1 - t)
     signals = dict(found.signals)
@@ -118,7 +117,7 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     signals["p_corrupted"] = round(bad, 4)
     if bad < t:
         return TextFinding(None, round(score, 4), None, signals)
-    label = REPETITION if p[2] > p[1] else TOKEN_SALAD
+    label = REPETITION if fitted.p_repetition(x) > 0.5 else TOKEN_SALAD
     offset = found.offset if found.offset is not None else worst
     return TextFinding(label, round(score, 4), offset, signals)
 

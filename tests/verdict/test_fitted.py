@@ -64,6 +64,12 @@ def test_model_file_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="train_detector"):
         model.read(bad)
     z = dict(np.load(model.MODEL_FILE))
+    z["format"] = np.array(1)
+    old = tmp_path / "old.npz"
+    np.savez(old, **z)
+    with pytest.raises(ConfigError, match="another format"):
+        model.read(old)
+    z["format"] = np.array(model.FORMAT)
     z["names"] = np.array(features.NAMES[:-1])
     other = tmp_path / "other.npz"
     np.savez(other, **z)
@@ -71,14 +77,64 @@ def test_model_file_is_checked(tmp_path: Path) -> None:
         model.read(other)
 
 
-def test_shipped_model_is_small_and_normalized() -> None:
-    assert model.MODEL_FILE.stat().st_size < 3_000_000
+def test_shipped_model_is_small_and_its_trees_are_sound() -> None:
+    assert model.MODEL_FILE.stat().st_size < 6_000_000
     m = model.load()
-    assert 0.0 < m.threshold < 1.0
+    assert 0.0 < m.threshold_rules <= m.threshold < 1.0
     x, _ = features.vector(PROSE, 0.0, {}, m.chars)
-    p = m.proba(x)
-    assert p.shape == (3,)
-    assert abs(float(p.sum()) - 1.0) < 1e-9
+    assert 0.0 <= m.p_corrupted(x) < m.threshold
+    # one walk per vector and the batched walk agree, and every walk ends on a leaf
+    t = m.corrupted
+    rows = np.stack([x, features.vector(GLUED_PIECES, 0.0, {}, m.chars)[0]])
+    assert np.allclose(t.raw_many(rows), [t.raw(rows[0]), t.raw(rows[1])])
+    leaves = t.left == np.arange(t.left.size)
+    assert (leaves == (t.right == np.arange(t.right.size))).all()
+    assert np.isinf(t.threshold[leaves]).all()
+    assert (t.value[~leaves] == 0).all()
+
+
+def test_trees_walk_to_the_leaf_each_vector_belongs_to() -> None:
+    # two stumps written by hand: x0 <= 1 -> -1 else +2; x1 <= 0.5 -> 0.5 else -0.5
+    inf = np.inf
+    trees = model.Trees(
+        feature=np.array([0, 0, 0, 1, 0, 0]),
+        threshold=np.array([1.0, inf, inf, 0.5, inf, inf]),
+        left=np.array([1, 1, 2, 4, 4, 5]),
+        right=np.array([2, 1, 2, 5, 4, 5]),
+        value=np.array([0.0, -1.0, 2.0, 0.0, 0.5, -0.5]),
+        roots=np.array([0, 3]),
+        baseline=0.25,
+        depth=1,
+    )
+    for x0, x1, want in ((0.0, 0.0, -0.25), (1.0, 1.0, -1.25), (3.0, 0.0, 2.75), (3.0, 9.0, 1.75)):
+        assert trees.raw(np.array([x0, x1])) == pytest.approx(want)
+    batch = np.array([[0.0, 0.0], [3.0, 9.0]])
+    assert trees.raw_many(batch).tolist() == pytest.approx([-0.25, 1.75])
+
+
+TEXTS = (
+    "The committee met on Tuesday to review the budget for the coming year.",
+    "kitrelStarunder manyquerbolt ramsOLDhurstinkle fenwoodgrin plastorsTeaber",
+    "Spices:\n" + "\n".join(f"{k}. Anise" for k in range(4, 30)),
+    "def f(x):\n    return x + 1\n\n| a | b |\n|---|---|\n| 1 | 2 |",
+    "Die Universität München liegt in Bayern.".encode().decode("cp1252"),
+    "!" * 40,
+)
+
+
+def test_more_rule_evidence_never_lowers_p_corrupted() -> None:
+    m = model.load()
+    assert "rule_score" in m.monotone
+    for name in m.monotone:
+        i = features.NAMES.index(name)
+        for t in TEXTS:
+            f = rules(t)
+            x, _ = features.vector(t, f.score, f.signals, m.chars)
+            ps = []
+            for v in np.linspace(0.0, 5.0, 26):
+                x[i] = v
+                ps.append(m.p_corrupted(x))
+            assert all(b >= a for a, b in zip(ps, ps[1:], strict=False)), (name, t[:30])
 
 
 # ---------------------------------------------------------------- the fitted decision
