@@ -6,6 +6,9 @@ Three families, all language- and format-agnostic:
   each signal's value in its deciding window (special tokens, loops, script switches, ...);
 * **the character model** (``charmodel.py``): mean 4-gram and 3-gram surprisal, the worst
   windows of 12, 32 and 96 characters, the share of unseen 4-grams and its worst 32-window;
+* **the word model** (``wordmodel.py``): the share of words, and of pairs of neighbouring
+  words, clean text does not use, and their worst windows of 8 (words; characters of
+  unseen words among the characters of 8 words);
 * **shape**: length, shares of non-ASCII, digits, ASCII punctuation, white space, capitals
   and line breaks, the share of repeated 6-grams (whole text and its end), how periodic the
   end is, repeated lines and words, mojibake (runs of Latin-1 / cp1252 characters that
@@ -24,7 +27,10 @@ import numpy as np
 import numpy.typing as npt
 
 from harness.verdict import salad
+from harness.verdict.masking import without_calls
 from harness.verdict.charmodel import CharModel, codes
+from harness.verdict.wordmodel import WordModel
+from harness.verdict.wordmodel import words as word_hashes
 
 RULE_SIGNALS = (
     "special_token",
@@ -60,6 +66,11 @@ NAMES = (
     "s4_p90",
     "unseen6",
     "unseen6_w32",
+    "unseen_w",
+    "unseen_w_w8",
+    "unseen_wchars_w8",
+    "unseen_pair",
+    "unseen_pair_w8",
     "non_ascii",
     "digits",
     "punct",
@@ -126,6 +137,7 @@ def vector(
     rule_score: float,
     rule_signals: dict[str, float],
     model: CharModel,
+    wmodel: WordModel,
     context: str | None = None,
 ) -> tuple[npt.NDArray[np.float64], int]:
     """The features of ``text`` (in ``NAMES`` order) and the character model's worst spot."""
@@ -164,6 +176,24 @@ def vector(
         x[k + 10] = int(u6[-1]) / m
         x[k + 11] = _worst(u6, m, 32)[0] / min(32, m)
     k += 12
+    wh, wlen = word_hashes(cp)
+    if wh.size:
+        u1, u2 = wmodel.unseen(wh)
+        m = wh.size
+        c1 = u1.cumsum()
+        x[k] = int(c1[-1]) / m
+        x[k + 1] = _worst(c1, m, 8)[0] / min(8, m)
+        cl = wlen.cumsum()
+        cc = (u1 * wlen).cumsum()
+        if m > 8:
+            x[k + 2] = float(((cc[8:] - cc[:-8]) / (cl[8:] - cl[:-8])).max())
+        else:
+            x[k + 2] = int(cc[-1]) / int(cl[-1])
+        if u2.size:
+            c2 = u2.cumsum()
+            x[k + 3] = int(c2[-1]) / u2.size
+            x[k + 4] = _worst(c2, u2.size, 8)[0] / min(8, u2.size)
+    k += 5
     if n:
         cls = np.bincount(_CLASS[np.minimum(orig, 128)], minlength=7).tolist()
         x[k] = cls[6] / n
@@ -174,9 +204,16 @@ def vector(
         x[k + 5] = cls[5] / n
     k += 6
     rep_ok = not context  # a prompt may ask for repetition: the rules weigh it with context
+    # loops are looked for without the well-formed tool calls (near-identical calls are not
+    # a loop), as the rules do
+    loops = without_calls(text)
+    if loops is not text:
+        cp = codes(loops)
+        n = len(loops)
+        h6 = model.sixes(cp) if n >= 8 else None
     whole = _dup(h6) if h6 is not None and n >= 48 else 0.0
     x[k] = whole if rep_ok else 0.0
-    lines = [ln for ln in text.split("\n") if len(ln) >= 4]
+    lines = [ln for ln in loops.split("\n") if len(ln) >= 4 and not ln.isspace()]
     if len(lines) >= 3 and rep_ok:
         counts: dict[str, int] = {}
         for ln in lines:
@@ -184,7 +221,7 @@ def vector(
             counts[ln] = counts.get(ln, 0) + 1
         x[k + 1] = 1 - len(counts) / len(lines)
         x[k + 2] = max(counts.values()) / len(lines)
-    words = _WORD.findall(text.lower())
+    words = _WORD.findall(loops.lower())
     x[k + 3] = len(set(words)) / len(words) if len(words) >= 8 and rep_ok else 1.0
     if wide:
         x[k + 4] = min(_mojibake(text), 20)
@@ -193,6 +230,8 @@ def vector(
     x[k] = _dup(h6[-TAIL:]) if h6 is not None and n > TAIL + 8 else whole
     if x[k] > 0.4 and n >= 48:
         x[k + 1], x[k + 2] = _tail_period(cp[-TAIL:])
+    if loops is not text:  # a doubled name inside a call is still one
+        words = _WORD.findall(text.lower())
     x[k + 3] = min(
         sum(
             1

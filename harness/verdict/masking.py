@@ -333,6 +333,26 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
+def without_calls(text: str) -> str:
+    """``text`` with each of its well-formed DSML and Hermes tool-call blocks replaced by a
+    line break: several near-identical calls are not a loop. A substring test first: most
+    texts hold none (and come back as they are, the same object)."""
+    spans: list[tuple[int, int]] = []
+    if "\uff5c" in text:
+        spans.extend(m.span() for m in _DSML_BLOCK.finditer(text))
+    if "<tool_call>" in text:
+        spans.extend(m.span() for m in _HERMES.finditer(text) if _is_json(m.group(1)))
+    if not spans:
+        return text
+    parts = []
+    last = 0
+    for a, b in _merge(spans):
+        parts.append(text[last:a])
+        last = b
+    parts.append(text[last:])
+    return "\n".join(parts)
+
+
 def _blank(text: str, merged: Sequence[Sequence[int]]) -> str:
     if not merged:
         return text

@@ -1,6 +1,6 @@
 """The fitted decision: the detector's model file, loaded once, evaluated in numpy.
 
-``detector_model.npz`` (next to this module) holds the character model's tables and two
+``detector_model.npz`` (next to this module) holds the character and word models' tables and two
 ensembles of gradient-boosted decision trees, both fit by ``benchmarks/train_detector.py``
 (scikit-learn's ``HistGradientBoostingClassifier``, a training dependency only: nothing here
 imports it) and exported as flat arrays:
@@ -28,6 +28,7 @@ import numpy.typing as npt
 from harness.errors import ConfigError
 from harness.verdict import features
 from harness.verdict.charmodel import CharModel
+from harness.verdict.wordmodel import WordModel
 
 MODEL_FILE = Path(__file__).with_name("detector_model.npz")
 FORMAT = 2  # the file's layout (1: a small neural network; 2: tree ensembles)
@@ -77,6 +78,7 @@ class Trees:
 class DetectorModel:
     version: str
     chars: CharModel
+    words: WordModel
     corrupted: Trees
     repetition: Trees
     monotone: tuple[str, ...]  # features P(corrupted) never decreases in
@@ -123,6 +125,7 @@ def read(path: Path) -> DetectorModel:
     return DetectorModel(
         version=str(z["version"]),
         chars=CharModel(z["t2"], z["t3"], z["t4"], np.unpackbits(z["t6"])),
+        words=WordModel(np.unpackbits(z["w1"]), np.unpackbits(z["w2"])),
         corrupted=_trees(z, "corrupted"),
         repetition=_trees(z, "repetition"),
         monotone=tuple(str(n) for n in z["monotone"]),

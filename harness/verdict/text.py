@@ -108,7 +108,9 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     work = _unescape(text)
     found = rules(work, context, unescaped=True)
     fitted = model.load()
-    x, worst = features.vector(work, found.score, found.signals, fitted.chars, context)
+    x, worst = features.vector(
+        work, found.score, found.signals, fitted.chars, fitted.words, context
+    )
     bad = fitted.p_corrupted(x)
     t = fitted.threshold_rules if found.score >= THRESHOLD else fitted.threshold
     score = THRESHOLD * bad / t if bad < t else THRESHOLD + (1 - THRESHOLD) * (bad - t) / (1 - t)
@@ -117,7 +119,10 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     signals["p_corrupted"] = round(bad, 4)
     if bad < t:
         return TextFinding(None, round(score, 4), None, signals)
-    label = REPETITION if fitted.p_repetition(x) > 0.5 else TOKEN_SALAD
+    if found.label is not None:  # the rules' own reading of what they found
+        label = found.label
+    else:
+        label = REPETITION if fitted.p_repetition(x) > 0.5 else TOKEN_SALAD
     offset = found.offset if found.offset is not None else worst
     return TextFinding(label, round(score, 4), offset, signals)
 

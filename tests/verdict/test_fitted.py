@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError
-from harness.verdict import charmodel, features, model
+from harness.verdict import charmodel, features, model, wordmodel
 from harness.verdict.text import THRESHOLD, rules, score_fitted, score_text
 
 PROSE = (
@@ -37,25 +37,25 @@ def test_counted_text_is_less_surprising_than_unseen_text() -> None:
 
 
 def test_feature_vector_shape_and_tail_period() -> None:
-    cm = model.load().chars
-    x, _ = features.vector(PROSE, 0.0, {}, cm)
+    cm, wm = model.load().chars, model.load().words
+    x, _ = features.vector(PROSE, 0.0, {}, cm, wm)
     assert x.shape == (len(features.NAMES),)
     loop = "Spices:\n" + "\n".join(f"{k}. Anise" for k in range(4, 40))
-    y, _ = features.vector(loop, 0.0, {}, cm)
+    y, _ = features.vector(loop, 0.0, {}, cm, wm)
     i = features.NAMES.index("tail_period_match")
     assert y[i] >= 0.95  # rising list numbers do not hide the period
     assert x[i] == 0.0
 
 
 def test_mojibake_and_doubled_word_features() -> None:
-    cm = model.load().chars
+    cm, wm = model.load().chars, model.load().words
     text = "Köln und München sind schön."
     broken = text.encode("utf-8").decode("cp1252")
     i = features.NAMES.index("mojibake")
-    assert features.vector(text, 0.0, {}, cm)[0][i] == 0
-    assert features.vector(broken, 0.0, {}, cm)[0][i] >= 2
+    assert features.vector(text, 0.0, {}, cm, wm)[0][i] == 0
+    assert features.vector(broken, 0.0, {}, cm, wm)[0][i] >= 2
     j = features.NAMES.index("doubled_word")
-    assert features.vector("call read_configread_config now", 0.0, {}, cm)[0][j] == 1
+    assert features.vector("call read_configread_config now", 0.0, {}, cm, wm)[0][j] == 1
 
 
 def test_model_file_is_checked(tmp_path: Path) -> None:
@@ -81,11 +81,11 @@ def test_shipped_model_is_small_and_its_trees_are_sound() -> None:
     assert model.MODEL_FILE.stat().st_size < 6_000_000
     m = model.load()
     assert 0.0 < m.threshold_rules <= m.threshold < 1.0
-    x, _ = features.vector(PROSE, 0.0, {}, m.chars)
+    x, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words)
     assert 0.0 <= m.p_corrupted(x) < m.threshold
     # one walk per vector and the batched walk agree, and every walk ends on a leaf
     t = m.corrupted
-    rows = np.stack([x, features.vector(GLUED_PIECES, 0.0, {}, m.chars)[0]])
+    rows = np.stack([x, features.vector(GLUED_PIECES, 0.0, {}, m.chars, m.words)[0]])
     assert np.allclose(t.raw_many(rows), [t.raw(rows[0]), t.raw(rows[1])])
     leaves = t.left == np.arange(t.left.size)
     assert (leaves == (t.right == np.arange(t.right.size))).all()
@@ -129,7 +129,7 @@ def test_more_rule_evidence_never_lowers_p_corrupted() -> None:
         i = features.NAMES.index(name)
         for t in TEXTS:
             f = rules(t)
-            x, _ = features.vector(t, f.score, f.signals, m.chars)
+            x, _ = features.vector(t, f.score, f.signals, m.chars, m.words)
             ps = []
             for v in np.linspace(0.0, 5.0, 26):
                 x[i] = v
@@ -191,3 +191,61 @@ def test_fitted_keeps_restructuredtext_clean() -> None:
 def test_score_text_is_the_rules_decision() -> None:
     for t in (GLUED_PIECES, README_RST, "The The The The The The The The The"):
         assert score_text(t) == rules(t)
+
+
+def test_words_hash_alike_wherever_they_stand() -> None:
+    h, n = wordmodel.words(charmodel.codes("The cat, the CAT! read_config 42 München; 東京は"))
+    assert n.tolist() == [3, 3, 3, 3, 11, 2, 7, 3]
+    assert h[0] == h[2]  # case folded, punctuation between
+    assert h[1] == h[3]
+    assert len(set(h.tolist())) == 6
+    assert wordmodel.words(charmodel.codes(" ,;  ")).__getitem__(0).size == 0
+
+
+def test_word_model_marks_unused_words_and_pairs() -> None:
+    wm = wordmodel.count([PROSE, PROSE], 12, 14)
+    h, _ = wordmodel.words(charmodel.codes("the committee met on Tuesday"))
+    u1, u2 = wm.unseen(h)
+    assert u1.sum() == 0
+    assert u2.sum() == 0
+    h, _ = wordmodel.words(charmodel.codes("the sessnegotiate met Tuesday on"))
+    u1, u2 = wm.unseen(h)
+    assert u1.tolist() == [0, 1, 0, 0, 0]
+    assert u2.tolist() == [1, 1, 1, 1]  # every pair but none of them clean text's
+
+
+def test_word_features_rise_on_glued_words() -> None:
+    m = model.load()
+    i = features.NAMES.index("unseen_wchars_w8")
+    clean, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words)
+    words = PROSE.split()
+    glued = " ".join(
+        words[:8] + ["postponeannualwhendiscuss", "finaldecisionofficemet"] + words[8:]
+    )
+    bad, _ = features.vector(glued, 0.0, {}, m.chars, m.words)
+    assert bad[i] > clean[i] + 0.2
+
+
+CALLS = "I'll check each city.\n" + "\n".join(
+    f'<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}\n</tool_call>'
+    for c in ("Paris", "Lyon", "Nice", "Lille", "Brest")
+)
+
+
+def test_loops_are_looked_for_without_well_formed_calls() -> None:
+    from harness.verdict.masking import without_calls
+
+    assert without_calls(PROSE) is PROSE
+    left = without_calls(CALLS)
+    assert "tool_call" not in left
+    assert left.startswith("I'll check each city.")
+    broken = CALLS.replace('"Nice"}}', '"Nice"}')  # not JSON: kept, the dialect reports it
+    assert without_calls(broken).count("<tool_call>") == 1
+    m = model.load()
+    i = features.NAMES.index("dup_lines")
+    assert features.vector(CALLS, 0.0, {}, m.chars, m.words)[0][i] == 0.0
+    assert score_fitted(CALLS).label is None
+
+
+def test_one_end_of_turn_token_at_the_very_end_is_clean() -> None:
+    assert score_fitted("All three files are updated.<|im_end|>").label is None
