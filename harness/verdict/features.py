@@ -27,8 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from harness.verdict import salad
-from harness.verdict.masking import without_calls
 from harness.verdict.charmodel import CharModel, codes
+from harness.verdict.masking import without_calls
 from harness.verdict.wordmodel import WordModel
 from harness.verdict.wordmodel import words as word_hashes
 
