@@ -198,14 +198,19 @@ def _rate(k: int, n: int) -> str:
 
 
 def by_source(
-    rows: list[dict[str, Any]], classify: Callable[[str, str | None], str], key: str = "source"
+    rows: list[dict[str, Any]],
+    classify: Callable[[str, str | None], str],
+    key: str = "source",
+    preds: list[str] | None = None,
 ) -> tuple[list[str], list[tuple[str, str, str, str, str]]]:
-    """Markdown table rows: per ``key`` value, clean FPR and recall per class (Wilson 95 %)."""
+    """Markdown table rows: per ``key`` value, clean FPR and recall per class (Wilson 95 %).
+    ``preds``: the classes already predicted for ``rows`` (one pass for several keys)."""
+    if preds is None:
+        preds = predict(rows, classify)
     groups: dict[str, list[tuple[str, str]]] = {}
-    for r in rows:
+    for r, pred in zip(rows, preds, strict=True):
         if r["label"] == "ambiguous":
             continue
-        pred = _TO_CLASS.get(classify(r["text"], r.get("context")), "clean")
         groups.setdefault(str(r.get(key, "?")), []).append((r["label"], pred))
         groups.setdefault("all", []).append((r["label"], pred))
     out = []
@@ -213,15 +218,28 @@ def by_source(
         pairs = groups[name]
         clean = [p for t, p in pairs if t == "clean"]
         bad = [(t, p) for t, p in pairs if t != "clean"]
-        cols = [name, _rate(sum(p != "clean" for p in clean), len(clean)),
-                _rate(sum(p != "clean" for _, p in bad), len(bad))]
+        cols = [
+            name,
+            _rate(sum(p != "clean" for p in clean), len(clean)),
+            _rate(sum(p != "clean" for _, p in bad), len(bad)),
+        ]
         for c in ("salad", "repetition"):
             sel = [p for t, p in bad if t == c]
             cols.append(_rate(sum(p != "clean" for p in sel), len(sel)))
         out.append(tuple(cols))
-    header = [key, "clean FPR [95 % CI]", "garbled recall [95 % CI]", "salad recall",
-              "repetition recall"]
+    header = [
+        key,
+        "clean FPR [95 % CI]",
+        "garbled recall [95 % CI]",
+        "salad recall",
+        "repetition recall",
+    ]
     return header, out  # type: ignore[return-value]
+
+
+def predict(rows: list[dict[str, Any]], classify: Callable[[str, str | None], str]) -> list[str]:
+    """The class predicted for every row (clean when it is none of ``CLASSES``)."""
+    return [_TO_CLASS.get(classify(r["text"], r.get("context")), "clean") for r in rows]
 
 
 def print_markdown(header: list[str], table: list[tuple[str, ...]]) -> None:
@@ -262,9 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--by",
-        choices=("source", "group", "kind", "label"),
-        help="one Markdown table per value of this field (corpus files: source, kind, ...), "
-        "with Wilson 95 %% intervals",
+        help="a Markdown table with one row per value of this field (corpus files: source, "
+        "group, kind, label; several, comma-separated, from one pass), Wilson 95 %% intervals",
     )
     ap.add_argument("--split", help="only rows whose split field is this (corpus files)")
     ap.add_argument(
@@ -299,8 +316,11 @@ def main(argv: list[str] | None = None) -> int:
                     r.setdefault("source", p.stem)
                     r.setdefault("kind", r["label"])
                     rows.append(r)
-        header, table = by_source(rows, classify, a.by)
-        print_markdown(header, table)
+        preds = predict(rows, classify)
+        for key in a.by.split(","):
+            header, table = by_source(rows, classify, key, preds)
+            print()
+            print_markdown(header, table)
         return 0
     all_rows = []
     for p in a.files:

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from harness.verdict import salad
 from harness.verdict.charmodel import CharModel, codes
-from harness.verdict.masking import without_calls
+from harness.verdict.masking import original_offset, without_markup
 from harness.verdict.wordmodel import WordModel
 from harness.verdict.wordmodel import words as word_hashes
 
@@ -140,7 +140,11 @@ def vector(
     wmodel: WordModel,
     context: str | None = None,
 ) -> tuple[npt.NDArray[np.float64], int]:
-    """The features of ``text`` (in ``NAMES`` order) and the character model's worst spot."""
+    """The features of ``text`` (in ``NAMES`` order) and the character model's worst spot.
+    Past the rule signals, they are read without the text's tool-call markup
+    (``masking.without_markup``): the dialect parsers judge the calls."""
+    raw = text
+    text, removed = without_markup(text)
     x = [0.0] * len(NAMES)
     x[0] = min(rule_score, 5.0)
     for i, s in enumerate(RULE_SIGNALS, 1):
@@ -204,16 +208,9 @@ def vector(
         x[k + 5] = cls[5] / n
     k += 6
     rep_ok = not context  # a prompt may ask for repetition: the rules weigh it with context
-    # loops are looked for without the well-formed tool calls (near-identical calls are not
-    # a loop), as the rules do
-    loops = without_calls(text)
-    if loops is not text:
-        cp = codes(loops)
-        n = len(loops)
-        h6 = model.sixes(cp) if n >= 8 else None
     whole = _dup(h6) if h6 is not None and n >= 48 else 0.0
     x[k] = whole if rep_ok else 0.0
-    lines = [ln for ln in loops.split("\n") if len(ln) >= 4 and not ln.isspace()]
+    lines = [ln for ln in text.split("\n") if len(ln) >= 4 and not ln.isspace()]
     if len(lines) >= 3 and rep_ok:
         counts: dict[str, int] = {}
         for ln in lines:
@@ -221,7 +218,7 @@ def vector(
             counts[ln] = counts.get(ln, 0) + 1
         x[k + 1] = 1 - len(counts) / len(lines)
         x[k + 2] = max(counts.values()) / len(lines)
-    words = _WORD.findall(loops.lower())
+    words = _WORD.findall(text.lower())
     x[k + 3] = len(set(words)) / len(words) if len(words) >= 8 and rep_ok else 1.0
     if wide:
         x[k + 4] = min(_mojibake(text), 20)
@@ -230,8 +227,8 @@ def vector(
     x[k] = _dup(h6[-TAIL:]) if h6 is not None and n > TAIL + 8 else whole
     if x[k] > 0.4 and n >= 48:
         x[k + 1], x[k + 2] = _tail_period(cp[-TAIL:])
-    if loops is not text:  # a doubled name inside a call is still one
-        words = _WORD.findall(text.lower())
+    if removed:  # a doubled name inside a call is still one
+        words = _WORD.findall(raw.lower())
     x[k + 3] = min(
         sum(
             1
@@ -242,7 +239,7 @@ def vector(
     )
     if "<" in text or "[" in text or "\uff5c" in text:
         x[k + 4] = min(sum(1 for _ in salad.special_tokens(text)), 5)
-    return np.array(x), where
+    return np.array(x), original_offset(where, removed) if removed else where
 
 
 def _dup(h: npt.NDArray[np.uint32]) -> float:

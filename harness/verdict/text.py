@@ -93,10 +93,10 @@ def _unescape(text: str) -> str:
 
 
 def score_text(text: str, context: str | None = None) -> TextFinding:
-    """Salad, repetition or clean: the hand-written rules' decision (``rules``), which a run
-    uses. ``score_fitted`` is the decision fitted to the corpus; docs/detector.md compares
-    the two on held-out sources."""
-    return rules(text, context)
+    """Salad, repetition or clean: what a run and ``harness classify`` use, the decision
+    fitted to the corpus (``score_fitted``); ``rules`` is the hand-written one it reads.
+    docs/detector.md compares the two on held-out sources."""
+    return score_fitted(text, context)
 
 
 def score_fitted(text: str, context: str | None = None) -> TextFinding:
@@ -128,8 +128,8 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
 
 
 def rules(text: str, context: str | None = None, *, unescaped: bool = False) -> TextFinding:
-    """The hand-written signals alone (windowed weights, THRESHOLD): features of the fitted
-    decision."""
+    """The hand-written signals alone (windowed weights, THRESHOLD): the decision before the
+    fitted one, now its features."""
     if not text or text.isspace():
         return CLEAN
     work = text if unescaped else _unescape(text)

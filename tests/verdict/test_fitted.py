@@ -188,9 +188,13 @@ def test_fitted_keeps_restructuredtext_clean() -> None:
     assert score_fitted(PROSE).label is None
 
 
-def test_score_text_is_the_rules_decision() -> None:
+def test_score_text_is_the_fitted_decision() -> None:
+    # the default decision: the fitted one (it beats the rules on every held-out source,
+    # docs/detector.md); the rules miss the glued pieces the fitted decision finds
     for t in (GLUED_PIECES, README_RST, "The The The The The The The The The"):
-        assert score_text(t) == rules(t)
+        assert score_text(t) == score_fitted(t)
+    assert score_text(GLUED_PIECES).label == "token_salad"
+    assert rules(GLUED_PIECES).label is None
 
 
 def test_words_hash_alike_wherever_they_stand() -> None:
@@ -233,14 +237,14 @@ CALLS = "I'll check each city.\n" + "\n".join(
 
 
 def test_loops_are_looked_for_without_well_formed_calls() -> None:
-    from harness.verdict.masking import without_calls
+    from harness.verdict.masking import without_markup
 
-    assert without_calls(PROSE) is PROSE
-    left = without_calls(CALLS)
+    assert without_markup(PROSE)[0] is PROSE
+    left, _ = without_markup(CALLS)
     assert "tool_call" not in left
     assert left.startswith("I'll check each city.")
     broken = CALLS.replace('"Nice"}}', '"Nice"}')  # not JSON: kept, the dialect reports it
-    assert without_calls(broken).count("<tool_call>") == 1
+    assert without_markup(broken)[0].count("<tool_call>") == 1
     m = model.load()
     i = features.NAMES.index("dup_lines")
     assert features.vector(CALLS, 0.0, {}, m.chars, m.words)[0][i] == 0.0
@@ -249,3 +253,22 @@ def test_loops_are_looked_for_without_well_formed_calls() -> None:
 
 def test_one_end_of_turn_token_at_the_very_end_is_clean() -> None:
     assert score_fitted("All three files are updated.<|im_end|>").label is None
+
+
+def test_offsets_past_removed_markup_map_back() -> None:
+    from harness.verdict.masking import original_offset, without_markup
+
+    text = "Use <\uff5cDSML\uff5ctool_calls> x </\uff5cDSML\uff5ctool_calls> then write here."
+    left, removed = without_markup(text)
+    assert "DSML" not in left
+    assert original_offset(left.index("then"), removed) == text.index("then")
+    assert original_offset(2, removed) == 2
+
+
+def test_quoted_tool_call_markup_is_not_salad() -> None:
+    block = (
+        '<\uff5cDSML\uff5ctool_calls>\n<\uff5cDSML\uff5cinvoke name="get_weather">\n'
+        '<\uff5cDSML\uff5cparameter name="city" string="true">Paris'
+        "</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>"
+    )
+    assert score_fitted(f"The model writes:\n```\n{block}\n```\nThat is the format.").label is None
