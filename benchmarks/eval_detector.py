@@ -286,20 +286,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", help="only rows whose split field is this (corpus files)")
     ap.add_argument(
         "--detector",
-        choices=("rules", "fitted"),
-        default="rules",
-        help="the text detector of the fallback classifier: score_text (the rules, what a "
-        "run uses) or score_fitted (the fitted decision)",
+        choices=("default", "rules", "fitted"),
+        default="default",
+        help="the text detector of the fallback classifier: score_text (default: what a run "
+        "uses), text.rules (the hand-written rules) or score_fitted (the fitted decision)",
     )
     a = ap.parse_args(argv)
     name, classify = pick_classifier(a.classifier)
-    if a.detector == "fitted":
+    if a.detector != "default":
         if a.classifier != "fallback":
-            ap.error("--detector fitted needs --classifier fallback")
-        name = "fallback (dsml.parse + score_fitted)"
+            ap.error(f"--detector {a.detector} needs --classifier fallback")
+        detector = text_mod.rules if a.detector == "rules" else text_mod.score_fitted
+        name = f"fallback (dsml.parse + {detector.__name__})"
 
         def classify(text: str, context: str | None) -> str:
-            return fallback_classify(text, context, text_mod.score_fitted)
+            return fallback_classify(text, context, detector)
 
     if a.no_context:
         inner = classify

@@ -334,13 +334,16 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def without_markup(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
-    """``text`` without its tool-call markup, and the spans taken out (sorted, disjoint):
-    well-formed DSML and Hermes blocks, DSML tags, and the other dialects' markup
-    (``markup_spans``), each replaced by a line break. The dialect parsers judge the calls;
-    what is left is what a model wrote as text (several near-identical calls are not a
-    loop, fullwidth bars are not salad). Substring tests first: most texts hold none and
-    come back as they are (the same object)."""
+    """``text`` without its tool-call markup and inline code, and the spans taken out
+    (sorted, disjoint): well-formed DSML and Hermes blocks, DSML tags, the other dialects'
+    markup (``markup_spans``) and inline code spans (`` `evict_lru` ``), each replaced by a
+    line break. The dialect parsers judge the calls; what is left is what a model wrote as
+    prose (several near-identical calls are not a loop, fullwidth bars are not salad, an
+    identifier the writer marked as code is not a word of the language). Substring tests
+    first: most texts hold none and come back as they are (the same object)."""
     spans: list[tuple[int, int]] = []
+    if "`" in text:
+        spans.extend(m.span() for m in _INLINE.finditer(text))
     if "\uff5c" in text:
         spans.extend(m.span() for m in _DSML_BLOCK.finditer(text))
         spans.extend(m.span() for m in _DSML_TAG.finditer(text))

@@ -272,3 +272,14 @@ def test_quoted_tool_call_markup_is_not_salad() -> None:
         "</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>"
     )
     assert score_fitted(f"The model writes:\n```\n{block}\n```\nThat is the format.").label is None
+
+
+def test_identifiers_marked_as_inline_code_are_not_words_of_the_prose() -> None:
+    from harness.verdict.masking import without_markup
+
+    text = "Next I will open `qzx_flushv2` and compare it with `wbk_evictlru` before editing."
+    left, removed = without_markup(text)
+    assert "qzx" not in left
+    assert "wbk" not in left
+    assert len(removed) == 2
+    assert score_fitted(text).label is None
