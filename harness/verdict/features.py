@@ -6,6 +6,9 @@ Three families, all language- and format-agnostic:
   each signal's value in its deciding window (special tokens, loops, script switches, ...);
 * **the character model** (``charmodel.py``): mean 4-gram and 3-gram surprisal, the worst
   windows of 12, 32 and 96 characters, the share of unseen 4-grams and its worst 32-window;
+* **the word model** (``wordmodel.py``): the share of words, and of pairs of neighbouring
+  words, clean text does not use, and their worst windows of 8 (words; characters of
+  unseen words among the characters of 8 words);
 * **shape**: length, shares of non-ASCII, digits, ASCII punctuation, white space, capitals
   and line breaks, the share of repeated 6-grams (whole text and its end), how periodic the
   end is, repeated lines and words, mojibake (runs of Latin-1 / cp1252 characters that
@@ -25,6 +28,9 @@ import numpy.typing as npt
 
 from harness.verdict import salad
 from harness.verdict.charmodel import CharModel, codes
+from harness.verdict.masking import original_offset, without_markup
+from harness.verdict.wordmodel import WordModel
+from harness.verdict.wordmodel import words as word_hashes
 
 RULE_SIGNALS = (
     "special_token",
@@ -60,6 +66,11 @@ NAMES = (
     "s4_p90",
     "unseen6",
     "unseen6_w32",
+    "unseen_w",
+    "unseen_w_w8",
+    "unseen_wchars_w8",
+    "unseen_pair",
+    "unseen_pair_w8",
     "non_ascii",
     "digits",
     "punct",
@@ -126,9 +137,14 @@ def vector(
     rule_score: float,
     rule_signals: dict[str, float],
     model: CharModel,
+    wmodel: WordModel,
     context: str | None = None,
 ) -> tuple[npt.NDArray[np.float64], int]:
-    """The features of ``text`` (in ``NAMES`` order) and the character model's worst spot."""
+    """The features of ``text`` (in ``NAMES`` order) and the character model's worst spot.
+    Past the rule signals, they are read without the text's tool-call markup
+    (``masking.without_markup``): the dialect parsers judge the calls."""
+    raw = text
+    text, removed = without_markup(text)
     x = [0.0] * len(NAMES)
     x[0] = min(rule_score, 5.0)
     for i, s in enumerate(RULE_SIGNALS, 1):
@@ -164,6 +180,24 @@ def vector(
         x[k + 10] = int(u6[-1]) / m
         x[k + 11] = _worst(u6, m, 32)[0] / min(32, m)
     k += 12
+    wh, wlen = word_hashes(cp)
+    if wh.size:
+        u1, u2 = wmodel.unseen(wh)
+        m = wh.size
+        c1 = u1.cumsum()
+        x[k] = int(c1[-1]) / m
+        x[k + 1] = _worst(c1, m, 8)[0] / min(8, m)
+        cl = wlen.cumsum()
+        cc = (u1 * wlen).cumsum()
+        if m > 8:
+            x[k + 2] = float(((cc[8:] - cc[:-8]) / (cl[8:] - cl[:-8])).max())
+        else:
+            x[k + 2] = int(cc[-1]) / int(cl[-1])
+        if u2.size:
+            c2 = u2.cumsum()
+            x[k + 3] = int(c2[-1]) / u2.size
+            x[k + 4] = _worst(c2, u2.size, 8)[0] / min(8, u2.size)
+    k += 5
     if n:
         cls = np.bincount(_CLASS[np.minimum(orig, 128)], minlength=7).tolist()
         x[k] = cls[6] / n
@@ -176,7 +210,7 @@ def vector(
     rep_ok = not context  # a prompt may ask for repetition: the rules weigh it with context
     whole = _dup(h6) if h6 is not None and n >= 48 else 0.0
     x[k] = whole if rep_ok else 0.0
-    lines = [ln for ln in text.split("\n") if len(ln) >= 4]
+    lines = [ln for ln in text.split("\n") if len(ln) >= 4 and not ln.isspace()]
     if len(lines) >= 3 and rep_ok:
         counts: dict[str, int] = {}
         for ln in lines:
@@ -193,6 +227,8 @@ def vector(
     x[k] = _dup(h6[-TAIL:]) if h6 is not None and n > TAIL + 8 else whole
     if x[k] > 0.4 and n >= 48:
         x[k + 1], x[k + 2] = _tail_period(cp[-TAIL:])
+    if removed:  # a doubled name inside a call is still one
+        words = _WORD.findall(raw.lower())
     x[k + 3] = min(
         sum(
             1
@@ -203,7 +239,7 @@ def vector(
     )
     if "<" in text or "[" in text or "\uff5c" in text:
         x[k + 4] = min(sum(1 for _ in salad.special_tokens(text)), 5)
-    return np.array(x), where
+    return np.array(x), original_offset(where, removed) if removed else where
 
 
 def _dup(h: npt.NDArray[np.uint32]) -> float:

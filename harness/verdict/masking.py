@@ -333,6 +333,59 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
+def without_markup(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """``text`` without its tool-call markup and inline code, and the spans taken out
+    (sorted, disjoint): well-formed DSML and Hermes blocks, DSML tags, the other dialects'
+    markup (``markup_spans``) and inline code spans (`` `evict_lru` ``), each replaced by a
+    line break. The dialect parsers judge the calls; what is left is what a model wrote as
+    prose (several near-identical calls are not a loop, fullwidth bars are not salad, an
+    identifier the writer marked as code is not a word of the language). Substring tests
+    first: most texts hold none and come back as they are (the same object)."""
+    spans: list[tuple[int, int]] = []
+    if "`" in text:
+        spans.extend(m.span() for m in _INLINE.finditer(text))
+    if "\uff5c" in text:
+        spans.extend(m.span() for m in _DSML_BLOCK.finditer(text))
+        spans.extend(m.span() for m in _DSML_TAG.finditer(text))
+    if "<tool_call>" in text:
+        spans.extend(m.span() for m in _HERMES.finditer(text) if _is_json(m.group(1)))
+    if "<" in text or "[" in text:
+        spans.extend(markup_spans(text))
+    if not spans:
+        return text, ()
+    # and the one that closes a quoted call turn: before the fence's end, or the text's
+    spans.extend(m.span() for m in _EOS_CLOSING.finditer(text))
+    merged = []
+    for a, b in _merge(spans):  # the end-of-turn token a call turn ends with is the call's
+        eos = _EOS_AFTER.match(text, b)
+        merged.append((a, eos.end() if eos else b))
+    parts = []
+    last = 0
+    for a, b in merged:
+        parts.append(text[last:a])
+        last = b
+    parts.append(text[last:])
+    return "\n".join(parts), tuple(merged)
+
+
+#: End-of-turn tokens (the dialect encoders end a call turn with one).
+_EOS_TOKENS = (
+    "(?:<\uff5cend\u2581of\u2581sentence\uff5c>|<\\|im_end\\|>|<\\|eot_id\\|>|<\\|endoftext\\|>"
+    "|<\\|end\\|>|<\\|return\\|>|<\\|call\\|>|<end_of_turn>|</s>)"
+)
+_EOS_AFTER = re.compile("\\s*" + _EOS_TOKENS)
+_EOS_CLOSING = re.compile(_EOS_TOKENS + "(?=\\s*(?:```|~~~|\\Z))")
+
+
+def original_offset(offset: int, removed: Sequence[tuple[int, int]]) -> int:
+    """Where ``offset`` of ``without_markup``'s text is in the original text."""
+    for a, b in removed:
+        if offset < a:
+            break
+        offset += b - a - 1  # each span became one line break
+    return offset
+
+
 def _blank(text: str, merged: Sequence[Sequence[int]]) -> str:
     if not merged:
         return text

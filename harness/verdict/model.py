@@ -1,17 +1,24 @@
 """The fitted decision: the detector's model file, loaded once, evaluated in numpy.
 
-``detector_model.npz`` (next to this module) holds the character model's tables, the
-feature scaler, the weights of a small neural network (ReLU hidden layers, a softmax over
-clean / salad / repetition) and two thresholds on P(corrupted), both chosen on a validation
-split for the false-positive goal: one for every text, a lower one for the texts where the
-hand-written rules fired (they are evidence the network weighs, and where they are silent
-only the network speaks). It is written by ``benchmarks/train_detector.py`` (scikit-learn,
-a training dependency only: nothing here imports it).
+``detector_model.npz`` (next to this module) holds the character and word models' tables and two
+ensembles of gradient-boosted decision trees, both fit by ``benchmarks/train_detector.py``
+(scikit-learn's ``HistGradientBoostingClassifier``, a training dependency only: nothing here
+imports it) and exported as flat arrays:
+
+* ``corrupted``: the log-odds that a text is corrupted (salad or repetition), monotone
+  non-decreasing in the features listed in the file's ``monotone`` array (the rules'
+  windowed score: more evidence of the hand-written rules never lowers P);
+* ``repetition``: among corrupted texts, the log-odds that it is a loop rather than salad.
+
+and two thresholds on P(corrupted), both chosen on a validation split for the
+false-positive goal: one for every text, a lower one for the texts where the hand-written
+rules fired (where they are silent only the trees speak).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,60 +28,107 @@ import numpy.typing as npt
 from harness.errors import ConfigError
 from harness.verdict import features
 from harness.verdict.charmodel import CharModel
+from harness.verdict.wordmodel import WordModel
 
 MODEL_FILE = Path(__file__).with_name("detector_model.npz")
-CLASSES = ("clean", "salad", "repetition")
-#: Standardized features are clipped to +-CLIP (in training too): a value far outside what
-#: the network saw (a rare rule signal at 90 standard deviations) must not swing it anywhere.
-CLIP = 4.0
+FORMAT = 2  # the file's layout (1: a small neural network; 2: tree ensembles)
+
+F64 = npt.NDArray[np.float64]
+IDX = npt.NDArray[np.intp]
+
+
+@dataclass(frozen=True)
+class Trees:
+    """An additive ensemble of binary decision trees, every node of every tree in flat
+    arrays. An inner node ``i`` sends ``x`` to ``left[i]`` when ``x[feature[i]] <=
+    threshold[i]``, else to ``right[i]``; a leaf points at itself on both sides (with an
+    infinite threshold), so walking ``depth`` steps from the roots lands every tree on its
+    leaf whatever its own depth. The raw score is ``baseline`` plus the sum of the leaves'
+    ``value`` (log-odds)."""
+
+    feature: IDX
+    threshold: F64
+    left: IDX
+    right: IDX
+    value: F64
+    roots: IDX
+    baseline: float
+    depth: int
+
+    def raw(self, x: F64) -> float:
+        """The log-odds of one feature vector."""
+        node = self.roots
+        feature, threshold, left, right = self.feature, self.threshold, self.left, self.right
+        for _ in range(self.depth):
+            node = np.where(x[feature[node]] <= threshold[node], left[node], right[node])
+        return self.baseline + float(self.value[node].sum())
+
+    def raw_many(self, x: F64) -> F64:
+        """The log-odds of each row of ``x`` (rows: texts)."""
+        node = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
+        rows = np.arange(x.shape[0])[:, None]
+        for _ in range(self.depth):
+            go = x[rows, self.feature[node]] <= self.threshold[node]
+            node = np.where(go, self.left[node], self.right[node])
+        out: F64 = self.baseline + self.value[node].sum(axis=1)
+        return out
 
 
 @dataclass(frozen=True)
 class DetectorModel:
     version: str
     chars: CharModel
-    mean: npt.NDArray[np.float64]
-    scale: npt.NDArray[np.float64]
-    weights: tuple[npt.NDArray[np.float64], ...]
-    biases: tuple[npt.NDArray[np.float64], ...]
+    words: WordModel
+    corrupted: Trees
+    repetition: Trees
+    monotone: tuple[str, ...]  # features P(corrupted) never decreases in
     threshold: float
     threshold_rules: float  # when the hand-written rules fired
 
-    def proba(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """P(clean), P(salad), P(repetition) of one feature vector."""
-        h = np.clip((x - self.mean) / self.scale, -CLIP, CLIP)
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            h = h @ w + b
-            if i < last:
-                h = np.maximum(h, 0.0)
-        e = np.exp(h - h.max())
-        p: npt.NDArray[np.float64] = e / e.sum()
-        return p
+    def p_corrupted(self, x: F64) -> float:
+        return _sigmoid(self.corrupted.raw(x))
+
+    def p_repetition(self, x: F64) -> float:
+        """P(loop rather than salad), for a text called corrupted."""
+        return _sigmoid(self.repetition.raw(x))
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+
+def _trees(z: dict[str, npt.NDArray[np.generic]], name: str) -> Trees:
+    return Trees(
+        feature=z[f"{name}_feature"].astype(np.intp),
+        threshold=z[f"{name}_threshold"].astype(np.float64),
+        left=z[f"{name}_left"].astype(np.intp),
+        right=z[f"{name}_right"].astype(np.intp),
+        value=z[f"{name}_value"].astype(np.float64),
+        roots=z[f"{name}_roots"].astype(np.intp),
+        baseline=float(z[f"{name}_baseline"]),
+        depth=int(z[f"{name}_depth"]),
+    )
 
 
 def read(path: Path) -> DetectorModel:
+    rebuild = "rebuild it with python benchmarks/train_detector.py"
     try:
-        z = np.load(path, allow_pickle=False)
+        with np.load(path, allow_pickle=False) as f:
+            z = {k: f[k] for k in f.files}
     except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"cannot read the detector model {path} ({exc}); rebuild it with "
-            "python benchmarks/train_detector.py"
-        ) from None
+        raise ConfigError(f"cannot read the detector model {path} ({exc}); {rebuild}") from None
+    if "format" not in z or int(z["format"]) != FORMAT:
+        raise ConfigError(f"the detector model {path} is of another format; {rebuild}")
     names = tuple(str(n) for n in z["names"])
     if names != features.NAMES:
-        raise ConfigError(
-            f"the detector model {path} was fit on other features; rebuild it with "
-            "python benchmarks/train_detector.py"
-        )
-    n = int(z["layers"])
+        raise ConfigError(f"the detector model {path} was fit on other features; {rebuild}")
     return DetectorModel(
         version=str(z["version"]),
         chars=CharModel(z["t2"], z["t3"], z["t4"], np.unpackbits(z["t6"])),
-        mean=z["mean"].astype(np.float64),
-        scale=z["scale"].astype(np.float64),
-        weights=tuple(z[f"w{i}"].astype(np.float64) for i in range(n)),
-        biases=tuple(z[f"b{i}"].astype(np.float64) for i in range(n)),
+        words=WordModel(np.unpackbits(z["w1"]), np.unpackbits(z["w2"])),
+        corrupted=_trees(z, "corrupted"),
+        repetition=_trees(z, "repetition"),
+        monotone=tuple(str(n) for n in z["monotone"]),
         threshold=float(z["threshold"]),
         threshold_rules=float(z["threshold_rules"]),
     )
@@ -86,4 +140,4 @@ def load() -> DetectorModel:
     return read(MODEL_FILE)
 
 
-__all__ = ["CLASSES", "MODEL_FILE", "DetectorModel", "load", "read"]
+__all__ = ["FORMAT", "MODEL_FILE", "DetectorModel", "Trees", "load", "read"]

@@ -93,10 +93,10 @@ def _unescape(text: str) -> str:
 
 
 def score_text(text: str, context: str | None = None) -> TextFinding:
-    """Salad, repetition or clean: the hand-written rules' decision (``rules``), which a run
-    uses. ``score_fitted`` is the decision fitted to the corpus; docs/detector.md compares
-    the two on held-out sources."""
-    return rules(text, context)
+    """Salad, repetition or clean: what a run and ``harness classify`` use, the decision
+    fitted to the corpus (``score_fitted``); ``rules`` is the hand-written one it reads.
+    docs/detector.md compares the two on held-out sources."""
+    return score_fitted(text, context)
 
 
 def score_fitted(text: str, context: str | None = None) -> TextFinding:
@@ -108,9 +108,10 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     work = _unescape(text)
     found = rules(work, context, unescaped=True)
     fitted = model.load()
-    x, worst = features.vector(work, found.score, found.signals, fitted.chars, context)
-    p = fitted.proba(x)
-    bad = 1.0 - float(p[0])
+    x, worst = features.vector(
+        work, found.score, found.signals, fitted.chars, fitted.words, context
+    )
+    bad = fitted.p_corrupted(x)
     t = fitted.threshold_rules if found.score >= THRESHOLD else fitted.threshold
     score = THRESHOLD * bad / t if bad < t else THRESHOLD + (1 - THRESHOLD) * (bad - t) / (1 - t)
     signals = dict(found.signals)
@@ -118,14 +119,17 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     signals["p_corrupted"] = round(bad, 4)
     if bad < t:
         return TextFinding(None, round(score, 4), None, signals)
-    label = REPETITION if p[2] > p[1] else TOKEN_SALAD
+    if found.label is not None:  # the rules' own reading of what they found
+        label = found.label
+    else:
+        label = REPETITION if fitted.p_repetition(x) > 0.5 else TOKEN_SALAD
     offset = found.offset if found.offset is not None else worst
     return TextFinding(label, round(score, 4), offset, signals)
 
 
 def rules(text: str, context: str | None = None, *, unescaped: bool = False) -> TextFinding:
-    """The hand-written signals alone (windowed weights, THRESHOLD): features of the fitted
-    decision."""
+    """The hand-written signals alone (windowed weights, THRESHOLD): the decision before the
+    fitted one, now its features."""
     if not text or text.isspace():
         return CLEAN
     work = text if unescaped else _unescape(text)

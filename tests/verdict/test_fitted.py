@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError
-from harness.verdict import charmodel, features, model
+from harness.verdict import charmodel, features, model, wordmodel
 from harness.verdict.text import THRESHOLD, rules, score_fitted, score_text
 
 PROSE = (
@@ -37,25 +37,25 @@ def test_counted_text_is_less_surprising_than_unseen_text() -> None:
 
 
 def test_feature_vector_shape_and_tail_period() -> None:
-    cm = model.load().chars
-    x, _ = features.vector(PROSE, 0.0, {}, cm)
+    cm, wm = model.load().chars, model.load().words
+    x, _ = features.vector(PROSE, 0.0, {}, cm, wm)
     assert x.shape == (len(features.NAMES),)
     loop = "Spices:\n" + "\n".join(f"{k}. Anise" for k in range(4, 40))
-    y, _ = features.vector(loop, 0.0, {}, cm)
+    y, _ = features.vector(loop, 0.0, {}, cm, wm)
     i = features.NAMES.index("tail_period_match")
     assert y[i] >= 0.95  # rising list numbers do not hide the period
     assert x[i] == 0.0
 
 
 def test_mojibake_and_doubled_word_features() -> None:
-    cm = model.load().chars
+    cm, wm = model.load().chars, model.load().words
     text = "Köln und München sind schön."
     broken = text.encode("utf-8").decode("cp1252")
     i = features.NAMES.index("mojibake")
-    assert features.vector(text, 0.0, {}, cm)[0][i] == 0
-    assert features.vector(broken, 0.0, {}, cm)[0][i] >= 2
+    assert features.vector(text, 0.0, {}, cm, wm)[0][i] == 0
+    assert features.vector(broken, 0.0, {}, cm, wm)[0][i] >= 2
     j = features.NAMES.index("doubled_word")
-    assert features.vector("call read_configread_config now", 0.0, {}, cm)[0][j] == 1
+    assert features.vector("call read_configread_config now", 0.0, {}, cm, wm)[0][j] == 1
 
 
 def test_model_file_is_checked(tmp_path: Path) -> None:
@@ -64,6 +64,12 @@ def test_model_file_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="train_detector"):
         model.read(bad)
     z = dict(np.load(model.MODEL_FILE))
+    z["format"] = np.array(1)
+    old = tmp_path / "old.npz"
+    np.savez(old, **z)
+    with pytest.raises(ConfigError, match="another format"):
+        model.read(old)
+    z["format"] = np.array(model.FORMAT)
     z["names"] = np.array(features.NAMES[:-1])
     other = tmp_path / "other.npz"
     np.savez(other, **z)
@@ -71,14 +77,64 @@ def test_model_file_is_checked(tmp_path: Path) -> None:
         model.read(other)
 
 
-def test_shipped_model_is_small_and_normalized() -> None:
-    assert model.MODEL_FILE.stat().st_size < 3_000_000
+def test_shipped_model_is_small_and_its_trees_are_sound() -> None:
+    assert model.MODEL_FILE.stat().st_size < 6_000_000
     m = model.load()
-    assert 0.0 < m.threshold < 1.0
-    x, _ = features.vector(PROSE, 0.0, {}, m.chars)
-    p = m.proba(x)
-    assert p.shape == (3,)
-    assert abs(float(p.sum()) - 1.0) < 1e-9
+    assert 0.0 < m.threshold_rules <= m.threshold < 1.0
+    x, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words)
+    assert 0.0 <= m.p_corrupted(x) < m.threshold
+    # one walk per vector and the batched walk agree, and every walk ends on a leaf
+    t = m.corrupted
+    rows = np.stack([x, features.vector(GLUED_PIECES, 0.0, {}, m.chars, m.words)[0]])
+    assert np.allclose(t.raw_many(rows), [t.raw(rows[0]), t.raw(rows[1])])
+    leaves = t.left == np.arange(t.left.size)
+    assert (leaves == (t.right == np.arange(t.right.size))).all()
+    assert np.isinf(t.threshold[leaves]).all()
+    assert (t.value[~leaves] == 0).all()
+
+
+def test_trees_walk_to_the_leaf_each_vector_belongs_to() -> None:
+    # two stumps written by hand: x0 <= 1 -> -1 else +2; x1 <= 0.5 -> 0.5 else -0.5
+    inf = np.inf
+    trees = model.Trees(
+        feature=np.array([0, 0, 0, 1, 0, 0]),
+        threshold=np.array([1.0, inf, inf, 0.5, inf, inf]),
+        left=np.array([1, 1, 2, 4, 4, 5]),
+        right=np.array([2, 1, 2, 5, 4, 5]),
+        value=np.array([0.0, -1.0, 2.0, 0.0, 0.5, -0.5]),
+        roots=np.array([0, 3]),
+        baseline=0.25,
+        depth=1,
+    )
+    for x0, x1, want in ((0.0, 0.0, -0.25), (1.0, 1.0, -1.25), (3.0, 0.0, 2.75), (3.0, 9.0, 1.75)):
+        assert trees.raw(np.array([x0, x1])) == pytest.approx(want)
+    batch = np.array([[0.0, 0.0], [3.0, 9.0]])
+    assert trees.raw_many(batch).tolist() == pytest.approx([-0.25, 1.75])
+
+
+TEXTS = (
+    "The committee met on Tuesday to review the budget for the coming year.",
+    "kitrelStarunder manyquerbolt ramsOLDhurstinkle fenwoodgrin plastorsTeaber",
+    "Spices:\n" + "\n".join(f"{k}. Anise" for k in range(4, 30)),
+    "def f(x):\n    return x + 1\n\n| a | b |\n|---|---|\n| 1 | 2 |",
+    "Die Universität München liegt in Bayern.".encode().decode("cp1252"),
+    "!" * 40,
+)
+
+
+def test_more_rule_evidence_never_lowers_p_corrupted() -> None:
+    m = model.load()
+    assert "rule_score" in m.monotone
+    for name in m.monotone:
+        i = features.NAMES.index(name)
+        for t in TEXTS:
+            f = rules(t)
+            x, _ = features.vector(t, f.score, f.signals, m.chars, m.words)
+            ps = []
+            for v in np.linspace(0.0, 5.0, 26):
+                x[i] = v
+                ps.append(m.p_corrupted(x))
+            assert all(b >= a for a, b in zip(ps, ps[1:], strict=False)), (name, t[:30])
 
 
 # ---------------------------------------------------------------- the fitted decision
@@ -132,6 +188,98 @@ def test_fitted_keeps_restructuredtext_clean() -> None:
     assert score_fitted(PROSE).label is None
 
 
-def test_score_text_is_the_rules_decision() -> None:
+def test_score_text_is_the_fitted_decision() -> None:
+    # the default decision: the fitted one (it beats the rules on every held-out source,
+    # docs/detector.md); the rules miss the glued pieces the fitted decision finds
     for t in (GLUED_PIECES, README_RST, "The The The The The The The The The"):
-        assert score_text(t) == rules(t)
+        assert score_text(t) == score_fitted(t)
+    assert score_text(GLUED_PIECES).label == "token_salad"
+    assert rules(GLUED_PIECES).label is None
+
+
+def test_words_hash_alike_wherever_they_stand() -> None:
+    h, n = wordmodel.words(charmodel.codes("The cat, the CAT! read_config 42 München; 東京は"))
+    assert n.tolist() == [3, 3, 3, 3, 11, 2, 7, 3]
+    assert h[0] == h[2]  # case folded, punctuation between
+    assert h[1] == h[3]
+    assert len(set(h.tolist())) == 6
+    assert wordmodel.words(charmodel.codes(" ,;  ")).__getitem__(0).size == 0
+
+
+def test_word_model_marks_unused_words_and_pairs() -> None:
+    wm = wordmodel.count([PROSE, PROSE], 12, 14)
+    h, _ = wordmodel.words(charmodel.codes("the committee met on Tuesday"))
+    u1, u2 = wm.unseen(h)
+    assert u1.sum() == 0
+    assert u2.sum() == 0
+    h, _ = wordmodel.words(charmodel.codes("the sessnegotiate met Tuesday on"))
+    u1, u2 = wm.unseen(h)
+    assert u1.tolist() == [0, 1, 0, 0, 0]
+    assert u2.tolist() == [1, 1, 1, 1]  # every pair but none of them clean text's
+
+
+def test_word_features_rise_on_glued_words() -> None:
+    m = model.load()
+    i = features.NAMES.index("unseen_wchars_w8")
+    clean, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words)
+    words = PROSE.split()
+    glued = " ".join(
+        words[:8] + ["postponeannualwhendiscuss", "finaldecisionofficemet"] + words[8:]
+    )
+    bad, _ = features.vector(glued, 0.0, {}, m.chars, m.words)
+    assert bad[i] > clean[i] + 0.2
+
+
+CALLS = "I'll check each city.\n" + "\n".join(
+    f'<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}\n</tool_call>'
+    for c in ("Paris", "Lyon", "Nice", "Lille", "Brest")
+)
+
+
+def test_loops_are_looked_for_without_well_formed_calls() -> None:
+    from harness.verdict.masking import without_markup
+
+    assert without_markup(PROSE)[0] is PROSE
+    left, _ = without_markup(CALLS)
+    assert "tool_call" not in left
+    assert left.startswith("I'll check each city.")
+    broken = CALLS.replace('"Nice"}}', '"Nice"}')  # not JSON: kept, the dialect reports it
+    assert without_markup(broken)[0].count("<tool_call>") == 1
+    m = model.load()
+    i = features.NAMES.index("dup_lines")
+    assert features.vector(CALLS, 0.0, {}, m.chars, m.words)[0][i] == 0.0
+    assert score_fitted(CALLS).label is None
+
+
+def test_one_end_of_turn_token_at_the_very_end_is_clean() -> None:
+    assert score_fitted("All three files are updated.<|im_end|>").label is None
+
+
+def test_offsets_past_removed_markup_map_back() -> None:
+    from harness.verdict.masking import original_offset, without_markup
+
+    text = "Use <\uff5cDSML\uff5ctool_calls> x </\uff5cDSML\uff5ctool_calls> then write here."
+    left, removed = without_markup(text)
+    assert "DSML" not in left
+    assert original_offset(left.index("then"), removed) == text.index("then")
+    assert original_offset(2, removed) == 2
+
+
+def test_quoted_tool_call_markup_is_not_salad() -> None:
+    block = (
+        '<\uff5cDSML\uff5ctool_calls>\n<\uff5cDSML\uff5cinvoke name="get_weather">\n'
+        '<\uff5cDSML\uff5cparameter name="city" string="true">Paris'
+        "</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>"
+    )
+    assert score_fitted(f"The model writes:\n```\n{block}\n```\nThat is the format.").label is None
+
+
+def test_identifiers_marked_as_inline_code_are_not_words_of_the_prose() -> None:
+    from harness.verdict.masking import without_markup
+
+    text = "Next I will open `qzx_flushv2` and compare it with `wbk_evictlru` before editing."
+    left, removed = without_markup(text)
+    assert "qzx" not in left
+    assert "wbk" not in left
+    assert len(removed) == 2
+    assert score_fitted(text).label is None

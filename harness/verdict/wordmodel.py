@@ -1,0 +1,135 @@
+"""A hashed model of the words clean text uses, and of which word follows which.
+
+Corruption that keeps every character n-gram plausible still shows at the word level: the
+tokens of two outputs interleaved, a span swapped in at the wrong place, a few words
+replaced by glued sub-word pieces (``sessnegotiate``) make words, or pairs of neighbouring
+words, that clean text does not use. The model is two bit tables, counted on clean text
+only (``benchmarks/train_detector.py``): the words used at least twice, and the pairs of
+neighbouring words used at least twice, each hashed to one bit.
+
+A word is a maximal run of word characters of the normalized code points
+(``charmodel.codes``: ASCII lower-cased, digits as ``0``): ASCII letters, digits and ``_``,
+and every code point from U+00C0 on except the punctuation and symbol blocks. Words are
+hashed all at once in numpy (a polynomial hash mod 2**32 from prefix sums, the powers of an
+odd multiplier and of its inverse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from harness.verdict.charmodel import codes
+
+U32 = np.uint32
+_M = 0x01000193  # odd: invertible mod 2**32
+_MINV = pow(_M, -1, 1 << 32)
+_MIX1 = U32(0x9E3779B1)
+_MIX2 = U32(0x85EBCA77)
+_POW: list[npt.NDArray[np.uint32]] = []  # [M**i, M**-i], grown on demand
+
+
+def _powers(n: int) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    if not _POW or _POW[0].size < n:
+        size = max(n, 4096, 2 * _POW[0].size if _POW else 0)
+        up = np.full(size, _M, dtype=U32)
+        up[0] = 1
+        down = np.full(size, _MINV, dtype=U32)
+        down[0] = 1
+        _POW[:] = [np.cumprod(up, dtype=U32), np.cumprod(down, dtype=U32)]
+    return _POW[0], _POW[1]
+
+
+_NOT_WORD_RANGES = ((0x80, 0xBF), (0x2000, 0x2BFF), (0x3000, 0x303F), (0xFE30, 0xFE4F))
+_ASCII_WORD = np.zeros(128, dtype=bool)
+_ASCII_WORD[48:58] = _ASCII_WORD[97:123] = True
+_ASCII_WORD[95] = True  # _ (identifiers)
+
+
+def word_chars(cp: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
+    """Which normalized code points are word characters."""
+    small = cp < 128
+    out = _ASCII_WORD[np.where(small, cp, 0)]
+    if not small.all():
+        big = ~small
+        for a, b in _NOT_WORD_RANGES:
+            big &= (cp < a) | (cp > b)
+        big &= (cp < 0xFF00) | (cp > 0xFF20)  # fullwidth punctuation and digits
+        out |= big
+    return out
+
+
+def words(cp: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.intp]]:
+    """The hash of every word of ``cp`` (normalized code points) and its length."""
+    n = cp.size
+    if not n:
+        return np.zeros(0, dtype=U32), np.zeros(0, dtype=np.intp)
+    w = np.zeros(n + 2, dtype=np.int8)
+    w[1:-1] = word_chars(cp)
+    edge = w[1:] - w[:-1]
+    starts = (edge == 1).nonzero()[0]
+    ends = (edge == -1).nonzero()[0] - 1  # inclusive
+    if not starts.size:
+        return np.zeros(0, dtype=U32), np.zeros(0, dtype=np.intp)
+    up, down = _powers(n)
+    s = np.cumsum(cp * down[:n], dtype=U32)  # sum of c_j * M**-j
+    before = np.where(starts > 0, s[np.maximum(starts - 1, 0)], U32(0))
+    h = (s[ends] - before) * up[ends]  # sum of c_j * M**(end - j)
+    return h * _MIX1, ends - starts + 1
+
+
+def pairs(h: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
+    """The hash of every pair of neighbouring words (of ``words``' hashes)."""
+    out: npt.NDArray[np.uint32] = (h[:-1] * _MIX2) ^ (h[1:] >> U32(7)) ^ h[1:]
+    return out
+
+
+@dataclass(frozen=True)
+class WordModel:
+    """Two bit tables (uint8, 1 if clean text uses it twice or more): words and pairs."""
+
+    w1: npt.NDArray[np.uint8]
+    w2: npt.NDArray[np.uint8]
+
+    def unseen(self, h: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.int32], ...]:
+        """1 for every word, and every pair of neighbouring words, clean text does not use."""
+        b1 = U32(32 - (int(self.w1.size).bit_length() - 1))
+        b2 = U32(32 - (int(self.w2.size).bit_length() - 1))
+        u1 = (self.w1[h >> b1] ^ 1).astype(np.int32)
+        u2 = (self.w2[pairs(h) >> b2] ^ 1).astype(np.int32)
+        return u1, u2
+
+
+def count(texts: Iterable[str], bits1: int, bits2: int, least: int = 2) -> WordModel:
+    """Count the tables on clean ``texts`` (training only)."""
+    n1 = np.zeros(1 << bits1, dtype=np.int64)
+    n2 = np.zeros(1 << bits2, dtype=np.int64)
+    p1: list[npt.NDArray[np.uint32]] = []
+    p2: list[npt.NDArray[np.uint32]] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal n1, n2
+        if p1:
+            n1 += np.bincount(np.concatenate(p1) >> U32(32 - bits1), minlength=1 << bits1)
+        if p2:
+            n2 += np.bincount(np.concatenate(p2) >> U32(32 - bits2), minlength=1 << bits2)
+        p1.clear()
+        p2.clear()
+
+    for text in texts:
+        h, _ = words(codes(text))
+        p1.append(h)
+        p2.append(pairs(h))
+        size += h.size
+        if size > 4_000_000:
+            flush()
+            size = 0
+    flush()
+    return WordModel((n1 >= least).astype(np.uint8), (n2 >= least).astype(np.uint8))
+
+
+__all__ = ["WordModel", "count", "pairs", "word_chars", "words"]
