@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import confirm, coverage, frames, stats
+from harness.analysis import canary, confirm, coverage, frames, judge, stats
 from harness.analysis import summary as analysis
 from harness.analysis.summary import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
@@ -311,6 +311,8 @@ def self_report_lines(summary: Mapping[str, Any]) -> list[str]:
 def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summary:
     summary = analysis.summarize(run.turns, run.run_id, run.variants, alpha=alpha)
     confirm.attach(summary, run.run_dir)  # confirm.jsonl / reference.jsonl, when recorded
+    canary.attach(summary, run.run_dir)  # canary.jsonl, when recorded
+    judge.attach(summary, run.run_dir)  # judge.jsonl, when recorded
     _attach_self_report(summary, run.run_dir)
     report_servers.attach(summary, run)  # server_facts.jsonl, metrics beside corruption
     for key in ("started_at", "finished_at"):
