@@ -1,17 +1,19 @@
 """The canary's deviations (canary.jsonl -> each variant's ``canary`` in summary.json).
 
-Per probe, the first alone score before the load is the reference. Every other score of the
-probe is compared with it token by token: ``r = lp - lp_ref`` and the KL estimate SGLang's
-KL tests use, ``k3 = mean(exp(r) - 1 - r)`` (zero when the scores agree, about ``r^2 / 2``
-for small differences); and, where the server gave top-k lists, the KL divergence of the
-reference's top-k distribution to the score's over the same tokens (``topk_kl``).
+Per probe, the reference is the most central of its alone scores (see ``deviations``).
+Every other score of the probe is compared with it token by token: ``r = lp - lp_ref`` and
+the KL estimate SGLang's KL tests use, ``k3 = mean(exp(r) - 1 - r)`` (zero when the scores
+agree, about ``r^2 / 2`` for small differences); and, where the server gave top-k lists,
+the KL divergence of the reference's top-k distribution to the score's over the same tokens
+(``topk_kl``).
 
-The *noise floor* is the largest k3 of the other alone scores (the probes scored alone
-again before the load, and once after it): what the arithmetic varies when healthy. A score
-under load *deviates* when its k3 is above ``max(NOISE_FACTOR * noise_floor, KL_FLOOR)``: far
-above the noise floor, and above what batch composition alone does (``KL_FLOOR``, about a
-0.045-nat change on every token). ``canary_p_value`` compares the deviating shares of a
-variant and the baseline (Fisher's exact test).
+The *noise floor* is the 90th percentile of the k3 of the other alone scores (the probes
+scored alone again before the load, and once after it): what the arithmetic varies when
+healthy. A score under load *deviates* when its k3 is above
+``max(NOISE_FACTOR * noise_floor, KL_FLOOR)``: far above the noise floor, and above what
+batch composition alone does (``KL_FLOOR``, about a 0.045-nat change on every token).
+``canary_p_value`` compares the deviating shares of a variant and the baseline (Fisher's
+exact test).
 """
 
 from __future__ import annotations
@@ -72,14 +74,32 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _medoid(scores: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The alone score closest to the others (sum of k3): one odd alone score (a server that
+    varies even alone) cannot become the reference."""
+    if len(scores) <= 2:
+        return scores[0]
+    return min(
+        scores,
+        key=lambda a: sum(k3(a["logprobs"], b["logprobs"]) for b in scores if b is not a),
+    )
+
+
 def deviations(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], float]:
     """Each scored row (but the references) with its ``kl``, ``topk_kl``, ``max_abs_dlp``,
-    and the noise floor: (rows, noise_floor_kl). Rows of one variant, any repeats."""
-    refs: dict[tuple[int, str], Mapping[str, Any]] = {}
+    and the noise floor: (rows, noise_floor_kl). Rows of one variant, any repeats.
+
+    A probe's reference is the medoid of its alone scores (before and after the load); the
+    noise floor is the 90th percentile of the other alone scores' k3 (robust to a few odd
+    ones, which ``alone_outliers`` counts)."""
+    alone: dict[tuple[int, str], list[Mapping[str, Any]]] = {}
     for r in rows:
         key = (int(r.get("repeat", 0)), str(r.get("probe")))
-        if r.get("phase") == ALONE_BEFORE and r.get("logprobs") and key not in refs:
-            refs[key] = r
+        if r.get("phase") not in (ALONE_BEFORE, ALONE_AFTER) or not r.get("logprobs"):
+            continue
+        if not alone.get(key) or len(alone[key][0]["logprobs"]) == len(r["logprobs"]):
+            alone.setdefault(key, []).append(r)
+    refs = {key: _medoid(scores) for key, scores in alone.items()}
     out = []
     for r in rows:
         key = (int(r.get("repeat", 0)), str(r.get("probe")))
@@ -96,8 +116,9 @@ def deviations(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]],
             "topk_kl": topk_kl(ref.get("top") or [], r.get("top") or []),
             "max_abs_dlp": max(abs(x - y) for x, y in zip(a, b, strict=True)),
         })  # fmt: skip
-    alone = [d["kl"] for d in out if d["phase"] != LOAD]
-    return out, max(alone, default=0.0)
+    kls = sorted(d["kl"] for d in out if d["phase"] != LOAD)
+    floor = kls[min(len(kls) - 1, int(0.9 * len(kls)))] if kls else 0.0
+    return out, floor
 
 
 def variant_canary(rows: Sequence[Mapping[str, Any]], session_turns: int) -> dict[str, Any]:
@@ -106,6 +127,7 @@ def variant_canary(rows: Sequence[Mapping[str, Any]], session_turns: int) -> dic
     threshold = max(NOISE_FACTOR * floor, KL_FLOOR)
     load = [d for d in devs if d["phase"] == LOAD]
     after = [d["kl"] for d in devs if d["phase"] == ALONE_AFTER]
+    odd = [d for d in devs if d["phase"] != LOAD and d["kl"] > threshold]
     deviating = [d for d in load if d["kl"] > threshold]
     requests = sum(1 for r in rows if r.get("phase") in (ALONE_BEFORE, LOAD, ALONE_AFTER))
     under_load = sum(1 for r in rows if r.get("phase") == LOAD)
@@ -122,6 +144,7 @@ def variant_canary(rows: Sequence[Mapping[str, Any]], session_turns: int) -> dic
         "noise_floor_kl": floor,
         "threshold_kl": threshold,
         "alone_after_max_kl": max(after, default=None),
+        "alone_outliers": len(odd),
         "requests": requests,
         "requests_under_load": under_load,
         "failed": sum(1 for r in rows if r.get("error") and r.get("phase") != "off"),

@@ -216,7 +216,7 @@ def _add_followup_args(p: argparse.ArgumentParser) -> None:
         type=_positive_float,
         default=1.0,
         metavar="PER_S",
-        help="canary requests a second during the load (one at a time)",
+        help="canary requests a second during the load (at most 4 at once)",
     )
     g.add_argument(
         "--scoring-api",

@@ -122,6 +122,7 @@ class Progress:
         v = self.expect(label, plans, repeat)
         v.started, v.finished = time.monotonic(), None
         self.current, self._repeat = v, repeat
+        self.last_inflight = None
 
     def end(self) -> None:
         v = self.current

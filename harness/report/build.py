@@ -32,6 +32,8 @@ from harness.report import facts as report_facts
 from harness.report import html as report_html
 from harness.report import plots
 from harness.report import servers as report_servers
+from harness.report.canary import markdown as canary_markdown
+from harness.report.canary import plot_canary
 from harness.report.confirm import markdown as confirm_markdown
 from harness.report.html import METHOD, comparison_line
 
@@ -225,6 +227,7 @@ def shared_sections(summary: Summary) -> list[str]:
     """The sections after the comparisons, as Markdown: report.md has them as they are,
     report.html renders the same Markdown."""
     out = list(confirm_markdown(summary))
+    out += list(canary_markdown(summary))
     out += report_facts.sim_accuracy_markdown(summary["variants"])
     out += cache_markdown(summary)
     if any(v.get("harness_self") for v in summary["variants"]):
@@ -335,6 +338,11 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
     run = analysis.load_run(run_dir)
     summary = build_summary(run, alpha)
     made = plots.make_plots(run, summary, run_dir / PLOTS_DIR)
+    if any("canary" in v for v in summary["variants"]):
+        order = [v["label"] for v in summary["variants"]]
+        drawn = plot_canary(run_dir, order, run_dir / PLOTS_DIR / "canary.png")
+        if drawn is not None:
+            made["canary"] = drawn
     summary["plots"] = {name: f"{PLOTS_DIR}/{p.name}" for name, p in made.items()}
     (run_dir / SUMMARY_FILE).write_text(
         json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"

@@ -1,8 +1,8 @@
 """``--canary``: the probes scored alone before the load, at a steady bounded rate during it,
 and alone after it (``canary.jsonl``; the deviations are computed by analysis/canary.py).
 
-The canary has its own connection pool and sends one request at a time, at most
-``rate_per_s`` a second: it never changes the sessions' requests, and its share of the
+The canary has its own connection pool and sends at most ``rate_per_s`` requests a second,
+at most ``MAX_INFLIGHT`` at once: it never changes the sessions' requests, and its share of the
 requests is in the summary. A probe the server cannot score faithfully (llama.cpp's grammar
 route tokenizing it otherwise) is dropped once, with the reason logged and recorded; a
 server that cannot score at all ends the canary for the variant, said once.
@@ -31,6 +31,7 @@ ALONE_BEFORE, LOAD, ALONE_AFTER = "alone_before", "load", "alone_after"
 DEFAULT_RATE = 1.0  # canary requests a second during the load
 NOISE_REPEATS = 3  # alone scores of each probe before the load (the noise floor)
 TOP_K = 5
+MAX_INFLIGHT = 4  # canary requests at once during the load
 
 
 @dataclass
@@ -137,24 +138,42 @@ class Canary:
             self._give_up("no probe could be scored faithfully")
 
     def start(self) -> None:
-        """Score the probes in turn during the load, one request at a time, at the rate."""
+        """Score the probes in turn during the load: one every 1/rate seconds, at most
+        ``MAX_INFLIGHT`` at once (a slow long probe does not stall the others)."""
         if self.dead is None and self.ready and self.rate > 0:
             self._task = asyncio.create_task(self._loop())
 
     async def _loop(self) -> None:
         period = 1.0 / self.rate
+        slots = asyncio.Semaphore(MAX_INFLIGHT)
+        pending: set[asyncio.Task[str | None]] = set()
+
+        async def one(item: _Ready, round_: int) -> str | None:
+            try:
+                return await self._score(item, LOAD, round_)
+            finally:
+                slots.release()
+
         round_ = 0
-        while not self._stop.is_set():
-            for item in list(self.ready):
-                began = time.perf_counter()
-                await self._score(item, LOAD, round_)
-                wait = period - (time.perf_counter() - began)
-                try:
-                    await asyncio.wait_for(self._stop.wait(), max(wait, 0.0))
-                except TimeoutError:
-                    continue
-                return
-            round_ += 1
+        try:
+            while not self._stop.is_set():
+                for item in list(self.ready):
+                    await slots.acquire()
+                    if self._stop.is_set():
+                        slots.release()
+                        return
+                    task = asyncio.create_task(one(item, round_))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                    try:
+                        await asyncio.wait_for(self._stop.wait(), period)
+                        return
+                    except TimeoutError:
+                        continue
+                round_ += 1
+        finally:
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
 
     async def stop(self) -> None:
         """End the load phase (the request in flight finishes)."""

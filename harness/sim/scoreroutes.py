@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from harness.dialects.prompt_v4 import render_v4
 from harness.sim import openai
 from harness.sim.faults import logprob_race_probability
 from harness.sim.inject import CHARS_PER_TOKEN
@@ -101,8 +102,11 @@ class ScoringRoutes:
         answer = engine.answers.get(digest)
         if answer is None:
             return None
-        whole = chat_tokens([*messages, answer], tools, False, False)
-        return whole[len(chat_tokens(messages, tools, True, False)) :]
+        head = render_v4(messages, tools)
+        whole = render_v4([*messages, answer], tools)
+        if not whole.startswith(head):
+            return None
+        return tokenize(whole[len(head) :])  # the header ends on a special token
 
     async def score(self, payload: dict[str, Any], api: str) -> Response:
         """``/generate`` (input_ids) or ``/v1/completions`` (prompt ids) scoring."""
@@ -133,7 +137,7 @@ class ScoringRoutes:
         rng = random.Random(f"{config.seed}:score:{self.requests}")
         in_flight = await engine.admit(None)
         try:
-            tokens = len(detokenize(ids)) // CHARS_PER_TOKEN
+            tokens = len(ids) * 3 // CHARS_PER_TOKEN  # (about three bytes an id)
             await asyncio.sleep(engine.latency.ttft(tokens))
             p = logprob_race_probability(
                 in_flight, tokens, config.index_k, config.hicache, config.fault_scale

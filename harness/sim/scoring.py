@@ -1,8 +1,8 @@
 """The simulator's tokenizer and teacher-forced scores (SGLang's and vLLM's shapes).
 
-Tokens: the text is cut into words, runs of spaces and single other characters, each
-piece's UTF-8 bytes into chunks of up to three; a chunk's id is its bytes and length packed
-into one integer, and the DeepSeek special tokens have small ids of their own. So ids
+Tokens: the text between the DeepSeek special tokens (which have small ids of their own) is
+cut into chunks of three UTF-8 bytes (the last one shorter); a chunk's id is its bytes and
+length packed into one integer. So ids
 decode back to the text with no vocabulary to keep, and the same text is always the same ids.
 
 Scores: the model is the scripted agent, so it knows what it would answer. For the
@@ -31,6 +31,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from harness.dialects import dsml
 from harness.dialects.prompt_v4 import ASSISTANT, BOS, END_THINK, THINK, USER, render_v4
 
@@ -38,39 +40,56 @@ SPECIAL_IDS = {tok: i + 1 for i, tok in enumerate((BOS, dsml.EOS, USER, ASSISTAN
                                                     END_THINK, dsml.MARK))}  # fmt: skip
 _SPECIAL_OF = {i: tok for tok, i in SPECIAL_IDS.items()}
 _SPLIT = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_IDS) + ")")
-_PIECE = re.compile(r"\w+|\s+|[^\w\s]")
 NOISE_ALONE = 1e-4  # logprob noise of a request running alone
 NOISE_PER_REQUEST = 2e-5  # more per request running beside it
 RACE_SIGMA = 1.0  # the race's perturbation of a logprob (standard deviation)
 
 
+def _chunks(data: bytes) -> np.ndarray:
+    """Ids of ``data`` cut into chunks of three bytes (the last one shorter)."""
+    n = len(data)
+    full = n // 3
+    arr = np.frombuffer(data[: full * 3], dtype=np.uint8).reshape(-1, 3).astype(np.int64)
+    ids = (3 << 24) | (arr[:, 0] << 16) | (arr[:, 1] << 8) | arr[:, 2]
+    rest = data[full * 3 :]
+    if rest:
+        tail = (len(rest) << 24) | int.from_bytes(rest.ljust(3, b"\0"), "big")
+        ids = np.append(ids, tail)
+    return ids
+
+
 def tokenize(text: str) -> list[int]:
-    ids: list[int] = []
+    parts: list[np.ndarray] = []
     for part in _SPLIT.split(text):
         if not part:
             continue
         special = SPECIAL_IDS.get(part)
         if special is not None:
-            ids.append(special)
-            continue
-        for piece in _PIECE.findall(part):
-            data = piece.encode("utf-8")
-            for i in range(0, len(data), 3):
-                chunk = data[i : i + 3]
-                ids.append((len(chunk) << 24) | int.from_bytes(chunk.ljust(3, b"\0"), "big"))
-    return ids
+            parts.append(np.array([special], dtype=np.int64))
+        else:
+            parts.append(_chunks(part.encode("utf-8")))
+    if not parts:
+        return []
+    return [int(x) for x in np.concatenate(parts).tolist()]
 
 
 def detokenize(ids: Sequence[int]) -> str:
-    out = bytearray()
-    for tid in ids:
-        special = _SPECIAL_OF.get(tid)
-        if special is not None:
-            out += special.encode("utf-8")
-            continue
-        n = (tid >> 24) & 0x3
-        out += (tid & 0xFFFFFF).to_bytes(3, "big")[:n]
-    return out.decode("utf-8", "replace")
+    arr = np.asarray(ids, dtype=np.int64)
+    if not len(arr):
+        return ""
+    special = arr < (1 << 24)
+    out: list[str] = []
+    start = 0
+    for at in [*np.flatnonzero(special).tolist(), len(arr)]:
+        if at > start:
+            run = arr[start:at]
+            raw = np.stack([(run >> 16) & 0xFF, (run >> 8) & 0xFF, run & 0xFF], axis=1)
+            keep = np.arange(3)[None, :] < ((run >> 24) & 0x3)[:, None]
+            out.append(raw.astype(np.uint8)[keep].tobytes().decode("utf-8", "replace"))
+        if at < len(arr):
+            out.append(_SPECIAL_OF.get(int(arr[at]), ""))
+        start = at + 1
+    return "".join(out)
 
 
 def valid_ids(ids: Any) -> bool:
