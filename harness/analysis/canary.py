@@ -132,7 +132,9 @@ def variant_canary(rows: Sequence[Mapping[str, Any]], session_turns: int) -> dic
     requests = sum(1 for r in rows if r.get("phase") in (ALONE_BEFORE, LOAD, ALONE_AFTER))
     under_load = sum(1 for r in rows if r.get("phase") == LOAD)
     out: dict[str, Any] = {
-        "probes": len({r.get("probe") for r in rows if r.get("probe") is not None}),
+        "probes": len({r.get("probe") for r in rows if r.get("logprobs")}),
+        "dropped_probes": sorted({str(r.get("probe")) for r in rows if r.get("probe")}
+                                 - {str(r.get("probe")) for r in rows if r.get("logprobs")}),
         "scored": len(load),
         "deviating": len(deviating),
         "deviating_share": len(deviating) / len(load) if load else None,

@@ -8,12 +8,14 @@ server gives them. One adapter per server shape:
   ``return_logprob`` and ``logprob_start_len = c - 1`` (the first entry is null);
 * ``vllm`` -- ``POST /v1/completions`` with the ids as ``prompt``, ``max_tokens: 1`` and
   ``prompt_logprobs: k`` (the generated token is ignored);
-* ``llamacpp`` -- llama.cpp has no prompt logprobs. Its nearest faithful measure: a GBNF
-  grammar equal to the literal continuation, ``n_probs`` and pre-sampling logprobs (the
-  values come from the raw logits, before the grammar masks them), ``cache_prompt: false``.
-  The grammar may make the server pick another tokenization of the same text; the returned
-  ids are checked against the given ones, and a mismatch is ``ScoringMismatch`` (skipped,
-  never approximated).
+* ``llamacpp`` -- llama.cpp has no prompt logprobs. The continuation is forced token by
+  token instead: a GBNF grammar of exactly its token ids (``root ::= <[id]> <[id]> ...``),
+  ``n_probs`` with pre-sampling logprobs (a softmax of the raw logits, before the grammar
+  masks them), temperature 0, ``cache_prompt: false``. Each token costs a decode step, not a
+  prefill. A grammar of the literal text instead lets the sampler pick another tokenization
+  of the same text (`` they`` as `` the`` + ``y``), so it is not used. The returned ids are
+  checked against the given ones; a mismatch is ``ScoringMismatch`` (skipped, never
+  approximated).
 
 The simulator speaks the SGLang and the vLLM shapes, so both adapters run against a real
 loopback server in the tests. Token ids come from the server's own tokenizer (``tokenize``,
@@ -57,26 +59,9 @@ class Scored:
     latency_s: float
 
 
-def gbnf_literal(text: str) -> str:
-    """A GBNF grammar whose only sentence is ``text``."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif 0x20 <= code < 0x7F:
-            out.append(ch)
-        elif code <= 0xFFFF:
-            out.append(f"\\u{code:04X}")
-        else:
-            out.append(f"\\U{code:08X}")
-    return 'root ::= "' + "".join(out) + '"'
+def gbnf_tokens(ids: Sequence[int]) -> str:
+    """A GBNF grammar whose only sentence is these token ids (llama.cpp's ``<[id]>``)."""
+    return "root ::= " + " ".join(f"<[{int(i)}]>" for i in ids)
 
 
 def _float(value: Any, what: str) -> float:
@@ -262,7 +247,7 @@ class Scorer:
     ) -> tuple[list[float], list[dict[int, float]], int | None, httpx.Response]:
         body = {
             "prompt": list(prompt_ids),
-            "grammar": gbnf_literal(cont_text),
+            "grammar": gbnf_tokens(cont_ids),
             "n_probs": max(top_k, 1),
             "post_sampling_probs": False,
             "temperature": 0,
@@ -277,8 +262,8 @@ class Scorer:
         got = [p.get("id") for p in probs if isinstance(p, dict)]
         if got != list(cont_ids):
             raise ScoringMismatch(
-                f"/completion: the grammar produced other tokens ({len(got)}) than the "
-                f"text's ({len(cont_ids)}): llama.cpp cannot score this text faithfully"
+                f"/completion: the grammar produced other tokens than the given ones "
+                f"({len(got)} for {len(cont_ids)}): the text cannot be scored faithfully here"
             )
         lps = [_float(p.get("logprob"), "logprob") for p in probs]
         top = [

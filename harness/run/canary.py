@@ -125,10 +125,17 @@ class Canary:
     async def alone(self, phase: str, repeats: int) -> None:
         """Every probe ``repeats`` times on the idle server."""
         for round_ in range(repeats):
-            errors = [await self._score(item, phase, round_) for item in list(self.ready)]
-            if errors and all(e is not None for e in errors) and phase == ALONE_BEFORE:
+            items = list(self.ready)
+            errors = [await self._score(item, phase, round_) for item in items]
+            if phase != ALONE_BEFORE or round_ > 0:
+                continue
+            if errors and all(e is not None for e in errors):
                 self._give_up(str(errors[0]))  # not one probe scored: the server cannot
                 return
+            for item, error in zip(items, errors, strict=True):
+                if error is not None and item in self.ready:  # this probe cannot be scored
+                    self.ready.remove(item)
+                    log.warning("canary probe %s dropped: %s", item.probe.name, error)
 
     async def before(self) -> None:
         await self.prepare()

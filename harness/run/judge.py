@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.judge import window_nll
+from harness.analysis.judge import decide, window_nll
 from harness.client.scoring import Scorer, ScoringFailed, ScoringMismatch, detect_api
 from harness.record.rundir import JUDGE_FILE, TRANSCRIPTS_FILE
 from harness.record.transcripts import Transcript, load_transcripts
@@ -152,3 +152,57 @@ async def judge_variant(
         announce(f"{variant}: the judge is off: the server cannot score a given text ({why})")
     else:
         announce(f"{variant}: {n} turns scored teacher-forced by the judge")
+
+
+async def judge_saved(
+    inputs: dict[str, dict[str, Any]], labelled: list[dict[str, Any]], scorer: Scorer
+) -> tuple[list[dict[str, Any]], str | None]:
+    """``harness classify --judge``: score each classified line's output teacher-forced after
+    its prompt (``messages`` + ``tools`` rendered by the server's chat template, else the
+    ``context`` text), and decide ``judge_confirmed`` with the run's rule, the lines the
+    classifier passed as the healthy reference. (lines, why the server cannot score or None);
+    a line with no prompt is not judged."""
+    rows: list[dict[str, Any]] = []
+    for out in labelled:
+        src = inputs.get(str(out.get("id")))
+        if src is None:
+            continue
+        row = {"variant": "classify", "id": out.get("id"), "flagged": bool(out.get("corrupted"))}
+        try:
+            if isinstance(src.get("messages"), list):
+                reply = reply_message({"content": src.get("text"),
+                                       "tool_calls": src.get("tool_calls")})  # fmt: skip
+                ids, start = await scorer.chat_ids(src["messages"], src.get("tools"), reply)
+            elif isinstance(src.get("context"), str) and src["context"]:
+                head = await scorer.tokenize(src["context"])
+                ids, start = head + await scorer.tokenize(str(src["text"])), len(head)
+            else:
+                continue
+            if start < 1 or start >= len(ids):
+                raise ScoringFailed("the output is empty once rendered")
+            got = await scorer.score(ids[:start], ids[start:], str(src["text"]))
+        except ScoringMismatch as exc:
+            row["error"] = f"mismatch: {exc}"
+        except ScoringFailed as exc:
+            if not rows:
+                return [], str(exc)
+            row["error"] = str(exc)
+        else:
+            mean, worst = window_nll(got.logprobs)
+            row.update(judge_nll=mean, judge_nll_worst=worst)
+        rows.append(row)
+    scored, _ = decide(rows)
+    by_id = {str(r["id"]): r for r in scored}
+    errors = {str(r["id"]): r["error"] for r in rows if "error" in r}
+    result = []
+    for out in labelled:
+        key = str(out.get("id"))
+        if key in by_id:
+            r = by_id[key]
+            out = {**out, "judge_nll": round(r["judge_nll"], 6),
+                   "judge_nll_worst": round(r["judge_nll_worst"], 6),
+                   "judge_confirmed": r["judge_confirmed"]}  # fmt: skip
+        elif key in errors:
+            out = {**out, "judge_error": errors[key]}
+        result.append(out)
+    return result, None

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.client.scoring import Scorer, ScoringFailed, detect_api, gbnf_literal
+from harness.client.scoring import Scorer, ScoringFailed, detect_api, gbnf_tokens
 from harness.errors import UsageError
 from harness.sim import scoring as sim_scoring
 
@@ -156,6 +156,5 @@ def test_errors_are_clear(make_sim: Callable[..., str]) -> None:
     assert asyncio.run(detect_api(url)) == "sglang"
 
 
-def test_gbnf_literal_escapes() -> None:
-    assert gbnf_literal('a"b\\c\n\t') == 'root ::= "a\\"b\\\\c\\n\\t"'
-    assert gbnf_literal("é🙂") == 'root ::= "\\u00E9\\U0001F642"'
+def test_gbnf_tokens() -> None:
+    assert gbnf_tokens([1550, 260]) == "root ::= <[1550]> <[260]>"
