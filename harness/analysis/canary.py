@@ -85,13 +85,8 @@ def _medoid(scores: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     )
 
 
-def deviations(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], float]:
-    """Each scored row (but the references) with its ``kl``, ``topk_kl``, ``max_abs_dlp``,
-    and the noise floor: (rows, noise_floor_kl). Rows of one variant, any repeats.
-
-    A probe's reference is the medoid of its alone scores (before and after the load); the
-    noise floor is the 90th percentile of the other alone scores' k3 (robust to a few odd
-    ones, which ``alone_outliers`` counts)."""
+def references(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[int, str], Mapping[str, Any]]:
+    """Per (repeat, probe): the medoid of its alone scores (before and after the load)."""
     alone: dict[tuple[int, str], list[Mapping[str, Any]]] = {}
     for r in rows:
         key = (int(r.get("repeat", 0)), str(r.get("probe")))
@@ -99,7 +94,31 @@ def deviations(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]],
             continue
         if not alone.get(key) or len(alone[key][0]["logprobs"]) == len(r["logprobs"]):
             alone.setdefault(key, []).append(r)
-    refs = {key: _medoid(scores) for key, scores in alone.items()}
+    return {key: _medoid(scores) for key, scores in alone.items()}
+
+
+def alone_kl(
+    rows_a: Sequence[Mapping[str, Any]], rows_b: Sequence[Mapping[str, Any]]
+) -> float | None:
+    """The median over probes of k3 between two variants' alone references (the same model
+    and tokenizer: what a configuration changes in the arithmetic itself, load aside)."""
+    ra, rb = references(rows_a), references(rows_b)
+    kls = sorted(
+        k3(ra[key]["logprobs"], rb[key]["logprobs"])
+        for key in ra.keys() & rb.keys()
+        if len(ra[key]["logprobs"]) == len(rb[key]["logprobs"])
+    )
+    return kls[len(kls) // 2] if kls else None
+
+
+def deviations(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    """Each scored row (but the references) with its ``kl``, ``topk_kl``, ``max_abs_dlp``,
+    and the noise floor: (rows, noise_floor_kl). Rows of one variant, any repeats.
+
+    A probe's reference is the medoid of its alone scores (before and after the load); the
+    noise floor is the 90th percentile of the other alone scores' k3 (robust to a few odd
+    ones, which ``alone_outliers`` counts)."""
+    refs = references(rows)
     out = []
     for r in rows:
         key = (int(r.get("repeat", 0)), str(r.get("probe")))
@@ -175,6 +194,8 @@ def attach(summary: dict[str, Any], run_dir: Path) -> None:
     if not rows:
         return
     by_label: dict[str, dict[str, Any]] = {}
+    rows_of = {str(v["label"]): [r for r in rows if r.get("variant") == v["label"]]
+               for v in summary.get("variants", [])}  # fmt: skip
     for v in summary.get("variants", []):
         mine = [r for r in rows if r.get("variant") == v["label"]]
         if not mine:
@@ -186,6 +207,8 @@ def attach(summary: dict[str, Any], run_dir: Path) -> None:
         by_label[v["label"]] = block
     for c in summary.get("comparisons", []):
         a, b = by_label.get(c.get("a", "")), by_label.get(c.get("b", ""))
+        if a is not None and b is not None:
+            c["canary_alone_kl"] = alone_kl(rows_of[c["a"]], rows_of[c["b"]])
         if a is None or b is None or not a["scored"] or not b["scored"]:
             c["canary_p_value"] = None
             continue
