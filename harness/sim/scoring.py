@@ -9,7 +9,9 @@ Scores: the model is the scripted agent, so it knows what it would answer. For t
 continuation after an assistant header, the simulator looks up the answer it gave that
 conversation (``AnswerMemory``, filled by the engine, bounded), renders it with the same chat
 template and aligns the two token lists (difflib): a token of its own answer is likely
-(logprob about -0.15), a token it would not write is not (about -7); a text that is no answer
+(logprob about -0.15), a token it would not write is not (about -7), and neither is the first
+token after a gap in the alignment (where the text skipped what it would have written); a
+text that is no answer
 of its own (a probe) gets a middling, text-dependent value (about -1.4). Every value is a
 deterministic function of (previous id, id, position).
 
@@ -148,6 +150,8 @@ def expected_mask(cont: Sequence[int], reference: Sequence[int] | None) -> list[
     for block in matcher.get_matching_blocks():
         for j in range(block.b, block.b + block.size):
             mask[j] = True
+        if block.size and (block.a, block.b) != (0, 0):
+            mask[block.b] = False  # the first token after a gap: not what the model expected
     return mask
 
 

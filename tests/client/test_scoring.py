@@ -158,3 +158,11 @@ def test_errors_are_clear(make_sim: Callable[..., str]) -> None:
 
 def test_gbnf_tokens() -> None:
     assert gbnf_tokens([1550, 260]) == "root ::= <[1550]> <[260]>"
+
+
+def test_a_deleted_token_makes_the_next_one_unlikely() -> None:
+    ref = [11, 12, 13, 14, 15, 16]
+    assert sim_scoring.expected_mask(ref, ref) == [True] * 6
+    assert sim_scoring.expected_mask([11, 12, 14, 15, 16], ref) == [True, True, False, True, True]
+    assert sim_scoring.expected_mask([11, 99, 13], ref) == [True, False, False]
+    assert sim_scoring.expected_mask([1, 2], None) == [None, None]
