@@ -52,8 +52,8 @@ def plot_canary(run_dir: Path, order: Sequence[str], path: Path) -> Path | None:
         ax.set_yscale("log")
         ax.set_xlabel(title)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("KL (k3) against the alone score, per token")
-    axes[0].legend(fontsize=7, loc="upper left")
+    axes[0].set_ylabel("KL (k3) against the alone score, per token\n(exactly 0 drawn at 1e-12)")
+    axes[0].legend(fontsize=7, loc="center left")
     fig.suptitle("Canary: teacher-forced scores of fixed probes; dashed: deviation threshold "
                  "(max(10 x noise floor, 1e-3))")  # fmt: skip
     fig.tight_layout()
