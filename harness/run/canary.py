@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.client.scoring import Scorer, ScoringFailed, ScoringMismatch, detect_api
-from harness.record.rundir import CANARY_FILE
+from harness.record.rundir import CANARY_FILE, TURNS_FILE
 from harness.record.turns import JsonlAppender
 from harness.run.options import RunOptions
-from harness.workload.canary import Probe, probes
+from harness.workload.canary import Probe, probes, session_probe
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ DEFAULT_RATE = 1.0  # canary requests a second during the load
 NOISE_REPEATS = 3  # alone scores of each probe before the load (the noise floor)
 TOP_K = 5
 MAX_INFLIGHT = 4  # canary requests at once during the load
+SESSION_PROBES = 2  # probes made of the sessions' own healthy turns, added during the load
 
 
 @dataclass
@@ -67,6 +68,9 @@ class Canary:
         self.dead: str | None = None  # why the server cannot score (said once)
         self.requests = 0
         self._out = JsonlAppender(run_dir / CANARY_FILE)
+        self._turns = run_dir / TURNS_FILE
+        self._turns_at = 0  # how far turns.jsonl was read for session probes
+        self.session_probes = 0
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._t0 = time.perf_counter()
@@ -161,26 +165,66 @@ class Canary:
             finally:
                 slots.release()
 
-        round_ = 0
+        rounds: dict[str, int] = {}
+        turn = 0
         try:
-            while not self._stop.is_set():
-                for item in list(self.ready):
-                    await slots.acquire()
-                    if self._stop.is_set():
-                        slots.release()
-                        return
-                    task = asyncio.create_task(one(item, round_))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                    try:
-                        await asyncio.wait_for(self._stop.wait(), period)
-                        return
-                    except TimeoutError:
-                        continue
-                round_ += 1
+            while not self._stop.is_set() and self.ready:
+                await self._add_session_probe()
+                item = self.ready[turn % len(self.ready)]
+                turn += 1
+                round_ = rounds.get(item.probe.name, 0)
+                rounds[item.probe.name] = round_ + 1
+                await slots.acquire()
+                if self._stop.is_set():
+                    slots.release()
+                    return
+                task = asyncio.create_task(one(item, round_))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                try:
+                    await asyncio.wait_for(self._stop.wait(), period)
+                    return
+                except TimeoutError:
+                    continue
         finally:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _add_session_probe(self) -> None:
+        """Up to ``SESSION_PROBES`` probes made of this variant's own healthy turns, read
+        from turns.jsonl as the load writes it (whole lines; their alone reference is the
+        score after the load)."""
+        if self.session_probes >= SESSION_PROBES:
+            return
+        try:
+            with open(self._turns, "rb") as fh:  # noqa: ASYNC230 - a local file, a few lines
+                fh.seek(self._turns_at)
+                data = fh.read(1 << 20)
+        except OSError:
+            return
+        cut = data.rfind(b"\n") + 1
+        self._turns_at += cut
+        for line in data[:cut].splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("variant") != self.base.get("variant") or rec.get("repeat") != self.base.get(
+                "repeat"
+            ):
+                continue
+            probe = session_probe(rec, self.session_probes)
+            if probe is None:
+                continue
+            try:
+                head = await self.scorer.tokenize(probe.prompt)
+                cont = await self.scorer.tokenize(probe.continuation)
+            except ScoringFailed:
+                return
+            if head and cont:
+                self.ready.append(_Ready(probe, head, cont))
+                self.session_probes += 1
+                return
 
     async def stop(self) -> None:
         """End the load phase (the request in flight finishes)."""

@@ -2,13 +2,18 @@
 
 Prose, code, a DSML tool call, and long contexts (the same continuation after a prompt
 grown to a share of the scenario's ``max_context``, up to all of it) -- long contexts are
-where a cache read that races does its damage. The texts are deterministic, so the probes of
-two runs are the same; sizes are in the harness's estimate of about four characters a token.
+where a cache read that races does its damage -- and, during the load, prefixes of the
+sessions' own healthy turns (``session_probe``: the workload's own text). The fixed texts
+are deterministic, so the probes of two runs are the same; sizes are in the harness's
+estimate of about four characters a token.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from harness.dialects import dsml
 from harness.dialects.base import ToolCall
@@ -83,3 +88,26 @@ def probes(scenario: Scenario, kinds: tuple[str, ...] = PROBE_KINDS) -> list[Pro
             name = f"long_{tokens // 1000}k" if tokens >= 1000 else f"long_{tokens}"
             out.append(Probe(name, _filler(tokens) + "\n\n" + _PROSE, _PROSE_NEXT))
     return out
+
+
+#: The shortest healthy turn a session probe is made of (characters).
+SESSION_MIN_CHARS = 160
+
+
+def session_probe(record: Mapping[str, Any], index: int) -> Probe | None:
+    """A probe of one of the sessions' own healthy turns (its text cut in two: the first half
+    the prompt, the second the continuation), or None when the turn is not one."""
+    if record.get("corrupted") or record.get("transport_error") or record.get("attempt"):
+        return None
+    if not str(record.get("label", "")).startswith("ok_"):
+        return None
+    text = str(record.get("content") or "")
+    calls = record.get("tool_calls") or []
+    if calls:
+        text += "\n" + json.dumps(calls, ensure_ascii=False, sort_keys=True)
+    if len(text) < SESSION_MIN_CHARS:
+        return None
+    half = len(text) // 2
+    cut = text.rfind(" ", 0, half)
+    cut = cut if cut > half // 2 else half
+    return Probe(f"session_{index}", text[:cut], text[cut:])

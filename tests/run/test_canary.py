@@ -110,8 +110,8 @@ async def test_canary_leaves_the_sessions_workload_unchanged(
     make_sim: Callable[..., str], tmp_path: Path
 ) -> None:
     plain, canary = tmp_path / "plain", tmp_path / "canary"
-    await _run(make_sim(index_k="fp8"), plain)
-    await _run(make_sim(index_k="fp8"), canary, canary=True, canary_rate=50.0)
+    await _run(make_sim(index_k="fp8", speed=5.0), plain)
+    await _run(make_sim(index_k="fp8", speed=5.0), canary, canary=True, canary_rate=50.0)
     assert _workload(plain) == _workload(canary)
     rows = _rows(canary)
     phases = {r["phase"] for r in rows}
@@ -119,6 +119,10 @@ async def test_canary_leaves_the_sessions_workload_unchanged(
     alone = [r for r in rows if r["phase"] == "alone_before"]
     assert len(alone) == 3 * 6  # every probe three times: the noise floor
     assert all(r["inflight"] == 0 for r in alone)
+    # the sessions' own healthy turns become probes during the load, scored alone after it
+    own = {r["probe"] for r in rows if r["probe"].startswith("session_")}
+    assert own
+    assert {r["phase"] for r in rows if r["probe"] in own} >= {"load", "alone_after"}
     [v] = write_report(canary)["variants"]
     assert v["canary"]["requests"] == len(rows)
     assert not (plain / CANARY_FILE).exists()
