@@ -19,7 +19,7 @@ from harness.record.turns import read_turns
 from harness.report.build import write_report
 from harness.run.execute import execute, write_run_json
 from harness.run.options import RunOptions
-from harness.workload.canary import LONG_SHARES, probes
+from harness.workload.canary import LONG_SHARES, probes, session_probe
 from harness.workload.matrix import Variant
 from tests.run.test_replay import small_scenario
 
@@ -119,10 +119,12 @@ async def test_canary_leaves_the_sessions_workload_unchanged(
     alone = [r for r in rows if r["phase"] == "alone_before"]
     assert len(alone) == 3 * 6  # every probe three times: the noise floor
     assert all(r["inflight"] == 0 for r in alone)
-    # the sessions' own healthy turns become probes during the load, scored alone after it
+    # the sessions' own healthy turns become probes during the load (scored under load from
+    # then on, when the load lasts), with their alone score after it
     own = {r["probe"] for r in rows if r["probe"].startswith("session_")}
     assert own
-    assert {r["phase"] for r in rows if r["probe"] in own} >= {"load", "alone_after"}
+    for name in own:
+        assert "alone_after" in {r["phase"] for r in rows if r["probe"] == name}
     [v] = write_report(canary)["variants"]
     assert v["canary"]["requests"] == len(rows)
     assert not (plain / CANARY_FILE).exists()
@@ -141,6 +143,18 @@ async def test_a_server_that_cannot_score_turns_the_canary_off_once(
     assert v["canary"]["scored"] == 0
     assert v["canary"]["off"] == rows[0]["error"]
     assert v["turns"] == 12 * 4
+
+
+def test_session_probe_is_a_healthy_turn_cut_in_two() -> None:
+    text = "The build finished and every test passed; the report lists the slow ones. " * 3
+    rec = {"label": "ok_text", "content": text, "corrupted": False, "attempt": 0}
+    probe = session_probe(rec, 0)
+    assert probe is not None
+    assert probe.prompt + probe.continuation == text
+    assert abs(len(probe.prompt) - len(text) / 2) < 20
+    assert session_probe({**rec, "corrupted": True, "label": "token_salad"}, 0) is None
+    assert session_probe({**rec, "attempt": 1}, 0) is None  # a re-send: not the workload's
+    assert session_probe({**rec, "content": "short"}, 0) is None
 
 
 def test_k3_and_topk_kl() -> None:
