@@ -66,7 +66,7 @@ def test_canary_separates_the_race_from_fp8(tmp_path: Path) -> None:
     for v in (fp8, bf16):
         c = v["canary"]
         assert set(c) >= {"probes", "scored", "deviating_share", "max_kl", "noise_floor_kl"}
-        assert c["probes"] == 6
+        assert 6 <= c["probes"] <= 8  # the fixed six, and up to two of the sessions' own
         assert c["scored"] >= 15
         assert c["sim_false_deviations"] == 0  # no deviation the simulator did not inject
         assert 0 < c["share_of_requests"] < 0.5
