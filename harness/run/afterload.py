@@ -8,7 +8,8 @@ server (same body, so the same temperature and seed): ``status`` is
 ``confirmed_under_load`` (clean when alone: the corruption needed the load, a concurrency
 bug), ``reproduces_alone`` (corrupted again: a model or prompt problem) or ``undecided`` (the
 re-send failed in transport). Rows are keyed by variant/repeat/session/turn/attempt and
-joined to turns.jsonl by the analysis; turns.jsonl itself is never rewritten.
+joined to turns.jsonl by the analysis; turns.jsonl is not rewritten for them (only the
+judge's fields are merged into it once, when the run ends: run/judge.py).
 
 ``reference.jsonl`` -- turn records (the turns.jsonl shape) of K sessions re-run one at a
 time after the load; ``reference_sessions.jsonl`` notes each of them that ran to its end (a
