@@ -213,14 +213,22 @@ def by_source(
         pairs = groups[name]
         clean = [p for t, p in pairs if t == "clean"]
         bad = [(t, p) for t, p in pairs if t != "clean"]
-        cols = [name, _rate(sum(p != "clean" for p in clean), len(clean)),
-                _rate(sum(p != "clean" for _, p in bad), len(bad))]
+        cols = [
+            name,
+            _rate(sum(p != "clean" for p in clean), len(clean)),
+            _rate(sum(p != "clean" for _, p in bad), len(bad)),
+        ]
         for c in ("salad", "repetition"):
             sel = [p for t, p in bad if t == c]
             cols.append(_rate(sum(p != "clean" for p in sel), len(sel)))
         out.append(tuple(cols))
-    header = [key, "clean FPR [95 % CI]", "garbled recall [95 % CI]", "salad recall",
-              "repetition recall"]
+    header = [
+        key,
+        "clean FPR [95 % CI]",
+        "garbled recall [95 % CI]",
+        "salad recall",
+        "repetition recall",
+    ]
     return header, out  # type: ignore[return-value]
 
 

@@ -41,8 +41,13 @@ def main(src: Path, dst: Path) -> None:
         same.append(1.0 if n == ref else (f or 0.0))
     ax1.barh(list(y), [100 * s for s in same], color="#4c72b0")
     for i, s in zip(y, same, strict=True):
-        ax1.text(100 * s + 1, i, "reference" if names[i] == ref else f"{100 * s:.0f}%",
-                 va="center", fontsize=8)
+        ax1.text(
+            100 * s + 1,
+            i,
+            "reference" if names[i] == ref else f"{100 * s:.0f}%",
+            va="center",
+            fontsize=8,
+        )
     ax1.set_xlim(0, 115)
     ax1.set_xlabel(f"turn-0 answers identical to {ref} (% of 8 sessions)")
     ax1.set_title("Same prompt, same text? (temperature 0)")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "harness"
-GROUND = {"harness", "harness.errors", "harness.labels", "harness.argtypes"}
+GROUND = {"harness", "harness.errors", "harness.labels", "harness.argtypes", "harness.tomlfile"}
 
 #: What each package may import besides itself and the ground floor (docs/architecture.md).
 ALLOWED: dict[str, set[str]] = {

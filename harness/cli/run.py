@@ -41,7 +41,8 @@ from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.run.stopsignals import StopSignals
 from harness.target.launch import check_variants
 from harness.target.readiness import normalize_endpoint
-from harness.target.spec import default_sim_target, is_secret_name, load_target
+from harness.target.spec import is_secret_name
+from harness.target.targetfile import default_sim_target, load_target
 from harness.workload.dialect import check_name
 from harness.workload.matrix import parse_ab, variants
 from harness.workload.scenario import load_scenario

@@ -38,7 +38,8 @@ from harness.dialects.markup import (
     Scanner,
     Tools,
     expect_ws,
-    snippet,
+    layout_of,
+    need,
 )
 from harness.errors import UsageError
 
@@ -70,9 +71,7 @@ def _version(version: str) -> str:
 
 
 def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
-    if not body[pos:].strip():
-        return Fail(f"truncated section: expected {expected}", pos, calls)
-    return Fail(f"expected {expected}, found {snippet(body, pos)}", pos, calls)
+    return need(body, pos, expected, calls, "section")
 
 
 def _json(raw: str, at: int, calls: list[ToolCall]) -> dict[str, object]:
@@ -160,6 +159,18 @@ GRAMMARS = {
     v: BlockGrammar(name, _OPENER, FRAGMENT, _scanner(v), eos=(EOS,), separator="", what="DeepSeek")
     for v, name in VERSIONS.items()
 }
+
+
+#: V3 writes a type and a fence around the arguments, V3.1 the JSON right after the separator
+_V3_LAYOUT = re.compile(rf"function[ \t]*{re.escape(SEP)}|{re.escape(SEP)}[^\n<{{]*\n[ \t]*```")
+_V31_LAYOUT = re.compile(rf"{re.escape(SEP)}[^\n<{{`]*{{")
+
+
+def layout(text: str) -> str | None:
+    """The version whose layout the markup in ``text`` has, whole or broken: ``deepseek-v3``
+    when its calls mostly carry a type and a fence, ``deepseek-v31`` when their JSON mostly
+    follows the name; None when they do not tell."""
+    return layout_of(text, _V3_LAYOUT, _V31_LAYOUT, (VERSIONS["v3"], VERSIONS["v31"]))
 
 
 def first_marker(text: str, version: str = "v3") -> int:

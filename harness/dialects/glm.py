@@ -34,8 +34,10 @@ from harness.dialects.markup import (
     Scanner,
     Tools,
     expect_ws,
+    layout_of,
+    need,
     skip_ws,
-    snippet,
+    value_end,
 )
 from harness.errors import UsageError
 
@@ -60,23 +62,6 @@ def _version(version: str) -> str:
     return version
 
 
-def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
-    if not body[pos:].strip():
-        return Fail(f"truncated block: expected {expected}", pos, calls)
-    return Fail(f"expected {expected}, found {snippet(body, pos)}", pos, calls)
-
-
-def _closed(body: str, pos: int, closer: str, what: str, calls: list[ToolCall]) -> int:
-    """Where ``closer`` starts, with no other GLM tag before it."""
-    end = body.find(closer, pos)
-    inner = _INNER.search(body, pos, end if end >= 0 else len(body))
-    if inner is not None:
-        raise Fail(f"{what} not closed before {inner.group(0)!r}", inner.start(), calls)
-    if end < 0:
-        raise Fail(f"truncated block: {what} not closed", pos, calls)
-    return end
-
-
 def _scanner(version: str) -> Scanner:
     nl = VERSIONS[version]
 
@@ -93,7 +78,7 @@ def _scanner(version: str) -> Scanner:
                     raise Fail("Hermes JSON inside a GLM <tool_call>", start, calls)
                 if body.startswith("<function=", q):
                     raise Fail("Qwen3-Coder markup inside a GLM <tool_call>", start, calls)
-                raise _need(body, q, "a function name after <tool_call>", calls)
+                raise need(body, q, "a function name after <tool_call>", calls)
             if re.search(r"[\s\"'{}()\[\]=,:]", name):
                 raise Fail(f"malformed function name {name!r}", start, calls)
             if m.group(0) != name:
@@ -105,9 +90,9 @@ def _scanner(version: str) -> Scanner:
                 if body.startswith(CLOSE, p):
                     break
                 if not body.startswith(KEY, p):
-                    raise _need(body, p, f"{KEY} or {CLOSE}", calls)
+                    raise need(body, p, f"{KEY} or {CLOSE}", calls)
                 kstart = p + len(KEY)
-                kend = _closed(body, kstart, KEY_CLOSE, "<arg_key>", calls)
+                kend = value_end(body, kstart, KEY_CLOSE, _INNER, "<arg_key>", calls)
                 key = body[kstart:kend].strip()
                 if key != body[kstart:kend]:
                     nc.append(NC_NEWLINES)
@@ -115,9 +100,11 @@ def _scanner(version: str) -> Scanner:
                     raise Fail("empty <arg_key>", kstart, calls)
                 p = expect_ws(body, kend + len(KEY_CLOSE), nl, nc)
                 if not body.startswith(VALUE, p):
-                    raise _need(body, p, f"{VALUE} after the key {key!r}", calls)
+                    raise need(body, p, f"{VALUE} after the key {key!r}", calls)
                 vstart = p + len(VALUE)
-                vend = _closed(body, vstart, VALUE_CLOSE, f"<arg_value> of {key!r}", calls)
+                vend = value_end(
+                    body, vstart, VALUE_CLOSE, _INNER, f"<arg_value> of {key!r}", calls
+                )
                 if key in raw:
                     raise Fail(f"repeated key {key!r}", kstart, calls)
                 raw[key] = body[vstart:vend]
@@ -138,6 +125,22 @@ GRAMMARS = {
     v: BlockGrammar(v, _OPENER, FRAGMENT, _scanner(v), eos=EOS, separator=nl, what="GLM")
     for v, nl in VERSIONS.items()
 }
+
+
+#: a GLM tag right after a line break (4.5/4.6) or right after other text (4.7/5); the
+#: closers of keys and values follow their text in both layouts, so they tell nothing
+_AFTER_NEWLINE = re.compile(
+    r"\n[ \t]*(?:<arg_key>|<arg_value>|</tool_call>)|</tool_call>\n<tool_call>"
+)
+_AFTER_TEXT = re.compile(r"[^\s](?:<arg_key>|<arg_value>|</tool_call>)|</tool_call><tool_call>")
+
+
+def layout(text: str) -> str | None:
+    """The GLM version whose layout the markup in ``text`` has, whole or broken: ``glm45``
+    when its tags mostly stand on lines of their own (``\n<arg_key>``), ``glm47`` when they
+    mostly follow the text before them (``get_time</tool_call>``); None when they do not tell
+    (no such tag, or as many of each)."""
+    return layout_of(text, _AFTER_NEWLINE, _AFTER_TEXT, ("glm45", "glm47"))
 
 
 def first_marker(text: str, version: str = "glm45") -> int:

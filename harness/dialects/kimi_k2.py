@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from harness.dialects.base import ParseResult, ToolCall
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
-from harness.dialects.markup import NC_NEWLINES, BlockGrammar, Fail, Tools, expect_ws, snippet
+from harness.dialects.markup import NC_NEWLINES, BlockGrammar, Fail, Tools, expect_ws, need
 
 NAME = "kimi-k2"
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
@@ -42,9 +42,7 @@ _HEADER = re.compile(r"(functions\.)?([^\s:<>|]+):(\d+)")
 
 
 def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
-    if not body[pos:].strip():
-        return Fail(f"truncated section: expected {expected}", pos, calls)
-    return Fail(f"expected {expected}, found {snippet(body, pos)}", pos, calls)
+    return need(body, pos, expected, calls, "section")
 
 
 def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[ToolCall], int]:

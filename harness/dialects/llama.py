@@ -78,6 +78,19 @@ def first_marker(text: str, version: str = "json") -> int:
     return min(offs) if offs else -1
 
 
+def telling_marker(text: str) -> int:
+    """Where Llama 4 pythonic markup starts when it tells the dialect by itself, else -1: a
+    ``<|python_start|>`` wrapper (or a mangled one), or an output that parses whole as a call
+    list. A list that does not parse is prose to "auto" (an answer may open with a markdown
+    link ``[f(x)](url)``); named, the dialect reads it as a near miss."""
+    start = first_marker(text, "pythonic")
+    if start < 0:
+        return -1
+    if FRAGMENT4.search(mask_fences(split_eos(text, EOS4)[0])):
+        return start
+    return start if _analyse(text, "pythonic", True)[0].ok else -1
+
+
 def parse(
     text: str, version: str = "json", *, server_content: bool = False, tools: Tools = None
 ) -> ParseResult:

@@ -115,6 +115,43 @@ def snippet(text: str, pos: int, size: int = 30) -> str:
     return repr(text[pos : pos + size].split("\n", 1)[0])
 
 
+def need(
+    body: str, pos: int, expected: str, calls: Sequence[ToolCall], unit: str = "block"
+) -> Fail:
+    """The failure of a scanner that wanted ``expected`` at ``pos`` (a truncated ``unit``
+    when nothing but whitespace follows)."""
+    if not body[pos:].strip():
+        return Fail(f"truncated {unit}: expected {expected}", pos, calls)
+    return Fail(f"expected {expected}, found {snippet(body, pos)}", pos, calls)
+
+
+def value_end(
+    body: str, start: int, closer: str, inner: re.Pattern[str], what: str, calls: Sequence[ToolCall]
+) -> int:
+    """Where ``closer`` ends the value that starts at ``start``, with none of the grammar's
+    other tags (``inner``) before it; a Fail naming ``what`` (an unclosed or cut-off value)
+    otherwise."""
+    end = body.find(closer, start)
+    tag = inner.search(body, start, end if end >= 0 else len(body))
+    if tag is not None:
+        raise Fail(f"{what} not closed before {tag.group(0).strip()!r}", tag.start(), calls)
+    if end < 0:
+        raise Fail(f"truncated block: {what} not closed", start, calls)
+    return end
+
+
+def layout_of(
+    text: str, first: re.Pattern[str], second: re.Pattern[str], names: tuple[str, str]
+) -> str | None:
+    """Which of two versions of one markup ``text`` is laid out as: ``names[0]`` when the
+    marks of its layout (``first``) outnumber those of the other (``second``), ``names[1]``
+    when they are fewer, None on a tie (none of either, or as many)."""
+    ones, twos = len(first.findall(text)), len(second.findall(text))
+    if ones == twos:
+        return None
+    return names[0] if ones > twos else names[1]
+
+
 #: scan(body, start, noncanonical, tools) -> (calls, offset after the markup); raises Fail
 Scanner = Callable[[str, int, list[str], Tools], tuple[list[ToolCall], int]]
 

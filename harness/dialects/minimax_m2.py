@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from harness.dialects.base import ParseResult, ToolCall
 from harness.dialects.coerce import coerce_args, xml_value
-from harness.dialects.markup import BlockGrammar, Fail, Tools, expect_ws, snippet
+from harness.dialects.markup import BlockGrammar, Fail, Tools, expect_ws, need, snippet, value_end
 
 NAME = "minimax-m2"
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
@@ -45,12 +45,12 @@ _INNER = re.compile(r"<(?:invoke|parameter)[ \t]|</invoke>|</?minimax:tool_call>
 
 
 def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
-    if not body[pos:].strip() or ">" not in body[pos:]:
+    if ">" not in body[pos:]:
         return Fail(f"truncated block: expected {expected}", pos, calls)
     if body.startswith(("<invoke", "<parameter"), pos):
         tag = snippet(body, pos)
         return Fail(f"malformed tag {tag} (the name must be in double quotes)", pos, calls)
-    return Fail(f"expected {expected}, found {snippet(body, pos)}", pos, calls)
+    return need(body, pos, expected, calls)
 
 
 def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[ToolCall], int]:
@@ -77,13 +77,7 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
             if pm is None:
                 raise _need(body, p, f'<parameter name="..."> or {INVOKE_CLOSE}', calls)
             key, vstart = pm.group(1), pm.end()
-            vend = body.find(PARAM_CLOSE, vstart)
-            inner = _INNER.search(body, vstart, vend if vend >= 0 else len(body))
-            if inner is not None:
-                what = repr(inner.group(0).strip())
-                raise Fail(f"parameter {key!r} not closed before {what}", inner.start(), calls)
-            if vend < 0:
-                raise Fail(f"truncated block: parameter {key!r} not closed", vstart, calls)
+            vend = value_end(body, vstart, PARAM_CLOSE, _INNER, f"parameter {key!r}", calls)
             if key in raw:
                 raise Fail(f"repeated parameter {key!r}", pm.start(), calls)
             raw[key] = body[vstart:vend]

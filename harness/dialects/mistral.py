@@ -30,6 +30,7 @@ from harness.dialects.markup import (
     Fail,
     Scanner,
     Tools,
+    layout_of,
     skip_ws,
     snippet,
 )
@@ -157,6 +158,17 @@ GRAMMARS = {
     v: BlockGrammar(name, _OPENER, FRAGMENT, _SCANNERS[v], eos=(EOS,), separator="", what="Mistral")
     for v, name in VERSIONS.items()
 }
+
+
+_V3_LAYOUT = re.compile(r"\[TOOL_CALLS\][ \t]*\[")
+_V11_LAYOUT = re.compile(r"\[ARGS\]|\[CALL_ID\]")
+
+
+def layout(text: str) -> str | None:
+    """The version whose layout the markup in ``text`` has, whole or broken: ``mistral``
+    when its calls are mostly JSON lists after ``[TOOL_CALLS]``, ``mistral-v11`` when they
+    are mostly ``name[ARGS]{…}``; None when they do not tell."""
+    return layout_of(text, _V3_LAYOUT, _V11_LAYOUT, (VERSIONS["v3"], VERSIONS["v11"]))
 
 
 def first_marker(text: str, version: str = "v3") -> int:

@@ -38,8 +38,9 @@ from harness.dialects.markup import (
     Fail,
     Tools,
     expect_ws,
+    need,
     skip_ws,
-    snippet,
+    value_end,
 )
 
 NAME = "qwen3-coder"
@@ -59,12 +60,6 @@ _PARAM = re.compile(r"<parameter=([^<>\n]+)>")
 _INNER_TAG = re.compile(r"<parameter=|</function>|</?tool_call>")
 
 
-def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
-    if not body[pos:].strip():
-        return Fail(f"truncated block: expected {expected}", pos, calls)
-    return Fail(f"expected {expected}, found {snippet(body, pos)}", pos, calls)
-
-
 def _scan(body: str, pos: int, nc: list[str], tools: Tools) -> tuple[list[ToolCall], int]:
     calls: list[ToolCall] = []
     while True:
@@ -73,7 +68,7 @@ def _scan(body: str, pos: int, nc: list[str], tools: Tools) -> tuple[list[ToolCa
         if m is None:
             if body.startswith("{", p):  # (at the opener: another dialect's shape)
                 raise Fail("Hermes JSON inside a Qwen3-Coder <tool_call>", pos, calls)
-            raise _need(body, p, "<function=NAME> after <tool_call>", calls)
+            raise need(body, p, "<function=NAME> after <tool_call>", calls)
         name = m.group(1).strip()
         p = m.end()
         raw: dict[str, str] = {}
@@ -84,15 +79,9 @@ def _scan(body: str, pos: int, nc: list[str], tools: Tools) -> tuple[list[ToolCa
                 break
             pm = _PARAM.match(body, p)
             if pm is None:
-                raise _need(body, p, "<parameter=NAME> or </function>", calls)
+                raise need(body, p, "<parameter=NAME> or </function>", calls)
             key, vstart = pm.group(1).strip(), pm.end()
-            vend = body.find(PARAM_CLOSE, vstart)
-            inner = _INNER_TAG.search(body, vstart, vend if vend >= 0 else len(body))
-            if inner is not None:
-                tag = inner.group(0)
-                raise Fail(f"parameter {key!r} not closed before {tag!r}", inner.start(), calls)
-            if vend < 0:
-                raise Fail(f"truncated block: parameter {key!r} not closed", vstart, calls)
+            vend = value_end(body, vstart, PARAM_CLOSE, _INNER_TAG, f"parameter {key!r}", calls)
             value = body[vstart:vend]
             if value.startswith("\n") and value.endswith("\n") and len(value) >= 2:
                 value = value[1:-1]
@@ -105,7 +94,7 @@ def _scan(body: str, pos: int, nc: list[str], tools: Tools) -> tuple[list[ToolCa
             p = vend + len(PARAM_CLOSE)
         p = expect_ws(body, p, "\n", nc)
         if not body.startswith(CLOSE, p):
-            raise _need(body, p, "</tool_call> after </function>", calls)
+            raise need(body, p, "</tool_call> after </function>", calls)
         calls.append(ToolCall(name, coerce_args(raw, name, tools)))
         p += len(CLOSE)
         nxt = skip_ws(body, p)

@@ -10,7 +10,12 @@ names the dialect a served model's name implies.
 ``parse(text, "auto")`` tries every auto dialect whose markup appears. The one that parses
 (earliest markup first) wins; markup of another dialect in the content before it makes the
 turn a near miss ("mixed dialects"). When none parses, the failure of the dialect whose
-markup comes first is returned (on a tie, the one that got furthest).
+markup comes first is returned (on a tie, the one that got furthest). Between two versions
+of one markup (GLM-4.5 and 4.7, DeepSeek V3 and V3.1, Mistral v3 and v11) their layout
+decides (the modules' ``layout``) when both parse or both fail. Llama 4 pythonic counts for
+"auto" only when its markup tells it by itself (``llama.telling_marker``: a
+``<|python_start|>`` wrapper, or an output that is a call list): a bare ``[f(x)]`` opening
+an answer may be a markdown link.
 
 Names besides the model dialects: "dsml" (V3.2 or V4, whichever appears), "json" (near
 misses of a bare JSON tool call only: ``{...}{...}``, an unbalanced call object), "none".
@@ -166,14 +171,29 @@ _AUTO: list[str] = []
 #: Dialects tried by "auto" only when no other one finds markup (bare JSON is what every
 #: envelope holds, so it never makes a turn "mixed").
 _FALLBACK: list[str] = []
+#: Where "auto" sees a dialect's markup, when that is less than where the dialect named
+#: finds it (markup that may be prose counts only when named).
+_AUTO_MARKERS: dict[str, Callable[[str], int]] = {}
+#: The versions of one markup that only their layout tells apart, and what tells it.
+_LAYOUTS: dict[str, Callable[[str], str | None]] = {}
 
 
 def register(
-    dialect: Dialect, *, auto: bool = False, fallback: bool = False, aliases: Sequence[str] = ()
+    dialect: Dialect,
+    *,
+    auto: bool = False,
+    fallback: bool = False,
+    aliases: Sequence[str] = (),
+    auto_marker: Callable[[str], int] | None = None,
+    layout: Callable[[str], str | None] | None = None,
 ) -> None:
     _DIALECTS[dialect.name] = dialect
     for alias in aliases:
         _ALIASES[alias] = dialect.name
+    if auto_marker is not None:
+        _AUTO_MARKERS[dialect.name] = auto_marker
+    if layout is not None:
+        _LAYOUTS[dialect.name] = layout
     group = _FALLBACK if fallback else _AUTO
     if (auto or fallback) and dialect.name not in group:
         group.append(dialect.name)
@@ -216,34 +236,48 @@ register(
     auto=True,
     aliases=("openai", "gpt_oss", "harmony"),
 )
-register(_module("glm45", glm, version="glm45"), auto=True, aliases=("glm4_moe", "glm-4.5"))
-register(_module("glm47", glm, version="glm47"), auto=True, aliases=("glm-4.7",))
+register(
+    _module("glm45", glm, version="glm45"),
+    auto=True,
+    aliases=("glm4_moe", "glm-4.5"),
+    layout=glm.layout,
+)
+register(_module("glm47", glm, version="glm47"), auto=True, aliases=("glm-4.7",), layout=glm.layout)
 register(_module(kimi_k2.NAME, kimi_k2), auto=True, aliases=("kimi_k2", "kimi"))
 register(
     _module("deepseek-v3", deepseek_v3, version="v3"),
     auto=True,
     aliases=("deepseek_v3", "deepseekv3", "deepseek-r1"),
+    layout=deepseek_v3.layout,
 )
 register(
     _module("deepseek-v31", deepseek_v3, version="v31"),
     auto=True,
     aliases=("deepseek_v31", "deepseekv31"),
+    layout=deepseek_v3.layout,
 )
 register(
     _module("mistral", mistral, holds=mistral.HOLDS, version="v3"),
     auto=True,
     aliases=("mistral-v3",),
+    layout=mistral.layout,
 )
-register(_module("mistral-v11", mistral, holds=mistral.HOLDS, version="v11"), auto=True)
+register(
+    _module("mistral-v11", mistral, holds=mistral.HOLDS, version="v11"),
+    auto=True,
+    layout=mistral.layout,
+)
 register(
     _module("llama3-json", llama, tokens=llama.FRAGMENT3, version="json"),
     auto=True,
     aliases=("llama3_json", "llama4_json", "llama3"),
 )
-# (not auto: an answer starting with a markdown link "[f(x)](url)" would look like one)
+# (auto only where the markup tells: an answer opening with a link "[f(x)](url)" looks alike)
 register(
     _module("llama4-pythonic", llama, tokens=llama.FRAGMENT4, version="pythonic"),
+    auto=True,
     aliases=("pythonic", "llama4_pythonic"),
+    auto_marker=llama.telling_marker,
 )
 register(_module(minimax_m2.NAME, minimax_m2), auto=True, aliases=("minimax_m2", "minimax"))
 register(JsonCallDialect(), fallback=True)
@@ -278,11 +312,28 @@ def detect(text: str) -> str:
 def _marks(text: str) -> list[tuple[int, str]]:
     """(offset of the first markup, name) of the auto dialects present, earliest first."""
     for group in (_AUTO, _FALLBACK):
-        marks = [(off, name) for name in group if (off := _DIALECTS[name].first_marker(text)) >= 0]
+        marks = [(off, name) for name in group if (off := _auto_marker(name, text)) >= 0]
         if marks:
             order = {name: i for i, name in enumerate(group)}
             return sorted(marks, key=lambda m: (m[0], order[m[1]]))
     return []
+
+
+def _auto_marker(name: str, text: str) -> int:
+    told = _AUTO_MARKERS.get(name)
+    return told(text) if told is not None else _DIALECTS[name].first_marker(text)
+
+
+def _by_layout(
+    text: str, chosen: tuple[int, str, ParseResult], rivals: Sequence[tuple[int, str, ParseResult]]
+) -> tuple[int, str, ParseResult]:
+    """``chosen``, or the rival version of its markup whose layout ``text`` has (when that
+    rival got as far: both parsed, or both failed)."""
+    layout = _LAYOUTS.get(chosen[1])
+    told = layout(text) if layout is not None else None
+    if told is None or told == chosen[1]:
+        return chosen
+    return next((r for r in rivals if r[1] == told and r[0] == chosen[0]), chosen)
 
 
 def parse(
@@ -304,7 +355,9 @@ def _auto(text: str, server_content: bool, tools: Tools) -> tuple[str, ParseResu
     ]
     good = [r for r in results if r[2].ok and r[2].found]
     if good:
-        off, name, result = min(good, key=lambda r: (r[0], len(r[2].noncanonical)))
+        least = min(good, key=lambda r: (r[0], len(r[2].noncanonical)))
+        tie = [r for r in good if len(r[2].noncanonical) == len(least[2].noncanonical)]
+        off, name, result = _by_layout(text, least, tie)
         before = [(o, n) for o, n, _ in results if o < off and _family(n) != _family(name)]
         if before:
             return name, replace(
@@ -319,6 +372,7 @@ def _auto(text: str, server_content: bool, tools: Tools) -> tuple[str, ParseResu
     first = marks[0][0]
     tied = [r for r in results if r[0] == first and r[2].found] or results[:1]
     best = max(tied, key=lambda r: r[2].offset if r[2].offset is not None else -1)
+    best = _by_layout(text, best, tied)
     return best[1], best[2]
 
 
@@ -340,7 +394,7 @@ def markup_spans(text: str) -> list[tuple[int, int]]:
     by the parser and the argument checks, not as prose, and a near miss reads as a near
     miss rather than as special-token debris or symbol soup. Any other dialect contributes
     its tokens only (a broken Hermes block is also a broken Qwen3-Coder or GLM one: its
-    text stays readable). A Llama 4 call list (never guessed) counts when it parses. For
+    text stays readable), but Llama 4 pythonic, whose call list counts when it parses. For
     the salad detector's masking; a text holding none of ``_NEEDLES`` costs a few scans.
     """
     spans: list[tuple[int, int]] = []
@@ -356,8 +410,10 @@ def markup_spans(text: str) -> list[tuple[int, int]]:
         if not isinstance(dialect, MarkupDialect) or dialect.tokens is None or name == "hermes":
             continue
         if name == chosen and result.found:
-            spans.append((dialect.first_marker(text), len(text)))
-        else:
+            span = (dialect.first_marker(text), len(text))
+            if span not in spans:
+                spans.append(span)
+        elif name != "llama4-pythonic":
             spans.extend(m.span() for m in dialect.tokens.finditer(text))
     return spans
 

@@ -37,7 +37,7 @@ from harness.record.transcripts import Transcript, load_transcripts
 from harness.record.turns import TurnWriter
 from harness.target.launch import Target, make_target, safe_label
 from harness.target.readiness import EndpointTarget
-from harness.target.spec import load_target
+from harness.target.targetfile import load_target
 from harness.verdict import Verdict, classify_turn
 from harness.workload.matrix import Variant
 from harness.workload.scenario import load_scenario

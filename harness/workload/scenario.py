@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import jsonschema
 
 from harness.errors import ConfigError
+from harness.tomlfile import read_toml
 from harness.workload.dialect import check_name
 
 TOOL_KINDS = ("list_dir", "read_file", "search", "run_tests", "echo")
@@ -110,16 +110,7 @@ def default_scenario_path() -> Path:
 
 def load_scenario(path: Path | None = None) -> Scenario:
     path = path or default_scenario_path()
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: scenario file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}): a scenario is UTF-8") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: TOML nested too deep to read") from None
+    raw = read_toml(path, "scenario")
     return parse_scenario(raw, str(path))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.record.turns import read_turns
+from tests.standins import sim_processes
 
 CLI = [sys.executable, "-m", "harness.cli"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,20 +26,6 @@ def harness(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
         cwd=ROOT,
         env={**os.environ, "OPENAI_API_KEY": "sk-test-secret-0001"},
     )
-
-
-def _sim_processes(marker: str) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "harness.sim" in cmd and marker in cmd:
-            found.append(cmd)
-    return found
 
 
 @pytest.mark.slow
@@ -119,7 +106,7 @@ def test_run_two_variants_end_to_end(tmp_path: Path) -> None:
     assert pngs
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert (out / "servers" / "index_k-bf16.log").exists()
-    assert _sim_processes(f"--seed {seed}") == []  # nothing left running
+    assert sim_processes(f"--seed {seed}") == []  # nothing left running
     # the report rebuilds from the folder, and a gate that holds fails the command
     again = harness("report", str(out), "--fail-if", "turns < 1000000")
     assert again.returncode == 1, again.stderr

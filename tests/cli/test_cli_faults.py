@@ -17,7 +17,7 @@ import pytest
 
 from harness import labels as L
 from harness.record.turns import read_turns
-from tests.cli.test_cli import _sim_processes as sim_processes
+from tests.standins import sim_processes
 
 CLI = [sys.executable, "-m", "harness.cli"]
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,9 +19,10 @@ import pytest
 
 from harness.record.transcripts import load_transcripts
 from harness.record.turns import read_turns
-from tests.cli.test_cli import CLI, ROOT, _sim_processes, harness
+from tests.cli.test_cli import CLI, ROOT, harness
 from tests.cli.test_cli_faults import target_file
 from tests.run.test_run_lifecycle import ctrl_c_reaches_it
+from tests.standins import sim_processes
 
 SMALL = ["--turns", "6", "--max-context", "12000", "--no-progress"]
 SAME = ("variant", "session", "turn", "attempt", "label", "corrupted", "content", "tool_calls",
@@ -123,7 +124,7 @@ def test_ctrl_c_with_workers_then_resume_with_other_workers(tmp_path: Path) -> N
     loads = [json.loads(x) for x in (out / "selfreport.jsonl").read_text().splitlines()]
     assert loads[-1]["workers"] == 2  # the interrupted load's report was written
     assert all(_gone(pid) for pid in workers)
-    assert _sim_processes(f"--seed {seed}") == []
+    assert sim_processes(f"--seed {seed}") == []
 
     again = harness("run", "--resume", str(out), "--workers", "3")
     assert again.returncode == 0, again.stderr
@@ -162,7 +163,7 @@ args = []
     outcomes = {o["label"]: o for o in json.loads((out / "outcomes.json").read_text())}
     assert outcomes["server=crashing"]["error"] == "the server process died during the run"
     assert sum(outcomes["server=steady"]["ended"].values()) == 4
-    assert _sim_processes(f"--seed {seed}") == []
+    assert sim_processes(f"--seed {seed}") == []
 
 
 @pytest.mark.slow

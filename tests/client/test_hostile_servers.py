@@ -18,8 +18,10 @@ import httpx
 import pytest
 
 from harness import labels as L
+from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.chat import ChatClient
 from harness.client.limits import Limits
+from harness.client.output import TurnOutput
 from harness.drive.driver import DriveOptions, drive
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.record.safejson import Unencodable
@@ -37,25 +39,34 @@ async def drive_against(
     tmp_path: Path,
     *,
     sessions: int = 2,
+    concurrency: int | None = None,
+    max_turns: int = 3,
     stream: bool = True,
     request_timeout: float = 20.0,
     limits: Limits | None = None,
+    **hooks: Any,
 ) -> list[dict[str, Any]]:
-    scenario = load_scenario().with_overrides(sessions=sessions, max_turns=3)
+    """Drive ``sessions`` sessions of the shipped scenario against ``url``; their rows.
+    ``hooks``: ``drive``'s ``make_session`` and ``on_session_end``."""
+    scenario = load_scenario().with_overrides(sessions=sessions, max_turns=max_turns)
     client = ChatClient(url, model="m", request_timeout=request_timeout, limits=limits)
+    options = DriveOptions(concurrency=concurrency or sessions, stream=stream)
     try:
         with TurnWriter(tmp_path / "turns.jsonl") as writer:
-            await drive(
-                client,
-                scenario,
-                make_plans(scenario, sessions, seed=3),
-                writer,
-                BASE,
-                DriveOptions(concurrency=sessions, stream=stream),
-            )
+            plans = make_plans(scenario, sessions, seed=3)
+            await drive(client, scenario, plans, writer, BASE, options, **hooks)
     finally:
         await client.aclose()
     return [dict(r) for r in read_turns(tmp_path / "turns.jsonl")]
+
+
+async def ask(url: str, *, stream: bool = True, limits: Limits | None = None) -> TurnOutput:
+    """One request (ASK) from a client of its own, closed after."""
+    client = ChatClient(url, model="m", limits=limits)
+    try:
+        return await client.chat(ASK, stream=stream)
+    finally:
+        await client.aclose()
 
 
 async def stats(url: str) -> dict[str, Any]:
@@ -159,18 +170,15 @@ async def test_a_tool_that_raises_ends_its_session_and_the_run_goes_on(
 
     monkeypatch.setattr(session_module, "run_tool", broken)
     ended: list[str | None] = []
-    scenario = load_scenario().with_overrides(sessions=2, max_turns=3)
     with running_hostile("surrogate") as url:
-        client = ChatClient(url, model="m")
-        try:
-            with TurnWriter(tmp_path / "turns.jsonl") as writer:
-                await drive(client, scenario, make_plans(scenario, 2, seed=3), writer, BASE,
-                            DriveOptions(concurrency=2),
-                            on_session_end=lambda _i, why: ended.append(why))  # fmt: skip
-        finally:
-            await client.aclose()
+        rows = await drive_against(
+            url,
+            tmp_path,
+            request_timeout=DEFAULT_REQUEST_TIMEOUT,
+            on_session_end=lambda _i, why: ended.append(why),
+        )
     assert ended == [L.HARNESS_ERROR] * 2
-    assert [r["label"] for r in read_turns(tmp_path / "turns.jsonl")] == [L.OK_TOOL_CALL] * 2
+    assert [r["label"] for r in rows] == [L.OK_TOOL_CALL] * 2
 
 
 # ---- a huge answer never stalls the other streams -------------------------------------------
@@ -215,11 +223,7 @@ async def test_an_endless_stream_is_cut_at_the_answer_limit_keeping_what_arrived
     tmp_path: Path,
 ) -> None:
     with running_hostile("endless") as url:
-        client = ChatClient(url, model="m", limits=Limits(max_answer_bytes=200_000))
-        try:
-            out = await client.chat(ASK, stream=True)
-        finally:
-            await client.aclose()
+        out = await ask(url, limits=Limits(max_answer_bytes=200_000))
     assert out.failure is not None
     assert out.failure.kind == "too_large", out.failure
     assert "--max-answer-bytes" in out.failure.message
@@ -229,11 +233,7 @@ async def test_an_endless_stream_is_cut_at_the_answer_limit_keeping_what_arrived
 
 async def test_a_line_without_end_is_cut_at_the_line_limit(tmp_path: Path) -> None:
     with running_hostile("endless-line") as url:
-        client = ChatClient(url, model="m", limits=Limits(max_line_bytes=100_000))
-        try:
-            out = await client.chat(ASK, stream=True)
-        finally:
-            await client.aclose()
+        out = await ask(url, limits=Limits(max_line_bytes=100_000))
     assert out.failure is not None
     assert out.failure.kind == "too_large", out.failure
     assert "--max-line-bytes" in out.failure.message
@@ -241,11 +241,7 @@ async def test_a_line_without_end_is_cut_at_the_line_limit(tmp_path: Path) -> No
 
 async def test_the_total_timeout_can_be_short_and_keeps_the_partial_text() -> None:
     with running_hostile("trickle") as url:
-        client = ChatClient(url, model="m", limits=Limits(total_timeout_s=1.5))
-        try:
-            out = await client.chat(ASK, stream=True)
-        finally:
-            await client.aclose()
+        out = await ask(url, limits=Limits(total_timeout_s=1.5))
     assert out.failure is not None
     assert out.failure.kind == "timeout", out.failure
     assert "1.5s" in out.failure.message
@@ -284,11 +280,7 @@ def test_the_limit_flags_reach_every_client(tmp_path: Path, workers: str) -> Non
 @pytest.mark.parametrize("stream", [True, False])
 async def test_compression_is_not_asked_for(stream: bool) -> None:
     with running_hostile("gzip") as url:
-        client = ChatClient(url, model="m")
-        try:
-            out = await client.chat(ASK, stream=stream)
-        finally:
-            await client.aclose()
+        out = await ask(url, stream=stream)
         seen = await stats(url)
     assert seen["accept_encoding"] == "identity"
     assert out.failure is None
@@ -298,11 +290,7 @@ async def test_compression_is_not_asked_for(stream: bool) -> None:
 @pytest.mark.parametrize("stream", [True, False])
 async def test_a_body_compressed_anyway_is_decompressed(stream: bool) -> None:
     with running_hostile("gzip-always") as url:
-        client = ChatClient(url, model="m")
-        try:
-            out = await client.chat(ASK, stream=stream)
-        finally:
-            await client.aclose()
+        out = await ask(url, stream=stream)
     assert out.failure is None, out.failure
     assert out.content == "All done."
 
@@ -310,11 +298,7 @@ async def test_a_body_compressed_anyway_is_decompressed(stream: bool) -> None:
 @pytest.mark.parametrize("stream", [True, False])
 async def test_a_compression_bomb_stops_at_the_answer_limit(stream: bool) -> None:
     with running_hostile("gzip-bomb") as url:
-        client = ChatClient(url, model="m", limits=Limits(max_answer_bytes=1 << 20))
-        try:
-            out = await client.chat(ASK, stream=stream)
-        finally:
-            await client.aclose()
+        out = await ask(url, stream=stream, limits=Limits(max_answer_bytes=1 << 20))
     assert out.failure is not None
     assert out.failure.kind == "too_large", out.failure
 
@@ -338,8 +322,6 @@ class _Watched(Session):
 async def _drive_watched(
     url: str, tmp_path: Path, sessions: int, concurrency: int
 ) -> tuple[list[tuple[str, int]], list[int]]:
-    scenario = load_scenario().with_overrides(sessions=sessions, max_turns=4)
-    client = ChatClient(url, model="m")
     events: list[tuple[str, int]] = []
     finished: list[int] = []
 
@@ -348,20 +330,16 @@ async def _drive_watched(
         session.events = events
         return session
 
-    try:
-        with TurnWriter(tmp_path / "turns.jsonl") as writer:
-            await drive(
-                client,
-                scenario,
-                make_plans(scenario, sessions, seed=3),
-                writer,
-                BASE,
-                DriveOptions(concurrency=concurrency),
-                make_session=make,
-                on_session_end=lambda index, _why: finished.append(index),
-            )
-    finally:
-        await client.aclose()
+    await drive_against(
+        url,
+        tmp_path,
+        sessions=sessions,
+        concurrency=concurrency,
+        max_turns=4,
+        request_timeout=DEFAULT_REQUEST_TIMEOUT,
+        make_session=make,
+        on_session_end=lambda index, _why: finished.append(index),
+    )
     return events, finished
 
 

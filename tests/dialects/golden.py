@@ -97,6 +97,31 @@ def check_case(dialect: str, case: Case) -> ParseResult:
     return result
 
 
+def check_enough(*case_lists: list[Case], least: int = 30) -> None:
+    """Each list of golden cases has at least ``least`` cases, their ids unique."""
+    for cases in case_lists:
+        assert len(cases) >= least
+        assert len({c.id for c in cases}) == len(cases)
+
+
+def check_round_trip(
+    dialect: str, content: str, calls: list[ToolCall], tools: list[dict[str, Any]] | None = None
+) -> None:
+    """What the dialect encodes parses back to the same content and calls, canonical."""
+    d = registry.get(dialect)
+    result = d.parse(d.encode(content, calls), tools=tools)
+    assert result.ok, result.error
+    assert list(result.calls) == calls
+    assert result.content == content
+    assert result.noncanonical == ()
+
+
+def check_stream_cuts(dialect: str, text: str, cuts: list[int]) -> None:
+    """``check_stream`` with ``text`` cut at ``cuts``, then one character at a time."""
+    check_stream(dialect, text, split(text, cuts))
+    check_stream(dialect, text, list(text))
+
+
 def chunkings(text: str, seed: int = 0) -> list[list[str]]:
     rnd = random.Random(f"{seed}:{text}")
     out = [[text], list(text)]
@@ -114,7 +139,10 @@ def split(text: str, cuts: list[int]) -> list[str]:
     return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
-def _run(dialect: str, chunks: list[str], tools: Any) -> tuple[list[Event], list[str], ParseResult]:
+def run_stream(
+    dialect: str, chunks: list[str], tools: Any = None
+) -> tuple[list[Event], list[str], ParseResult]:
+    """The events of the stream parser fed ``chunks``, the text emitted after each, its result."""
     parser = registry.get(dialect).stream(tools=tools)
     events: list[Event] = []
     cumulative: list[str] = []
@@ -134,8 +162,8 @@ def summary(events: list[Event]) -> tuple[str, list[ToolCall]]:
 def check_stream(dialect: str, text: str, chunks: list[str], tools: Any = None) -> None:
     assert "".join(chunks) == text
     d = registry.get(dialect)
-    one_events, _, _ = _run(dialect, [text], tools)
-    events, cumulative, result = _run(dialect, chunks, tools)
+    one_events, _, _ = run_stream(dialect, [text], tools)
+    events, cumulative, result = run_stream(dialect, chunks, tools)
     assert result == d.parse(text, tools=tools)
     assert summary(events) == summary(one_events)
     joined, calls = summary(events)
@@ -151,6 +179,20 @@ def check_stream(dialect: str, text: str, chunks: list[str], tools: Any = None) 
 
 
 # --------------------------------------------------------------------- strategies
+
+#: where ``check_stream_cuts`` cuts a text (taken modulo its length)
+CUTS = st.lists(st.integers(0, 10_000), max_size=10)
+
+
+def mutate(draw: st.DrawFn, text: str, mutations: list[tuple[str, str]]) -> str:
+    """``text`` with one of the (old, new) ``mutations`` made once, and maybe cut short."""
+    old, new = draw(st.sampled_from(mutations))
+    if old:
+        text = text.replace(old, new, 1)
+    if draw(st.booleans()):
+        text = text[: draw(st.integers(0, len(text)))]
+    return text
+
 
 #: Text without markup characters: content and string values that any dialect can carry.
 SAFE = st.text(

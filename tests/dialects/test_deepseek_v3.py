@@ -12,13 +12,16 @@ from harness.dialects.base import ToolCall
 from tests.dialects.golden import (
     CALLS,
     CONTENT,
+    CUTS,
     Case,
     check_case,
-    check_stream,
+    check_enough,
+    check_round_trip,
+    check_stream_cuts,
     good,
     miss,
+    mutate,
     plain,
-    split,
 )
 
 SB, SE, CB, CE, SEP, EOS = ds.CALLS_BEGIN, ds.CALLS_END, ds.CALL_BEGIN, ds.CALL_END, ds.SEP, ds.EOS
@@ -153,9 +156,7 @@ def test_golden_v31(case: Case) -> None:
 
 
 def test_enough_cases() -> None:
-    for cases in (V3_CASES, V31_CASES):
-        assert len(cases) >= 30
-        assert len({c.id for c in cases}) == len(cases)
+    check_enough(V3_CASES, V31_CASES)
 
 
 def test_auto_and_aliases() -> None:
@@ -181,27 +182,18 @@ MUTATIONS = [
 def texts(draw: st.DrawFn) -> tuple[str, str]:
     version = draw(st.sampled_from(["v3", "v31"]))
     text = ds.encode(draw(CONTENT), draw(CALLS), version)
-    old, new = draw(st.sampled_from(MUTATIONS))
-    if old:
-        text = text.replace(old, new, 1)
-    if draw(st.booleans()):
-        text = text[: draw(st.integers(0, len(text)))]
+    text = mutate(draw, text, MUTATIONS)
     return ds.VERSIONS[version], text
 
 
 @settings(max_examples=150, deadline=None)
-@given(item=texts(), cuts=st.lists(st.integers(0, 10_000), max_size=10))
+@given(item=texts(), cuts=CUTS)
 def test_stream_equals_one_shot(item: tuple[str, str], cuts: list[int]) -> None:
     dialect, text = item
-    check_stream(dialect, text, split(text, cuts))
-    check_stream(dialect, text, list(text))
+    check_stream_cuts(dialect, text, cuts)
 
 
 @settings(max_examples=150, deadline=None)
 @given(content=CONTENT, calls=CALLS, version=st.sampled_from(["v3", "v31"]))
 def test_round_trip(content: str, calls: list[ToolCall], version: str) -> None:
-    result = ds.parse(ds.encode(content, calls, version), version)
-    assert result.ok, result.error
-    assert list(result.calls) == calls
-    assert result.content == content
-    assert result.noncanonical == ()
+    check_round_trip(ds.VERSIONS[version], content, calls)

@@ -11,14 +11,17 @@ from harness.dialects.base import ToolCall
 from tests.dialects.golden import (
     CALLS,
     CONTENT,
+    CUTS,
     Case,
     check_case,
-    check_stream,
+    check_enough,
+    check_round_trip,
+    check_stream_cuts,
     consistent,
     good,
     miss,
+    mutate,
     plain,
-    split,
     tool,
     tools_for,
 )
@@ -151,8 +154,7 @@ def test_golden_glm47(case: Case) -> None:
 
 
 def test_enough_cases() -> None:
-    assert len(V45) >= 30
-    assert len({c.id for c in V45}) == len(V45)
+    check_enough(V45)
 
 
 def test_auto_picks_the_layout() -> None:
@@ -176,27 +178,18 @@ MUTATIONS = [
 def texts(draw: st.DrawFn) -> tuple[str, str]:
     version = draw(st.sampled_from(list(glm.VERSIONS)))
     text = glm.encode(draw(CONTENT), draw(CALLS), version)
-    old, new = draw(st.sampled_from(MUTATIONS))
-    if old:
-        text = text.replace(old, new, 1)
-    if draw(st.booleans()):
-        text = text[: draw(st.integers(0, len(text)))]
+    text = mutate(draw, text, MUTATIONS)
     return version, text
 
 
 @settings(max_examples=150, deadline=None)
-@given(item=texts(), cuts=st.lists(st.integers(0, 10_000), max_size=10))
+@given(item=texts(), cuts=CUTS)
 def test_stream_equals_one_shot(item: tuple[str, str], cuts: list[int]) -> None:
     version, text = item
-    check_stream(version, text, split(text, cuts))
-    check_stream(version, text, list(text))
+    check_stream_cuts(version, text, cuts)
 
 
 @settings(max_examples=150, deadline=None)
 @given(content=CONTENT, calls=CALLS.filter(consistent), version=st.sampled_from(list(glm.VERSIONS)))
 def test_round_trip(content: str, calls: list[ToolCall], version: str) -> None:
-    result = glm.parse(glm.encode(content, calls, version), version, tools=tools_for(calls))
-    assert result.ok, result.error
-    assert list(result.calls) == calls
-    assert result.content == content
-    assert result.noncanonical == ()
+    check_round_trip(version, content, calls, tools_for(calls))

@@ -11,14 +11,17 @@ from harness.dialects.base import ToolCall
 from tests.dialects.golden import (
     ARGS,
     CONTENT,
+    CUTS,
     NAMES,
     Case,
     check_case,
-    check_stream,
+    check_enough,
+    check_round_trip,
+    check_stream_cuts,
     good,
     miss,
+    mutate,
     plain,
-    split,
 )
 from tests.dialects.golden import (
     ToolCall as _TC,
@@ -132,8 +135,7 @@ def test_golden(case: Case) -> None:
 
 
 def test_enough_cases() -> None:
-    assert len(CASES) >= 30
-    assert len({c.id for c in CASES}) == len(CASES)
+    check_enough(CASES)
 
 
 def test_auto_and_aliases() -> None:
@@ -162,26 +164,17 @@ def texts(draw: st.DrawFn) -> str:
     text = harmony.encode(draw(CONTENT), calls)
     if draw(st.booleans()):
         text = "<|channel|>analysis<|message|>" + draw(CONTENT) + "<|end|><|start|>assistant" + text
-    old, new = draw(st.sampled_from(MUTATIONS))
-    if old:
-        text = text.replace(old, new, 1)
-    if draw(st.booleans()):
-        text = text[: draw(st.integers(0, len(text)))]
+    text = mutate(draw, text, MUTATIONS)
     return text
 
 
 @settings(max_examples=150, deadline=None)
-@given(text=texts(), cuts=st.lists(st.integers(0, 10_000), max_size=10))
+@given(text=texts(), cuts=CUTS)
 def test_stream_equals_one_shot(text: str, cuts: list[int]) -> None:
-    check_stream(D, text, split(text, cuts))
-    check_stream(D, text, list(text))
+    check_stream_cuts(D, text, cuts)
 
 
 @settings(max_examples=150, deadline=None)
 @given(content=CONTENT, calls=st.lists(st.builds(_TC, NAMES, ARGS), max_size=1))
 def test_round_trip(content: str, calls: list[ToolCall]) -> None:
-    result = harmony.parse(harmony.encode(content, calls))
-    assert result.ok, result.error
-    assert list(result.calls) == calls
-    assert result.content == content
-    assert result.noncanonical == ()
+    check_round_trip(D, content, calls)

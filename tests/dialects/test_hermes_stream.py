@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 from harness.dialects import hermes, registry
 from harness.dialects.base import ToolCall
 from harness.dialects.stream import CallEvent, TextEvent
-from tests.dialects.golden import CALLS, CONTENT, check_stream, split
+from tests.dialects.golden import (
+    CALLS,
+    CONTENT,
+    CUTS,
+    check_stream_cuts,
+    mutate,
+)
 
 D = "hermes"
 W = ToolCall("get_weather", {"city": "Tokyo"})
@@ -28,19 +34,14 @@ MUTATIONS = [
 @st.composite
 def texts(draw: st.DrawFn) -> str:
     text = hermes.encode("Sure " + draw(CONTENT), draw(CALLS))
-    old, new = draw(st.sampled_from(MUTATIONS))
-    if old:
-        text = text.replace(old, new, 1)
-    if draw(st.booleans()):
-        text = text[: draw(st.integers(0, len(text)))]
+    text = mutate(draw, text, MUTATIONS)
     return text
 
 
 @settings(max_examples=200, deadline=None)
-@given(text=texts(), cuts=st.lists(st.integers(0, 10_000), max_size=10))
+@given(text=texts(), cuts=CUTS)
 def test_stream_equals_one_shot(text: str, cuts: list[int]) -> None:
-    check_stream(D, text, split(text, cuts))
-    check_stream(D, text, list(text))
+    check_stream_cuts(D, text, cuts)
 
 
 def test_calls_come_as_their_blocks_close() -> None:

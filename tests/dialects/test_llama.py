@@ -10,13 +10,15 @@ from harness.dialects import llama, registry
 from harness.dialects.base import ToolCall
 from tests.dialects.golden import (
     CALLS,
+    CUTS,
     Case,
     check_case,
-    check_stream,
+    check_enough,
+    check_stream_cuts,
     good,
     miss,
+    mutate,
     plain,
-    split,
 )
 
 EOT, EOM, EOT4 = "<|eot_id|>", "<|eom_id|>", "<|eot|>"
@@ -142,16 +144,22 @@ def test_golden_llama4(case: Case) -> None:
 
 
 def test_enough_cases() -> None:
-    for cases in (L3, L4):
-        assert len(cases) >= 30
-        assert len({c.id for c in cases}) == len(cases)
+    check_enough(L3, L4)
 
 
 def test_aliases_and_auto() -> None:
     assert registry.parse(J + EOT).dialect == "llama3-json"
     assert registry.get("llama3_json").name == "llama3-json"
     assert registry.get("pythonic").name == "llama4-pythonic"
-    assert not registry.parse(P).found  # pythonic is never guessed (a markdown link looks alike)
+    # auto takes a call list when the markup tells: the output is one, or holds the wrapper
+    assert registry.parse(P + EOT4).dialect == "llama4-pythonic"
+    assert registry.parse(P + EOT4).calls == registry.get("pythonic").parse(P + EOT4).calls
+    assert registry.detect("<|python_start|>" + P) == "llama4-pythonic"
+    # ... but not a list that does not parse whole: an answer opening with a markdown link
+    for prose in ["[f(x)](https://example.org) explains it.", P + " and then some text"]:
+        assert registry.detect(prose) == "none", prose
+        assert not registry.parse(prose).found
+        assert registry.get("pythonic").parse(prose + EOT4).found  # named, a near miss
     with pytest.raises(ValueError, match="no content"):
         llama.encode("Hi", [S])
 
@@ -165,20 +173,15 @@ def texts(draw: st.DrawFn) -> tuple[str, str]:
     version = draw(st.sampled_from(["json", "pythonic"]))
     calls = draw(ARGS_OK)
     text = llama.encode("", calls, version) if calls else llama.encode("hi", [], version)
-    old, new = draw(st.sampled_from(MUTATIONS))
-    if old:
-        text = text.replace(old, new, 1)
-    if draw(st.booleans()):
-        text = text[: draw(st.integers(0, len(text)))]
+    text = mutate(draw, text, MUTATIONS)
     return llama.VERSIONS[version], text
 
 
 @settings(max_examples=150, deadline=None)
-@given(item=texts(), cuts=st.lists(st.integers(0, 10_000), max_size=10))
+@given(item=texts(), cuts=CUTS)
 def test_stream_equals_one_shot(item: tuple[str, str], cuts: list[int]) -> None:
     dialect, text = item
-    check_stream(dialect, text, split(text, cuts))
-    check_stream(dialect, text, list(text))
+    check_stream_cuts(dialect, text, cuts)
 
 
 @settings(max_examples=150, deadline=None)

@@ -13,13 +13,16 @@ from harness.dialects.base import ToolCall
 from tests.dialects.golden import (
     CALLS,
     CONTENT,
+    CUTS,
     Case,
     check_case,
-    check_stream,
+    check_enough,
+    check_round_trip,
+    check_stream_cuts,
     good,
     miss,
+    mutate,
     plain,
-    split,
 )
 
 TC, EOS = "[TOOL_CALLS]", "</s>"
@@ -137,9 +140,7 @@ def test_golden_v11(case: Case) -> None:
 
 
 def test_enough_cases() -> None:
-    for cases in (V3, V11):
-        assert len(cases) >= 30
-        assert len({c.id for c in cases}) == len(cases)
+    check_enough(V3, V11)
 
 
 def test_auto_picks_the_form() -> None:
@@ -162,27 +163,18 @@ MUTATIONS = [
 def texts(draw: st.DrawFn) -> tuple[str, str]:
     version = draw(st.sampled_from(["v3", "v11"]))
     text = mistral.encode(draw(CONTENT), draw(CALLS), version)
-    old, new = draw(st.sampled_from(MUTATIONS))
-    if old:
-        text = text.replace(old, new, 1)
-    if draw(st.booleans()):
-        text = text[: draw(st.integers(0, len(text)))]
+    text = mutate(draw, text, MUTATIONS)
     return mistral.VERSIONS[version], text
 
 
 @settings(max_examples=150, deadline=None)
-@given(item=texts(), cuts=st.lists(st.integers(0, 10_000), max_size=10))
+@given(item=texts(), cuts=CUTS)
 def test_stream_equals_one_shot(item: tuple[str, str], cuts: list[int]) -> None:
     dialect, text = item
-    check_stream(dialect, text, split(text, cuts))
-    check_stream(dialect, text, list(text))
+    check_stream_cuts(dialect, text, cuts)
 
 
 @settings(max_examples=150, deadline=None)
 @given(content=CONTENT, calls=CALLS, version=st.sampled_from(["v3", "v11"]))
 def test_round_trip(content: str, calls: list[ToolCall], version: str) -> None:
-    result = mistral.parse(mistral.encode(content, calls, version), version)
-    assert result.ok, result.error
-    assert list(result.calls) == calls
-    assert result.content == content
-    assert result.noncanonical == ()
+    check_round_trip(mistral.VERSIONS[version], content, calls)

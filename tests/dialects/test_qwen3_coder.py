@@ -11,14 +11,17 @@ from harness.dialects.base import ToolCall
 from tests.dialects.golden import (
     CALLS,
     CONTENT,
+    CUTS,
     Case,
     check_case,
-    check_stream,
+    check_enough,
+    check_round_trip,
+    check_stream_cuts,
     consistent,
     good,
     miss,
+    mutate,
     plain,
-    split,
     tool,
     tools_for,
 )
@@ -158,8 +161,7 @@ def test_golden(case: Case) -> None:
 
 
 def test_enough_cases() -> None:
-    assert len(CASES) >= 30
-    assert len({c.id for c in CASES}) == len(CASES)
+    check_enough(CASES)
 
 
 def test_auto_detection_and_aliases() -> None:
@@ -193,26 +195,17 @@ MUTATIONS = [
 def texts(draw: st.DrawFn) -> str:
     calls = draw(CALLS)
     text = qwen3_coder.encode(draw(CONTENT), calls)
-    old, new = draw(st.sampled_from(MUTATIONS))
-    if old:
-        text = text.replace(old, new, 1)
-    if draw(st.booleans()):
-        text = text[: draw(st.integers(0, len(text)))]
+    text = mutate(draw, text, MUTATIONS)
     return text
 
 
 @settings(max_examples=150, deadline=None)
-@given(text=texts(), cuts=st.lists(st.integers(0, 10_000), max_size=10))
+@given(text=texts(), cuts=CUTS)
 def test_stream_equals_one_shot(text: str, cuts: list[int]) -> None:
-    check_stream(D, text, split(text, cuts))
-    check_stream(D, text, list(text))
+    check_stream_cuts(D, text, cuts)
 
 
 @settings(max_examples=150, deadline=None)
 @given(content=CONTENT, calls=CALLS.filter(consistent))
 def test_round_trip(content: str, calls: list[ToolCall]) -> None:
-    result = qwen3_coder.parse(qwen3_coder.encode(content, calls), tools=tools_for(calls))
-    assert result.ok, result.error
-    assert list(result.calls) == calls
-    assert result.content == content
-    assert result.noncanonical == ()
+    check_round_trip(D, content, calls, tools_for(calls))

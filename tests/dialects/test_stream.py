@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from harness.dialects import dsml
 from harness.dialects.base import ToolCall
 from harness.dialects.dsml import EOS, MARK
-from harness.dialects.stream import CallEvent, Event, StreamParser, TextEvent
+from harness.dialects.stream import CallEvent, StreamParser, TextEvent
+from tests.dialects.golden import mutate, run_stream, split, summary
 
 _VALUE = st.text(alphabet=st.sampled_from(list("ab <>&\"'\n|\uff5cDSML{}[]:,中🙂")), max_size=12)
 _ARGS = st.dictionaries(
@@ -39,44 +40,16 @@ def turns(draw: st.DrawFn) -> str:
     content = draw(_VALUE)
     calls = draw(_CALLS)
     text = dsml.encode_turn(content, calls, draw(st.sampled_from(["v4", "v32"])))
-    old, new = draw(st.sampled_from(MUTATIONS))
-    if old:
-        text = text.replace(old, new, 1)
-    if draw(st.booleans()):  # truncate somewhere
-        text = text[: draw(st.integers(0, len(text)))]
-    return text
-
-
-def _chunks(text: str, cuts: list[int]) -> list[str]:
-    points = sorted({c % (len(text) + 1) for c in cuts})
-    bounds = [0, *points, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
-
-
-def _run(chunks: list[str], version: str = "auto") -> tuple[list[Event], list[str], object]:
-    parser = StreamParser(version)
-    events: list[Event] = []
-    cumulative: list[str] = []
-    for chunk in chunks:
-        events.extend(parser.feed(chunk))
-        cumulative.append("".join(e.text for e in events if isinstance(e, TextEvent)))
-    events.extend(parser.flush())
-    return events, cumulative, parser.finish()
-
-
-def _summary(events: list[Event]) -> tuple[str, list[ToolCall]]:
-    text = "".join(e.text for e in events if isinstance(e, TextEvent))
-    calls = [e.call for e in events if isinstance(e, CallEvent)]
-    return text, calls
+    return mutate(draw, text, MUTATIONS)
 
 
 def _check(text: str, chunks: list[str]) -> None:
     assert "".join(chunks) == text
-    one_events, _, _ = _run([text])
-    events, cumulative, result = _run(chunks)
+    one_events, _, _ = run_stream("dsml", [text])
+    events, cumulative, result = run_stream("dsml", chunks)
     assert result == dsml.parse(text)
-    assert _summary(events) == _summary(one_events)
-    joined, calls = _summary(events)
+    assert summary(events) == summary(one_events)
+    joined, calls = summary(events)
     assert text.startswith(joined)
     assert dsml.find_fragment(joined) is None
     for partial in cumulative:  # never a piece of text that is later taken back
@@ -90,7 +63,7 @@ def _check(text: str, chunks: list[str]) -> None:
 @settings(max_examples=300, deadline=None)
 @given(text=turns(), cuts=st.lists(st.integers(0, 10_000), max_size=12))
 def test_stream_equals_one_shot_for_random_chunkings(text: str, cuts: list[int]) -> None:
-    _check(text, _chunks(text, cuts))
+    _check(text, split(text, cuts))
 
 
 @settings(max_examples=60, deadline=None)
@@ -123,7 +96,7 @@ def test_plain_text_streams_through() -> None:
 def test_broken_marker_is_never_emitted() -> None:
     parser = StreamParser()
     events = parser.feed("Done. <|DSML|tool_calls>\n") + parser.flush()
-    assert _summary(events) == ("Done. ", [])
+    assert summary(events) == ("Done. ", [])
     result = parser.finish()
     assert result.found
     assert not result.ok

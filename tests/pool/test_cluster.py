@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.argtypes import workers
+from tests.standins.simtarget import SIM_FAULTS_TARGET, stable_turns
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 
@@ -26,26 +27,6 @@ ENV = {
     "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
-TARGET = """
-name = "sim-faults"
-mode = "launch"
-model = "deepseek-ai/DeepSeek-V4-Flash"
-warm_up = false
-flush_cache = false
-[launch]
-command = ["{python}", "-m", "harness.sim", "--host", "{host}", "--port", "{port}",
-           "--model", "{model}", "--index-k", "fp8"]
-stop_grace_s = 5
-[ready]
-paths = ["/health"]
-timeout_s = 60
-interval_s = 0.2
-[factors.errors.few]
-args = ["--error-rate", "0.03"]
-[factors.errors.many]
-args = ["--error-rate", "0.15", "--bad-json-rate", "0.05"]
-"""
-VOLATILE = {"run_id", "cached_tokens", "sent_at", "ttft_s", "itl_s", "latency_s", "inflight"}
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +48,6 @@ def cluster() -> Iterator[str]:
                        timeout=120, check=False)  # fmt: skip
 
 
-def _turns(run: Path) -> list[dict[str, object]]:
-    rows = [json.loads(line) for line in (run / "turns.jsonl").read_text().splitlines()]
-    return sorted(
-        ({k: v for k, v in r.items() if k not in VOLATILE} for r in rows),
-        key=lambda r: (r["variant"], r["repeat"], r["session"], r["turn"], r["attempt"]),
-    )
-
-
 def test_the_workers_argument_takes_a_cluster() -> None:
     assert workers("ray") == "ray"
     assert workers("ray:10.1.2.3:6379") == "ray:10.1.2.3:6379"
@@ -85,7 +58,7 @@ def test_a_variant_over_a_ray_cluster_has_the_records_of_two_local_workers(
     tmp_path: Path, cluster: str
 ) -> None:
     target = tmp_path / "target.toml"
-    target.write_text(TARGET)
+    target.write_text(SIM_FAULTS_TARGET)
     common = ["run", "--target", str(target), "--ab", "errors=few,many", "--sessions", "9",
               "--turns", "4", "--seed", "3", "--no-progress"]  # fmt: skip
     runs = {}
@@ -95,7 +68,7 @@ def test_a_variant_over_a_ray_cluster_has_the_records_of_two_local_workers(
             cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
-        runs[name] = _turns(tmp_path / name)
+        runs[name] = stable_turns(tmp_path / name)
     assert runs["ray"] == runs["local"]
     assert any(r["transport_error"] for r in runs["ray"])  # the faults came through
     # each variant ran on one worker per CPU of the cluster, each sending its self-report back

@@ -127,6 +127,37 @@ def test_auto_settles_on_the_first_markup_when_the_name_does_not_tell(
     assert (v["dialect"], v["dialect_from"]) == ("hermes", "markup")
 
 
+@pytest.mark.parametrize("dialect", spoken())
+def test_auto_settles_on_the_dialect_the_markup_shows(
+    dialect: str, make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """A model name that does not tell, a parser that leaks every call, faults everywhere:
+    the first markup (often a near miss) settles the dialect the simulator speaks, including
+    the versions that only their layout tells apart and Llama 4's bare call lists."""
+    url = make_sim(
+        dialect=dialect, model="acme/house-model", fault_scale=HEAVY, tool_parser="off", seed=2
+    )
+    out = tmp_path / "run"
+    _run(url, out, sessions=6, turns=4)
+    v = _summary(out)["variants"][0]
+    assert (v["dialect"], v["dialect_from"]) == (dialect, "markup")
+    rows = read_turns(out / "turns.jsonl")
+    assert {r["dialect"] for r in rows} <= {"auto", dialect}
+
+
+@pytest.mark.parametrize("dialect", ["glm47", "deepseek-v31", "mistral-v11"])
+def test_auto_tells_a_version_from_the_layout_of_a_near_miss(
+    dialect: str, make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """The server parses the good calls: the first markup in content is a broken call, the
+    same markup in either version of the family but for its layout."""
+    url = make_sim(dialect=dialect, model="acme/house-model", fault_scale=HEAVY, seed=2)
+    out = tmp_path / "run"
+    _run(url, out, sessions=6, turns=4)
+    v = _summary(out)["variants"][0]
+    assert (v["dialect"], v["dialect_from"]) == (dialect, "markup")
+
+
 @pytest.fixture
 def leaking_qwen(tmp_path: Path) -> Iterator[str]:
     """``harness sim`` as a Qwen3 server whose tool parser fails: a real process on port 0."""

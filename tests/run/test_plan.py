@@ -9,7 +9,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.run.plan import format_plan, run_order
-from harness.target.spec import default_sim_target, load_target
+from harness.target.targetfile import default_sim_target, load_target
 from harness.workload.matrix import parse_ab, variants
 
 TARGETS = Path(__file__).resolve().parents[2] / "scenarios" / "targets"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.record.turns import read_turns
-from tests.cli.test_cli import CLI, ROOT, _sim_processes, harness
+from tests.cli.test_cli import CLI, ROOT, harness
+from tests.standins import sim_processes
 
 SMALL = ["--sessions", "6", "--turns", "6", "--max-context", "12000", "--no-progress"]
 
@@ -109,7 +110,7 @@ def test_ctrl_c_keeps_every_turn_and_resume_finishes_the_run(tmp_path: Path) -> 
     assert rows
     assert any(r["transport_error"] == "cancelled: the run was stopped" for r in rows)
     assert (out / "summary.json").exists()  # the report covers what was done
-    assert _sim_processes(f"--seed {seed}") == []
+    assert sim_processes(f"--seed {seed}") == []
 
     done_before = [json.loads(x) for x in (out / "sessions.jsonl").read_text().splitlines()]
     again = harness("run", "--resume", str(out))

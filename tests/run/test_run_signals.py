@@ -5,7 +5,6 @@ marked interrupted, the resume hint, exit 128 + the signal's number."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -15,23 +14,9 @@ import pytest
 
 from harness.record.turns import read_turns
 from tests.cli.test_cli import CLI, ROOT
+from tests.standins import sim_pids
 
 SMALL = ["--sessions", "6", "--turns", "6", "--max-context", "12000", "--no-progress"]
-
-
-def sim_pids(marker: str) -> list[int]:
-    """Pids of the simulators whose command line holds ``marker``."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "harness.sim" in cmd and marker in cmd:
-            found.append(int(pid))
-    return found
 
 
 def gone(pid: int, wait_s: float = 10.0) -> bool:

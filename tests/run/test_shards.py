@@ -24,53 +24,14 @@ from harness.run.shard import (
     wait_until,
 )
 from harness.workload.scenario import load_scenario
+from tests.standins.simtarget import SIM_FAULTS_TARGET, headline, stable_turns
 
 CLI = [sys.executable, "-m", "harness.cli"]
 ROOT = Path(__file__).resolve().parents[2]
 
-# the simulator with corruption off and transport faults on: its faults are drawn per
-# conversation and send, so the same sessions get the same answers however they are spread
-TARGET = """
-name = "sim-faults"
-mode = "launch"
-model = "deepseek-ai/DeepSeek-V4-Flash"
-warm_up = false
-flush_cache = false
-[launch]
-command = ["{python}", "-m", "harness.sim", "--host", "{host}", "--port", "{port}",
-           "--model", "{model}", "--index-k", "fp8"]
-stop_grace_s = 5
-[ready]
-paths = ["/health"]
-timeout_s = 60
-interval_s = 0.2
-[factors.errors.few]
-args = ["--error-rate", "0.03"]
-[factors.errors.many]
-args = ["--error-rate", "0.15", "--bad-json-rate", "0.05"]
-"""
-# what depends on timing and load, not on the plan
-VOLATILE = {"run_id", "cached_tokens", "sent_at", "ttft_s", "itl_s", "latency_s", "inflight"}
-
 
 def harness(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-
-
-def _turns(run: Path) -> list[dict[str, object]]:
-    rows = [json.loads(line) for line in (run / "turns.jsonl").read_text().splitlines()]
-    return sorted(
-        ({k: v for k, v in r.items() if k not in VOLATILE} for r in rows),
-        key=lambda r: (r["variant"], r["repeat"], r["session"], r["turn"], r["attempt"]),
-    )
-
-
-def _headline(run: Path) -> tuple[object, list[dict[str, object]]]:
-    summary = json.loads((run / "summary.json").read_text())
-    keys = ("label", "sessions", "corrupted_sessions", "session_corruption_rate", "turns",
-            "corrupted_turns", "turn_corruption_rate", "transport_errors", "labels")  # fmt: skip
-    rows = [{k: v.get(k) for k in keys} for v in summary["variants"]]
-    return summary["verdict"], rows
 
 
 def test_slices_cover_every_session_once_with_whole_families() -> None:
@@ -115,7 +76,7 @@ async def test_a_shard_waits_for_its_start_time() -> None:
 
 def test_three_shards_merged_are_the_run_one_process_makes(tmp_path: Path) -> None:
     target = tmp_path / "target.toml"
-    target.write_text(TARGET)
+    target.write_text(SIM_FAULTS_TARGET)
     common = ["--target", str(target), "--ab", "errors=few,many", "--sessions", "9",
               "--turns", "4", "--seed", "3", "--no-progress", "--workers", "1"]  # fmt: skip
     one = harness("run", *common, "--out", str(tmp_path / "one"))
@@ -149,9 +110,9 @@ def test_three_shards_merged_are_the_run_one_process_makes(tmp_path: Path) -> No
     assert merged.returncode == 0, merged.stderr
     assert json.loads(merged.stdout.splitlines()[-1])["passed"] is True
 
-    assert _turns(tmp_path / "merged") == _turns(tmp_path / "one")
-    assert _headline(tmp_path / "merged") == _headline(tmp_path / "one")
-    errors = sum(r["transport_errors"] for r in _headline(tmp_path / "one")[1])  # type: ignore[misc]
+    assert stable_turns(tmp_path / "merged") == stable_turns(tmp_path / "one")
+    assert headline(tmp_path / "merged") == headline(tmp_path / "one")
+    errors = sum(r["transport_errors"] for r in headline(tmp_path / "one")[1])  # type: ignore[misc]
     assert errors > 0  # the comparison has something to compare
     # each shard ran its slice only, and began at the time asked
     for i in (1, 2, 3):

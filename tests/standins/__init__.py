@@ -24,6 +24,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _sims(marker: str) -> list[tuple[int, str]]:
+    """(pid, command line) of the simulators running whose command line holds ``marker``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "harness.sim" in cmd and marker in cmd:
+            found.append((int(pid), cmd))
+    return found
+
+
+def sim_processes(marker: str) -> list[str]:
+    """The command lines of the simulators running whose command line holds ``marker``."""
+    return [cmd for _, cmd in _sims(marker)]
+
+
+def sim_pids(marker: str) -> list[int]:
+    """The pids of the simulators running whose command line holds ``marker``."""
+    return [pid for pid, _ in _sims(marker)]
+
+
 def group_gone(pgid: int, polls: int = 100) -> bool:
     """True once no process of the group is left (bounded polling, no timing assertion)."""
     for _ in range(polls):

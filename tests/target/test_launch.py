@@ -20,7 +20,8 @@ from harness.target.launch import (
     make_target,
 )
 from harness.target.readiness import _LIVE
-from harness.target.spec import LevelSpec, default_sim_target, load_target
+from harness.target.spec import LevelSpec
+from harness.target.targetfile import default_sim_target, load_target
 from harness.workload.matrix import Variant, parse_ab, variants
 from tests.standins import SERVER, group_gone, pid_gone, running_standin
 

@@ -208,7 +208,7 @@ async def test_scraper_survives_a_dead_server_and_stops(tmp_path: Path) -> None:
 
 async def test_scraper_against_the_simulator(tmp_path: Path) -> None:
     from harness.target.launch import make_target
-    from harness.target.spec import default_sim_target
+    from harness.target.targetfile import default_sim_target
     from harness.workload.matrix import Variant
 
     target = make_target(default_sim_target(), Variant(()), tmp_path)

@@ -15,9 +15,10 @@ from harness.analysis import variantcheck
 from harness.errors import ConfigError
 from harness.run import serverprobe
 from harness.target import serverfacts
-from harness.target.spec import load_target
+from harness.target.targetfile import load_target
 from harness.workload.matrix import Variant
-from tests.cli.test_cli_faults import TARGET, harness, sim_processes
+from tests.cli.test_cli_faults import TARGET, harness
+from tests.standins import sim_processes
 
 # ---- the rules in target files -------------------------------------------------------------
 

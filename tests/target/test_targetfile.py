@@ -8,7 +8,8 @@ import pytest
 
 from harness.errors import ConfigError, UsageError
 from harness.target.launch import HookTarget, LaunchTarget, make_target
-from harness.target.spec import default_sim_target, load_target, substitute
+from harness.target.spec import substitute
+from harness.target.targetfile import default_sim_target, load_target
 from harness.workload.matrix import Variant, parse_ab, variants
 
 TARGETS = Path(__file__).resolve().parents[2] / "scenarios" / "targets"

@@ -59,3 +59,29 @@ def test_overrides_are_validated() -> None:
     assert s.max_turns == load_scenario().max_turns
     with pytest.raises(ConfigError, match="max_context"):
         s.with_overrides(max_context=10)
+
+
+@pytest.mark.parametrize(
+    ("what", "body"),
+    [
+        ("scenario", b'name = "caf\xe9"\n'),
+        ("target", b'name = "caf\xe9"\nmode = "external"\n'),
+        ("scenario", b"a = " + b"[" * 100_000 + b"]" * 100_000 + b"\n"),
+        ("target", b"a = " + b"[" * 100_000 + b"]" * 100_000 + b"\n"),
+    ],
+)
+def test_scenario_and_target_files_that_cannot_be_read_say_why(
+    tmp_path: Path, what: str, body: bytes
+) -> None:
+    from harness.target.targetfile import load_target
+
+    path = tmp_path / f"{what}.toml"
+    path.write_bytes(body)
+    load = load_scenario if what == "scenario" else load_target
+    with pytest.raises(ConfigError) as exc:
+        load(path)
+    said = str(exc.value)
+    assert said.startswith(f"{path}: ")
+    assert "\n" not in said
+    expected = f"not UTF-8 (byte 11); a {what} is UTF-8 TOML" if b"\xe9" in body else "too deep"
+    assert expected in said
