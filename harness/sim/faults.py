@@ -24,7 +24,8 @@ Independent mechanisms, after the incident the simulator reproduces:
   racing index-K read shifts which keys attention selects, which perturbs the logits far
   more often than it breaks a text (most perturbations leave the argmax alone). Only with
   ``index_k=bf16`` and ``hicache=on``; the chance follows the same load step and grows with
-  the prompt (``LOGPROB_RACE_RATE * load_factor * sqrt(tokens / 80k)``).
+  the prompt (``LOGPROB_RACE_RATE * load_factor * overlap * sqrt(tokens / 80k)``); a request
+  alone never races (``overlap(0) = 0``: no request decodes beside it).
 
 ``topk`` has no effect on either (it was a suspect, not the cause).
 
@@ -117,7 +118,9 @@ def logprob_race_probability(
     if index_k != "bf16" or hicache != "on":
         return 0.0
     size = math.sqrt(min(max(prompt_tokens, 0) / REFERENCE_TOKENS, 1.0))
-    return min(LOGPROB_RACE_RATE * load_factor(in_flight) * size * scale, MAX_PROBABILITY)
+    beside = overlap(in_flight - 1)  # the race needs requests decoding beside it: none alone
+    return min(LOGPROB_RACE_RATE * load_factor(in_flight) * beside * size * scale,
+               MAX_PROBABILITY)  # fmt: skip
 
 
 def load_factor(in_flight: int) -> float:

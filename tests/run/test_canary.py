@@ -53,7 +53,7 @@ def test_probes_reach_the_scenario_maximum() -> None:
 
 
 def test_canary_separates_the_race_from_fp8(tmp_path: Path) -> None:
-    target = _sim_target(tmp_path, "--fault-scale", "20")
+    target = _sim_target(tmp_path, "--fault-scale", "200")  # most long probes race
     out = tmp_path / "run"
     code = main([
         "run", "--target", str(target), "--sessions", "40", "--turns", "12", "--speed", "1",
@@ -68,6 +68,7 @@ def test_canary_separates_the_race_from_fp8(tmp_path: Path) -> None:
         assert set(c) >= {"probes", "scored", "deviating_share", "max_kl", "noise_floor_kl"}
         assert 6 <= c["probes"] <= 8  # the fixed six, and up to two of the sessions' own
         assert c["scored"] >= 15
+        assert c["alone_outliers"] == 0  # alone, nothing races
         assert c["sim_false_deviations"] == 0  # no deviation the simulator did not inject
         assert 0 < c["share_of_requests"] < 0.5
         assert v["canary_max_kl"] == c["max_kl"]
