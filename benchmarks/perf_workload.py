@@ -19,6 +19,12 @@ the 90th percentile request (the steady state, without start-up and the last str
 Each harness run also gives the time from its start to the first request and from the last
 request to its exit (start-up, and the summary, plots and report). The ratio is the harness's
 rate over the bare client's run just before it; the table gives the median and the range.
+
+Both clients are CPU-bound on their core (the endpoint answers at once), so on a quiet machine
+the rate ratio is the ratio of their CPU per request. On a machine shared with other work the
+rates say how much of core 0 each run got; so each client's CPU is also sampled (``/proc``,
+every 20 ms) and cut to the same steady state: "CPU ms a request", and its ratio beside the
+rate's.
 """
 
 from __future__ import annotations
@@ -88,6 +94,45 @@ def steady_rate(arrivals: list[float]) -> float:
     return (hi - lo) / span if span > 0 else float("nan")
 
 
+class CpuSampler:
+    """A process's CPU seconds, read from /proc every 20 ms with the monotonic time (the
+    clock the endpoint stamps arrivals with), so the CPU it spent in the steady state can be
+    cut out: on a machine shared with other work, the rate of a CPU-bound client says how
+    much of its core it got, its CPU per request what it costs."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.pid = pid
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.monotonic(), cpu_seconds(self.pid)))
+            except (OSError, ValueError, IndexError):
+                return  # the process is gone
+            self._stop.wait(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def at(self, when: float) -> float:
+        """CPU seconds at ``when`` (the last sample before it)."""
+        before = [cpu for t, cpu in self.samples if t <= when]
+        return before[-1] if before else 0.0
+
+    def steady_ms(self, arrivals: list[float]) -> float:
+        """CPU ms per request between the 10th and the 90th percentile arrival."""
+        n = len(arrivals)
+        lo, hi = n // 10, (9 * n) // 10
+        return 1000 * (self.at(arrivals[hi]) - self.at(arrivals[lo])) / max(1, hi - lo)
+
+
 def harness_cmd(url: str, out: Path, args: argparse.Namespace) -> list[str]:
     return [
         "taskset", "-c", CLIENT_CORE,
@@ -107,9 +152,7 @@ def run_harness(args: argparse.Namespace, record: Path | None) -> dict[str, Any]
     out = Path(tempfile.mkdtemp(prefix="perf-workload-"))
     try:
         t0, c0 = time.monotonic(), children_cpu()
-        done = subprocess.run(
-            harness_cmd(url, out / "run", args), capture_output=True, text=True, timeout=1800
-        )
+        done, sampler = run_sampled(harness_cmd(url, out / "run", args))
         t1, c1 = time.monotonic(), children_cpu()
         endpoint_cpu = cpu_seconds(proc.pid)
         if done.returncode != 0:
@@ -126,6 +169,7 @@ def run_harness(args: argparse.Namespace, record: Path | None) -> dict[str, Any]
         "after_last_request_s": t1 - arrivals[-1],
         "wall_s": t1 - t0,
         "client_cpu_ms": 1000 * (c1 - c0) / len(arrivals),
+        "steady_cpu_ms": sampler.steady_ms(arrivals),
         "endpoint_cpu_ms": 1000 * endpoint_cpu / len(arrivals),
     }
 
@@ -136,7 +180,7 @@ def run_bare(args: argparse.Namespace, bodies: Path) -> dict[str, Any]:
         cmd = ["taskset", "-c", CLIENT_CORE, sys.executable, __file__, "--replay", str(bodies)]
         cmd += ["--url", url, "--concurrency", str(args.concurrency)]
         c0 = children_cpu()
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        done, sampler = run_sampled(cmd)
         c1 = children_cpu()
         if done.returncode != 0:
             raise SystemExit(f"the bare client failed:\n{done.stderr[-3000:]}")
@@ -149,8 +193,22 @@ def run_bare(args: argparse.Namespace, bodies: Path) -> dict[str, Any]:
         "requests": len(arrivals),
         "rate": steady_rate(arrivals),
         "client_cpu_ms": 1000 * (c1 - c0) / len(arrivals),
+        "steady_cpu_ms": sampler.steady_ms(arrivals),
         "endpoint_cpu_ms": 1000 * endpoint_cpu / len(arrivals),
     }
+
+
+def run_sampled(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], CpuSampler]:
+    """Run ``cmd`` (``taskset`` execs the client: the same process), sampling its CPU."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = CpuSampler(proc.pid)
+    try:
+        stdout, stderr = proc.communicate(timeout=1800)
+    finally:
+        sampler.stop()
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), sampler
 
 
 def read_bodies(path: Path) -> list[bytes]:
@@ -164,14 +222,30 @@ def read_bodies(path: Path) -> list[bytes]:
 
 
 async def replay(url: str, bodies: list[bytes], concurrency: int) -> int:
-    """Send every body in order, ``concurrency`` in flight, reading each answer to its end."""
+    """Send every body in order, ``concurrency`` in flight, reading each answer to its end.
+
+    Like with like: the harness's transport settings (``ChatClient``): the same pool size,
+    no per-host limit, no compression asked nor decompressed, no proxy lookup, the same
+    headers and connect timeouts, and the same read path (``iter_any``); only what the harness
+    does with the bytes is left out, and the read timeout (the harness watches each stream
+    with one timer: ``_ReadWatch``; the bare client has none, which only makes it faster)."""
     import aiohttp
+
+    from harness.client import DEFAULT_REQUEST_TIMEOUT, connections_for
 
     queue = iter(bodies)
     done = 0
-    connector = aiohttp.TCPConnector(limit=concurrency + 8)
-    headers = {"content-type": "application/json", "accept": "text/event-stream"}
-    async with aiohttp.ClientSession(connector=connector) as session:
+    connector = aiohttp.TCPConnector(limit=connections_for(concurrency), limit_per_host=0)
+    headers = {"content-type": "application/json", "accept-encoding": "identity"}
+    timeout = aiohttp.ClientTimeout(
+        total=None,
+        connect=DEFAULT_REQUEST_TIMEOUT,
+        sock_connect=10.0,
+        sock_read=None,
+    )
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, auto_decompress=False, trust_env=False
+    ) as session:
 
         async def one() -> None:
             nonlocal done
@@ -185,6 +259,38 @@ async def replay(url: str, bodies: list[bytes], concurrency: int) -> int:
 
         await asyncio.gather(*(one() for _ in range(concurrency)))
     return done
+
+
+def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: tuple[float, float]) -> str:
+    """The Markdown table: the endpoint's steady rate and each client's steady CPU per
+    request, medians over the repeats; each ratio the harness's over the bare client's run
+    just before it (median, range)."""
+    bare = [r for r in rows if r["client"] == "bare"]
+    ours = [r for r in rows if r["client"] == "harness"]
+    pairs = list(zip(bare, ours, strict=True))
+    rate = [h["rate"] / b["rate"] for b, h in pairs]
+    cpu = [b["steady_cpu_ms"] / h["steady_cpu_ms"] for b, h in pairs]
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    def span(values: list[float]) -> str:
+        return f"**{med(values):.2f}** ({min(values):.2f}-{max(values):.2f})"
+
+    return (
+        f"| client (core {CLIENT_CORE}) | requests/s at the endpoint (core {ENDPOINT_CORE}) "
+        f"| client CPU ms a request (steady state) |\n|---|---|---|\n"
+        f"| bare aiohttp, same bodies | {med([r['rate'] for r in bare]):,.0f} "
+        f"| {med([r['steady_cpu_ms'] for r in bare]):.2f} |\n"
+        f"| `harness run --workers 1` | {med([r['rate'] for r in ours]):,.0f} "
+        f"| {med([r['steady_cpu_ms'] for r in ours]):.2f} |\n"
+        f"| harness / bare | {span(rate)} | bare / harness: {span(cpu)} |\n"
+        f"\nharness: {med([r['to_first_request_s'] for r in ours]):.2f} s from the command to "
+        f"the first request, {med([r['after_last_request_s'] for r in ours]):.2f} s from the "
+        f"last request to the exit ({args.sessions} sessions x {args.turns} turns, "
+        f"{args.concurrency} in flight, {len(pairs)} repeats; load average "
+        f"{loads[0]:.1f} before, {loads[1]:.1f} after)"
+    )
 
 
 def main() -> None:
@@ -204,6 +310,7 @@ def main() -> None:
     if shutil.which("taskset") is None or (os.cpu_count() or 1) < 2:
         raise SystemExit("needs taskset and two cores (the endpoint and the client pinned apart)")
     work = Path(tempfile.mkdtemp(prefix="perf-bodies-"))
+    load0 = os.getloadavg()[0]
     try:
         bodies = work / "bodies.bin"
         first = run_harness(args, bodies)
@@ -220,27 +327,14 @@ def main() -> None:
                 rows.append(row)
                 print(
                     f"{row['client']:>8}: {row['rate']:7.0f} requests/s, CPU per request: "
-                    f"client {row['client_cpu_ms']:.2f} ms, "
+                    f"client {row['steady_cpu_ms']:.2f} ms in the steady state "
+                    f"({row['client_cpu_ms']:.2f} over the whole run), "
                     f"endpoint {row['endpoint_cpu_ms']:.2f} ms",
                     file=sys.stderr,
                 )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    bare = [r for r in rows if r["client"] == "bare"]
-    ours = [r for r in rows if r["client"] == "harness"]
-    ratios = [h["rate"] / b["rate"] for b, h in zip(bare, ours, strict=True)]
-    print(
-        f"| client (core {CLIENT_CORE}) | requests/s at the endpoint (core {ENDPOINT_CORE}) |\n"
-        f"|---|---|\n"
-        f"| bare aiohttp, same bodies | {statistics.median(r['rate'] for r in bare):,.0f} |\n"
-        f"| `harness run --workers 1` | {statistics.median(r['rate'] for r in ours):,.0f} "
-        f"(ratio **{statistics.median(ratios):.2f}**, {min(ratios):.2f}-{max(ratios):.2f}) |\n"
-        f"\nharness: {statistics.median(r['to_first_request_s'] for r in ours):.2f} s from the "
-        f"command to the first request, "
-        f"{statistics.median(r['after_last_request_s'] for r in ours):.2f} s from the last "
-        f"request to the exit ({args.sessions} sessions x {args.turns} turns, "
-        f"{args.concurrency} in flight, {args.repeats} repeats)"
-    )
+    print(table(rows, args, loads=(load0, os.getloadavg()[0])))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

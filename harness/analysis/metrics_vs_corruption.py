@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 #: The normalized metrics set beside corruption (harness.target.metrics), in plot order.
 WATCHED = (
@@ -83,6 +82,14 @@ def binned(
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _scipy() -> Any:
+    """scipy.stats, imported when a run has server metrics to correlate (0.6 s of imports
+    that a run's report does not wait for otherwise)."""
+    from scipy import stats
+
+    return stats
+
+
 def correlations(frame: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
     """``{variant: {metric: {"spearman", "p_value", "bins"}}}`` over the variant's bins
     (all repeats); ``spearman`` None when too few bins or a side never moves."""
@@ -96,7 +103,7 @@ def correlations(frame: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
         rho: float | None = None
         p: float | None = None
         if len(g) >= MIN_BINS and g["rate"].nunique() > 1 and g["value"].nunique() > 1:
-            res = sps.spearmanr(g["value"], g["rate"])
+            res = _scipy().spearmanr(g["value"], g["rate"])
             rho, p = float(res.statistic), float(res.pvalue)
             if not (math.isfinite(rho) and math.isfinite(p)):
                 rho = p = None

@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import cache
+from types import ModuleType
 from typing import Literal
 
-from scipy import stats as _st
-
 Alternative = Literal["two-sided", "greater", "less"]
+
+
+@cache
+def _scipy() -> ModuleType:
+    """scipy.stats, imported at the first statistic (0.6 s of imports): a run's first
+    request does not wait for it, nor ``harness --help``."""
+    from scipy import stats
+
+    return stats  # type: ignore[no-any-return]
 
 
 def _z(conf: float) -> float:
     if not 0.0 < conf < 1.0:
         raise ValueError(f"confidence level must be between 0 and 1, got {conf}")
-    return float(_st.norm.ppf(1.0 - (1.0 - conf) / 2.0))
+    return float(_scipy().norm.ppf(1.0 - (1.0 - conf) / 2.0))
 
 
 def _check_counts(k: int, n: int) -> None:
@@ -58,7 +67,7 @@ def fisher_exact(
     if n1 == 0 or n2 == 0:
         return 1.0
     table = [[k1, n1 - k1], [k2, n2 - k2]]
-    res = _st.fisher_exact(table, alternative=alternative)
+    res = _scipy().fisher_exact(table, alternative=alternative)
     return float(min(1.0, res.pvalue))
 
 
@@ -112,8 +121,8 @@ def sample_size(p1: float, p2: float, alpha: float = 0.05, power: float = 0.8) -
             raise ValueError(f"{name} must be a proportion in [0, 1], got {p}")
     if p1 == p2:
         raise ValueError("p1 == p2: no sample size detects a zero difference")
-    za = float(_st.norm.ppf(1.0 - alpha / 2.0))
-    zb = float(_st.norm.ppf(power))
+    za = float(_scipy().norm.ppf(1.0 - alpha / 2.0))
+    zb = float(_scipy().norm.ppf(power))
     pbar = (p1 + p2) / 2.0
     num = za * math.sqrt(2.0 * pbar * (1.0 - pbar)) + zb * math.sqrt(
         p1 * (1.0 - p1) + p2 * (1.0 - p2)

@@ -43,7 +43,6 @@ def check_gate_args(args: argparse.Namespace, variants: list[str] | None = None)
     """Validate gate expressions and the baseline before any work starts; given the planned
     ``variants``, a gate naming another variant, or a baseline sharing none, fails now."""
     from harness.analysis.gates import check_baseline, check_exprs
-    from harness.report.build import load_summary
 
     check_exprs(args.fail_if, variants)
     if args.baseline is not None and not (
@@ -53,6 +52,9 @@ def check_gate_args(args: argparse.Namespace, variants: list[str] | None = None)
             f"--baseline {args.baseline}: no summary.json there (run `harness report` on it)"
         )
     if args.baseline is not None and variants is not None:
+        # (pandas and matplotlib come with the report: only for a baseline, at the start)
+        from harness.report.build import load_summary
+
         check_baseline(variants, load_summary(args.baseline), str(args.baseline))
 
 

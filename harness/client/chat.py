@@ -56,7 +56,9 @@ from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.limits import Limits
 from harness.client.output import BadResponse, Failure, TooLarge, TurnOutput
 from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
+from harness.record.payload import HistoryEncoder
 from harness.record.transcripts import chat_payload
+from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +146,7 @@ class ChatClient:
         self._session: aiohttp.ClientSession | None = None
         self._http = httpx.AsyncClient(  # get() only, over the same aiohttp session
             base_url=self.base_url,
-            transport=AiohttpTransport(client=self._aio),
+            transport=AiohttpTransport(client=self._aio, verify=verify_context()),
             headers=self._headers,
             timeout=httpx.Timeout(request_timeout, connect=min(10.0, request_timeout)),
         )
@@ -236,8 +238,11 @@ class ChatClient:
                 raise
             return failure
 
-    async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
-        data = chat_payload(body, self.model, stream)
+    async def chat(
+        self, body: dict[str, Any], *, stream: bool, history: HistoryEncoder | None = None
+    ) -> TurnOutput:
+        """One chat request; ``history``: the session's encoded messages (``record.payload``)."""
+        data = chat_payload(body, self.model, stream, history)
         out = TurnOutput()
         t0 = time.perf_counter()
         if stream:

@@ -20,6 +20,7 @@ from harness.client.output import TurnOutput
 from harness.dialects import dsml
 from harness.dialects.prompt_v4 import BOS, END_THINK, THINK, render_v4, render_v32
 from harness.errors import UsageError
+from harness.record.payload import HistoryEncoder
 
 APIS = ("chat", "completions", "generate")
 
@@ -94,7 +95,10 @@ class RawClient:
         prompt = render_prompt(body, self.dialect)
         return prompt.removeprefix(BOS) if self.drop_bos else prompt
 
-    async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
+    async def chat(
+        self, body: dict[str, Any], *, stream: bool, history: HistoryEncoder | None = None
+    ) -> TurnOutput:
+        """The request rendered as a prompt (``history`` is the chat encoder's: not used)."""
         prompt = self.prompt(body)
         payload = raw_payload(self.api, prompt, body)
         out = await self._client.raw(PATHS[self.api], payload, stream=stream)

@@ -22,6 +22,7 @@ from harness.drive.answering import ServerWatch
 from harness.drive.inflight import InflightBoard
 from harness.drive.selfreport import SelfReport
 from harness.drive.session import Session, SessionPlan, Shared
+from harness.record.payload import HistoryEncoder
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
 from harness.workload.dialect import AUTO, DialectLock
@@ -217,9 +218,11 @@ class _MeasuredClient:
         self._client = client
         self._report = report
 
-    async def chat(self, body: dict[str, Any], *, stream: bool) -> TurnOutput:
+    async def chat(
+        self, body: dict[str, Any], *, stream: bool, history: HistoryEncoder | None = None
+    ) -> TurnOutput:
         self._report.sending()
-        return await self._client.chat(body, stream=stream)
+        return await self._client.chat(body, stream=stream, history=history)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -345,7 +348,8 @@ async def _drive(
             finally:
                 progress.session_ended(plan.index)
                 if gate is not None:
-                    session.messages = []  # its history goes with its slot
+                    session.messages = []  # its history goes with its slot, and its bytes
+                    session.encoded.clear()
         if on_session_end is not None:  # only sessions that ran to their end
             on_session_end(session.plan.index, session.ended)
 

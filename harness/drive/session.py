@@ -19,6 +19,7 @@ from harness.client.output import Failure, TurnOutput
 from harness.drive.answering import ServerWatch, retry_delay
 from harness.drive.inflight import InflightBoard
 from harness.errors import EnvironmentFailure
+from harness.record.payload import HistoryEncoder
 from harness.record.safejson import Unencodable
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
@@ -220,6 +221,7 @@ class Session:
         self.ended: str | None = None
         self.first_turn = 0  # a fork starts at its branch turn
         self.think_s = 0.0  # the pause before the turn being sent
+        self.encoded = HistoryEncoder()  # the history's messages, each encoded once
         shared.workload.members.add(plan.index)
 
     def body(self, turn: int = 0) -> dict[str, Any]:
@@ -247,7 +249,7 @@ class Session:
             t0 = time.perf_counter()
             failed: Verdict | None = None
             try:
-                out = await sh.client.chat(body, stream=sh.stream)
+                out = await sh.client.chat(body, stream=sh.stream, history=self.encoded)
             except Exception as exc:  # noqa: BLE001 - not the server's failure: a harness bug
                 out = TurnOutput(latency_s=time.perf_counter() - t0)
                 failed = harness_error(exc, "sending the request", self.plan.index, turn)

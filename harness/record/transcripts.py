@@ -35,16 +35,24 @@ import orjson
 
 from harness.errors import UsageError
 from harness.record import safejson
+from harness.record.payload import HistoryEncoder
 from harness.record.turns import JsonlAppender
 
 log = logging.getLogger(__name__)
 
 
-def chat_payload(body: dict[str, Any], model: str, stream: bool) -> bytes:
-    """The exact bytes sent for one chat request (transcripts rebuild them with this too)."""
+def chat_payload(
+    body: dict[str, Any], model: str, stream: bool, history: HistoryEncoder | None = None
+) -> bytes:
+    """The exact bytes sent for one chat request (transcripts rebuild them with this too);
+    ``history`` keeps a growing history's messages encoded (the same bytes, made faster)."""
     payload = dict(body, model=body.get("model", model), stream=stream)
     if stream:
         payload["stream_options"] = {"include_usage": True}
+    if history is not None:
+        data = history.encode(payload)
+        if data is not None:
+            return data
     return safejson.dumps(payload)  # (a lone surrogate in the history is sent escaped)
 
 

@@ -27,6 +27,7 @@ from harness.dialects import registry
 from harness.errors import ConfigError
 from harness.target import serverfacts
 from harness.target.readiness import served_model
+from harness.tls import verify_context
 from harness.workload.matrix import Variant
 from harness.workload.scenario import Scenario
 
@@ -153,7 +154,9 @@ async def reports_cached_tokens(
     }
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=headers) as http:
+        async with httpx.AsyncClient(
+            timeout=timeout_s, trust_env=False, verify=verify_context(), headers=headers
+        ) as http:
             resp = await http.post(f"{base_url.rstrip('/')}/v1/chat/completions", json=body)
         doc = resp.json() if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError) as exc:

@@ -25,6 +25,7 @@ import httpx
 import orjson
 
 from harness.record.rundir import METRICS_FILE
+from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,9 @@ class MetricsScraper:
         self._t0 = time.monotonic()
         try:
             with open(self.path, "ab") as out:  # noqa: ASYNC230 - small appends, once per scrape
-                async with httpx.AsyncClient(timeout=self.timeout_s, trust_env=False) as http:
+                async with httpx.AsyncClient(
+                    timeout=self.timeout_s, trust_env=False, verify=verify_context()
+                ) as http:
                     while not self._stop.is_set():
                         if not await self._scrape(http, out):
                             return
@@ -305,7 +308,9 @@ async def flush_cache(
     """
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=headers) as http:
+        async with httpx.AsyncClient(
+            timeout=timeout_s, trust_env=False, verify=verify_context(), headers=headers
+        ) as http:
             resp = await http.post(f"{base_url.rstrip('/')}/flush_cache")
     except httpx.HTTPError as exc:
         log.warning("flush_cache on %s failed: %s", base_url, exc)
@@ -343,7 +348,9 @@ async def warm_up(
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     ok = True
     try:
-        async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=headers) as http:
+        async with httpx.AsyncClient(
+            timeout=timeout_s, trust_env=False, verify=verify_context(), headers=headers
+        ) as http:
             for _ in range(requests):
                 resp = await http.post(f"{base_url.rstrip('/')}/v1/chat/completions", json=body)
                 if resp.status_code != 200:

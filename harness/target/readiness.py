@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from harness.errors import InfrastructureError, UsageError
+from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,9 @@ async def wait_ready(
     waited on (a server still starting answers 503, or does not listen yet)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    async with httpx.AsyncClient(base_url=base_url, timeout=5.0, trust_env=False) as http:
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=5.0, trust_env=False, verify=verify_context()
+    ) as http:
         while time.monotonic() < deadline:
             if alive is not None and not alive():
                 raise InfrastructureError(f"server at {base_url} exited while starting ({last})")
@@ -157,7 +160,11 @@ async def served_model(base_url: str, api_key: str | None = None) -> str:
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with httpx.AsyncClient(
-            base_url=base_url, timeout=10.0, trust_env=False, headers=headers
+            base_url=base_url,
+            timeout=10.0,
+            trust_env=False,
+            verify=verify_context(),
+            headers=headers,
         ) as http:
             data = (await http.get("/v1/models")).json().get("data") or []
         return str(data[0]["id"])
@@ -174,7 +181,7 @@ async def server_version(base_url: str, api_key: str | None = None) -> str | Non
     """The version the server reports about itself, or None when it does not say."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     async with httpx.AsyncClient(
-        base_url=base_url, timeout=3.0, trust_env=False, headers=headers
+        base_url=base_url, timeout=3.0, trust_env=False, verify=verify_context(), headers=headers
     ) as http:
         for path, key in VERSION_PATHS:
             try:

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from harness.record.rundir import SERVER_FACTS_FILE
+from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,11 @@ async def read_config(
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     out: dict[str, Any] = {}
     async with httpx.AsyncClient(
-        base_url=base_url, timeout=timeout_s, trust_env=False, headers=headers
+        base_url=base_url,
+        timeout=timeout_s,
+        trust_env=False,
+        verify=verify_context(),
+        headers=headers,
     ) as http:
         for source, paths in SOURCES.items():
             for path in paths:

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.dialects import registry
 from harness.errors import ConfigError
+from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,11 @@ async def model_names(base_url: str, model: str, api_key: str | None = None) -> 
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with httpx.AsyncClient(
-            base_url=base_url, timeout=10.0, trust_env=False, headers=headers
+            base_url=base_url,
+            timeout=10.0,
+            trust_env=False,
+            verify=verify_context(),
+            headers=headers,
         ) as http:
             data = (await http.get("/v1/models")).json().get("data") or []
     except (httpx.HTTPError, ValueError, AttributeError):

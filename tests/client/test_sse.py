@@ -188,3 +188,70 @@ async def test_vllm_reasoning_is_read_and_counts_for_the_first_token(stream: boo
         assert out.latency_s is not None
         # the first token is the first reasoning token, before the pause, not the content after
         assert out.latency_s - out.ttft_s >= gap * 0.9
+
+
+async def _chunking_server(cuts: dict[str, list[bytes]]) -> tuple[Any, str]:
+    """A loopback server writing the same stream cut as ``cuts[the user's message]`` says,
+    each piece its own write with a pause after it, so the client reads them one by one."""
+    import asyncio
+
+    from aiohttp import web
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        try:
+            for piece in cuts[body["messages"][0]["content"]]:
+                await resp.write(piece)
+                await asyncio.sleep(0.002)
+        except ConnectionResetError:
+            pass  # the client stops reading at [DONE] and hands the connection back
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
+
+
+async def test_a_stream_cut_anywhere_by_a_real_server_reads_as_the_whole() -> None:
+    """Through a real socket, the stream in one write, one byte a write (UTF-8 characters
+    cut in half), at random cuts, and cut inside every ``data:``, blank line and ``[DONE]``
+    gives the same turn."""
+    from harness.client.chat import ChatClient
+
+    data = b"".join(STREAM)
+    rng = random.Random(5)
+    cuts = {
+        "whole": [data],
+        "bytes": [data[i : i + 1] for i in range(len(data))],
+        "random": _cuts(data, rng),
+        "events": [p for e in STREAM for p in (e[:3], e[3:-1], e[-1:])],
+    }
+    runner, url = await _chunking_server(cuts)
+    client = ChatClient(url, model="m")
+    try:
+        outs = {}
+        for name in cuts:
+            out = await client.chat({"messages": [{"role": "user", "content": name}]}, stream=True)
+            outs[name] = out
+    finally:
+        await client.aclose()
+        await runner.cleanup()
+    whole = outs["whole"]
+    assert whole.failure is None
+    assert whole.content == "Reading the \u00e9 file."
+    assert whole.reasoning == "Look first\n"
+    assert whole.tool_calls == [{"id": "c1", "name": "read", "arguments": '{"p":1}'}]
+    assert (whole.finish_reason, whole.prompt_tokens) == ("tool_calls", 7)
+    for name, out in outs.items():
+        assert out.failure is None, name
+        got = (out.content, out.reasoning, out.tool_calls, out.finish_reason, out.prompt_tokens)
+        want = (whole.content, whole.reasoning, whole.tool_calls, "tool_calls", 7)
+        assert got == want, name
+    assert outs["bytes"].events == whole.events == 8  # every event with text or a call

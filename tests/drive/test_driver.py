@@ -131,3 +131,28 @@ async def test_unreachable_endpoint_becomes_transport_error_rows(tmp_path: Path)
     )
     assert not any(r["corrupted"] for r in rows)
     assert progress.transport_errors == len(rows)
+
+
+@pytest.mark.parametrize("concurrency", [2, 6])
+async def test_a_session_that_hands_its_slot_on_keeps_no_encoded_history(
+    make_sim: Callable[..., str], tmp_path: Path, concurrency: int
+) -> None:
+    """Sessions encode their history a message at a time (``HistoryEncoder``); one that ends
+    while others wait for its slot drops those bytes with its history. With a slot each, the
+    sessions keep both (the driver returns them whole)."""
+    url = make_sim(index_k="fp8")
+    scenario = load_scenario().with_overrides(sessions=6, steps=3, max_turns=4)
+    client = ChatClient(url, model="m", request_timeout=20)
+    try:
+        with TurnWriter(tmp_path / "turns.jsonl") as writer:
+            done = await drive(
+                client, scenario, make_plans(scenario, 6, seed=3), writer, BASE,
+                DriveOptions(concurrency=concurrency), Progress(),
+            )  # fmt: skip
+    finally:
+        await client.aclose()
+    assert len(read_turns(tmp_path / "turns.jsonl")) >= 6 * 3
+    if concurrency < 6:
+        assert all(s.messages == [] and len(s.encoded) == 0 for s in done)
+    else:
+        assert all(0 < len(s.encoded) <= len(s.messages) for s in done)  # (as last sent)
