@@ -32,6 +32,7 @@ from typing import Any, Literal
 import httpx
 
 from harness.errors import InfrastructureError, UsageError
+from harness.tls import verify_context
 
 ScoringApi = Literal["sglang", "vllm", "llamacpp"]
 SCORING_APIS: tuple[ScoringApi, ...] = ("sglang", "vllm", "llamacpp")
@@ -91,7 +92,7 @@ class Scorer:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, timeout=timeout,
-            limits=httpx.Limits(max_connections=4),
+            limits=httpx.Limits(max_connections=4), trust_env=False, verify=verify_context(),
         )  # fmt: skip
 
     async def aclose(self) -> None:
@@ -284,7 +285,9 @@ async def detect_api(base_url: str, api_key: str | None = None) -> ScoringApi:
     """The scoring shape a server speaks: SGLang (``/server_info``), llama.cpp (``/props``
     with ``default_generation_settings``), else vLLM."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=10.0) as http:
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, timeout=10.0, trust_env=False, verify=verify_context()
+    ) as http:
         for path, api in (("/server_info", "sglang"), ("/props", "llamacpp")):
             try:
                 resp = await http.get(path)
