@@ -79,6 +79,8 @@ LAZY_HEAVY: set[tuple[str, str]] = {
     ("harness.cli.inspection", "harness.report.build"),
     ("harness.cli.inspection", "harness.run.replay"),  # scipy
     ("harness.cli.inspection", "harness.verdict.batch"),  # numpy, jsonschema
+    ("harness.cli.inspection", "harness.run.judge"),  # classify --judge: the run stack
+    ("harness.cli.inspection", "harness.client.scoring"),  # httpx
     ("harness.cli.finish", "harness.report.build"),
     ("harness.analysis.sequential", "harness.analysis.stats"),  # scipy
 }

@@ -18,7 +18,7 @@ from harness.cli.gates import (
     check_gate_args,
 )
 from harness.cli.limits import limits_from
-from harness.errors import UsageError
+from harness.errors import InfrastructureError, UsageError
 from harness.record.rundir import TURNS_FILE
 from harness.run.merge import merge_shards
 
@@ -64,7 +64,60 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_classify(args: argparse.Namespace) -> int:
     from harness.verdict.batch import classify_files  # numpy, jsonschema: not for --help
 
+    if getattr(args, "judge", None):
+        return _classify_judged(args)
     stats: Any = classify_files(args.input, args.output, dialect=args.dialect)
+    for err in getattr(stats, "errors", []):
+        print(f"harness classify: {err}", file=sys.stderr)
+    return EXIT_USAGE if getattr(stats, "errors", None) else EXIT_OK
+
+
+def _classify_judged(args: argparse.Namespace) -> int:
+    """``harness classify --judge URL``: classify, then score every output teacher-forced."""
+    import asyncio
+    import io
+    import json
+
+    from harness.client.scoring import Scorer, detect_api
+    from harness.run.judge import judge_saved
+    from harness.verdict.batch import classify_stream
+
+    source = sys.stdin if args.input in (None, Path("-")) else None
+    try:
+        text = source.read() if source is not None else args.input.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.input}: {exc.strerror}") from None
+    inputs: dict[str, dict[str, Any]] = {}
+    lines = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            lines.append(line)  # the classifier names it
+            continue
+        if isinstance(rec, dict):
+            inputs[str(rec.get("id"))] = dict(rec)
+            rec.pop("messages", None)  # the judge's, not the classifier's
+            line = json.dumps(rec, ensure_ascii=False)
+        lines.append(line)
+    out = io.StringIO()
+    stats: Any = classify_stream(io.StringIO("\n".join(lines) + "\n"), out, dialect=args.dialect)
+    labelled = [json.loads(x) for x in out.getvalue().splitlines() if x.strip()]
+
+    async def judged() -> tuple[list[dict[str, Any]], str | None]:
+        api = args.scoring_api if args.scoring_api != "auto" else await detect_api(args.judge)
+        async with Scorer(args.judge, api) as scorer:
+            return await judge_saved(inputs, labelled, scorer)
+
+    rows, why = asyncio.run(judged())
+    if why is not None:
+        raise InfrastructureError(f"--judge {args.judge}: the server cannot score a given text: "
+                                  f"{why}")  # fmt: skip
+    body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if args.output in (None, Path("-")):
+        sys.stdout.write(body)
+    else:
+        args.output.write_text(body, encoding="utf-8")
     for err in getattr(stats, "errors", []):
         print(f"harness classify: {err}", file=sys.stderr)
     return EXIT_USAGE if getattr(stats, "errors", None) else EXIT_OK

@@ -134,6 +134,19 @@ def build_parser() -> argparse.ArgumentParser:
         help='the dialect of lines without a "dialect" of their own (default: auto, the '
         "one whose markup appears)",
     )
+    cls.add_argument(
+        "--judge",
+        metavar="URL",
+        help="also score each output teacher-forced on a server of the same model, after its "
+        'prompt ("messages" + "tools", else "context"): judge_nll, judge_confirmed '
+        "(docs/judge.md)",
+    )
+    cls.add_argument(
+        "--scoring-api",
+        choices=("auto", "sglang", "vllm", "llamacpp"),
+        default="auto",
+        help="how the --judge server scores a given text (auto: from /server_info or /props)",
+    )
     return parser
 
 

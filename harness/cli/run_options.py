@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
+from harness.argtypes import probability as _share
 from harness.argtypes import workers as workers_arg
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 
@@ -202,6 +203,34 @@ def _add_followup_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="after each variant's load, re-send every corrupted turn once alone and mark it "
         "confirmed_under_load (clean alone) or reproduces_alone (confirm.jsonl)",
+    )
+    g.add_argument(
+        "--canary",
+        action="store_true",
+        help="score fixed probe texts teacher-forced (prompt logprobs, no generation) alone "
+        "before each variant's load, during it at --canary-rate, and alone after it; "
+        "report their KL against the alone scores (canary.jsonl; docs/judge.md)",
+    )
+    g.add_argument(
+        "--canary-rate",
+        type=_positive_float,
+        default=1.0,
+        metavar="PER_S",
+        help="canary requests a second during the load (at most 4 at once)",
+    )
+    g.add_argument(
+        "--scoring-api",
+        choices=("auto", "sglang", "vllm", "llamacpp"),
+        default="auto",
+        help="how the server scores a given text (auto: from /server_info or /props)",
+    )
+    g.add_argument(
+        "--judge-sample",
+        type=_share,
+        default=0.1,
+        metavar="SHARE",
+        help="with --confirm: the share of the passed turns also scored teacher-forced "
+        "(seeded), beside every flagged one (judge.jsonl, judge_nll in turns.jsonl)",
     )
     g.add_argument(
         "--reference-sessions",

@@ -104,6 +104,7 @@ class Progress:
     transport_errors: int = 0
     corrupted_sessions: set[tuple[int, int]] = field(default_factory=set)
     harness_self: dict[str, Any] | None = None  # the last drive()'s self-report
+    last_inflight: int | None = None  # the in-flight count of the last turn (one process)
     variants: dict[str, VariantCounts] = field(default_factory=dict)
     current: VariantCounts | None = None
     _repeat: int = 0
@@ -122,6 +123,7 @@ class Progress:
         v = self.expect(label, plans, repeat)
         v.started, v.finished = time.monotonic(), None
         self.current, self._repeat = v, repeat
+        self.last_inflight = None
 
     def end(self) -> None:
         v = self.current
@@ -131,6 +133,7 @@ class Progress:
         self.current = None
 
     def on_turn(self, rec: TurnRecord) -> None:
+        self.last_inflight = rec.get("inflight")
         self.count(
             bool(rec.get("corrupted")),
             server_failure(rec.get("transport_error")),

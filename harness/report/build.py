@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import confirm, coverage, frames, stats
+from harness.analysis import canary, confirm, coverage, frames, judge, stats
 from harness.analysis import summary as analysis
 from harness.analysis.summary import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
@@ -32,6 +32,8 @@ from harness.report import facts as report_facts
 from harness.report import html as report_html
 from harness.report import plots
 from harness.report import servers as report_servers
+from harness.report.canary import markdown as canary_markdown
+from harness.report.canary import plot_canary
 from harness.report.confirm import markdown as confirm_markdown
 from harness.report.html import METHOD, comparison_line
 
@@ -225,6 +227,7 @@ def shared_sections(summary: Summary) -> list[str]:
     """The sections after the comparisons, as Markdown: report.md has them as they are,
     report.html renders the same Markdown."""
     out = list(confirm_markdown(summary))
+    out += list(canary_markdown(summary))
     out += report_facts.sim_accuracy_markdown(summary["variants"])
     out += cache_markdown(summary)
     if any(v.get("harness_self") for v in summary["variants"]):
@@ -311,6 +314,8 @@ def self_report_lines(summary: Mapping[str, Any]) -> list[str]:
 def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summary:
     summary = analysis.summarize(run.turns, run.run_id, run.variants, alpha=alpha)
     confirm.attach(summary, run.run_dir)  # confirm.jsonl / reference.jsonl, when recorded
+    canary.attach(summary, run.run_dir)  # canary.jsonl, when recorded
+    judge.attach(summary, run.run_dir)  # judge.jsonl, when recorded
     _attach_self_report(summary, run.run_dir)
     report_servers.attach(summary, run)  # server_facts.jsonl, metrics beside corruption
     for key in ("started_at", "finished_at"):
@@ -333,6 +338,11 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
     run = analysis.load_run(run_dir)
     summary = build_summary(run, alpha)
     made = plots.make_plots(run, summary, run_dir / PLOTS_DIR)
+    if any("canary" in v for v in summary["variants"]):
+        order = [v["label"] for v in summary["variants"]]
+        drawn = plot_canary(run_dir, order, run_dir / PLOTS_DIR / "canary.png")
+        if drawn is not None:
+            made["canary"] = drawn
     summary["plots"] = {name: f"{PLOTS_DIR}/{p.name}" for name, p in made.items()}
     (run_dir / SUMMARY_FILE).write_text(
         json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"

@@ -1,11 +1,15 @@
 """After a variant's load: confirm corrupted turns alone, and re-run reference sessions alone.
 
+With ``--confirm`` the judge (run/judge.py) also scores the flagged turns and a sample of the
+passed ones teacher-forced, alone (judge.jsonl).
+
 ``confirm.jsonl`` -- one row per corrupted send of the run, re-sent once on the otherwise idle
 server (same body, so the same temperature and seed): ``status`` is
 ``confirmed_under_load`` (clean when alone: the corruption needed the load, a concurrency
 bug), ``reproduces_alone`` (corrupted again: a model or prompt problem) or ``undecided`` (the
 re-send failed in transport). Rows are keyed by variant/repeat/session/turn/attempt and
-joined to turns.jsonl by the analysis; turns.jsonl itself is never rewritten.
+joined to turns.jsonl by the analysis; turns.jsonl is not rewritten for them (only the
+judge's fields are merged into it once, when the run ends: run/judge.py).
 
 ``reference.jsonl`` -- turn records (the turns.jsonl shape) of K sessions re-run one at a
 time after the load; ``reference_sessions.jsonl`` notes each of them that ran to its end (a
@@ -43,6 +47,7 @@ from harness.record.rundir import (
 )
 from harness.record.transcripts import load_transcripts
 from harness.record.turns import TurnWriter
+from harness.run.judge import judge_variant
 from harness.run.options import RunOptions
 from harness.run.replay import resend
 from harness.workload.matrix import Variant
@@ -214,6 +219,9 @@ async def after_load(
         rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
         alone = sum(1 for r in rows if r["status"] == REPRODUCES_ALONE)
         announce(f"{name}: {len(rows)} corrupted turns re-sent alone, {alone} corrupted again")
+        await judge_variant(
+            opts, client.base_url, client.model, run_id, variant.label, repeat, announce
+        )
     if chosen:
         announce(f"{name}: {len(chosen)} reference sessions, one at a time")
         await reference_variant(

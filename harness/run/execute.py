@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.analysis import sequential, variantcheck
+from harness.analysis import judge, sequential, variantcheck
 from harness.client import connections_for
 from harness.client.chat import ChatClient
 from harness.client.spec import ClientSpec
@@ -53,6 +53,7 @@ from harness.record.rundir import (
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import JsonlAppender, TurnWriter
 from harness.run.afterload import after_load, after_load_left
+from harness.run.canary import Canary, open_canary
 from harness.run.options import RunOptions
 from harness.run.plan import round_orders
 from harness.run.serverprobe import Contact, first_contact, model_source
@@ -268,14 +269,25 @@ class _VariantRun:
                 model=model,
                 stream=opts.stream,
                 dialect=opts.scenario.dialect,
-                keep_all=opts.keep_transcripts,
+                # the judge's sample of passed turns needs their conversations
+                keep_all=opts.keep_transcripts or (opts.confirm and opts.judge_sample > 0),
             )
+            canary: Canary | None = None
             try:
                 async with self._metrics(base_url):
+                    if opts.canary and self.plans:
+                        canary = await open_canary(
+                            opts, base_url, model, base,
+                            lambda: self.progress.last_inflight, self.announce,
+                        )  # fmt: skip
                     load = await self._start_load(
                         client_spec, sessions_client, base, transcripts, pool, starting
                     )
+                    if canary is not None:
+                        canary.start()
                     error = await self._wait(target, load)
+                    if canary is not None:
+                        await canary.stop()
                     alive = getattr(target, "alive", None)
                     if error is None and alive is not None and not alive():
                         error = "the server process died during the run"
@@ -283,8 +295,12 @@ class _VariantRun:
                     if error is not None and not self.code:
                         self.code = 3
                     if error is None:
+                        if canary is not None:
+                            await canary.after()
                         await self._after_load(client, base)
             finally:
+                if canary is not None:
+                    await canary.aclose()
                 transcripts.close()
                 await client.aclose()
             completed = True
@@ -561,4 +577,6 @@ async def execute(
     finally:
         if held is not None:
             await held[2].stop()
+        if opts.confirm:  # the judge's verdicts into turns.jsonl, its writer closed
+            judge.merge_into_turns(opts.out_dir)
     return outcomes

@@ -45,6 +45,10 @@ class RunOptions:
     keep_transcripts: bool = False  # all sessions' transcripts, not only corrupted ones
     confirm: bool = False  # re-send every corrupted turn alone after the variant's load
     reference_sessions: int = 0  # sessions re-run one at a time after the variant's load
+    canary: bool = False  # score the canary probes alone, under load, alone (run.canary)
+    canary_rate: float = 1.0  # canary requests a second during the load
+    scoring_api: str = "auto"  # auto | sglang | vllm | llamacpp (client.scoring)
+    judge_sample: float = 0.1  # with confirm: the share of passed turns also judged
     workload: Path | None = None  # a trace (JSONL): its conversations are the sessions
     workload_mode: WorkloadMode = "replay"  # replay | continue (harness.drive.trace_session)
     pace: Pace = "recorded"  # recorded | fast

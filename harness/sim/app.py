@@ -26,6 +26,7 @@ from harness.sim.config import SimConfig
 from harness.sim.engine import Engine, Generation
 from harness.sim.inject import CHARS_PER_TOKEN
 from harness.sim.raw import RawRoutes
+from harness.sim.scoreroutes import ScoringRoutes
 from harness.sim.transport import Stream, TransportFault
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,7 @@ class SimApp:
         self.engine = Engine(config)
         self.chunk_chars = config.chunk_tokens * CHARS_PER_TOKEN
         self.chat_requests = 0  # every POST that reached the chat handler
+        self.scoring: ScoringRoutes | None = None  # set by create_app
         self.ready_at = time.monotonic() + config.slow_start
         self.exit: Callable[[int], Any] = os._exit  # how --crash-after ends the process
 
@@ -362,7 +364,9 @@ def create_app(config: SimConfig) -> Starlette:
         Route("/get_server_info", sim.server_info, methods=["GET"]),
         Route("/flush_cache", sim.flush_cache, methods=["POST", "GET"]),
     ]
+    sim.scoring = ScoringRoutes(sim)  # teacher-forced scores on /generate, /v1/completions
     routes += RawRoutes(sim).routes()  # /v1/completions, /generate
+    routes += sim.scoring.routes()  # /v1/tokenize, /tokenize
     middleware = [] if config.api_key is None else [Middleware(RequireKey, key=config.api_key)]
     if config.disconnect_rate > 0:
         logging.getLogger("uvicorn.error").addFilter(_QUIET_CUT)

@@ -28,6 +28,7 @@ from harness.sim.faults import FaultOdds, corruption_probability, draw_cause, lo
 from harness.sim.inject import CHARS_PER_TOKEN, inject
 from harness.sim.kvpool import KVPool
 from harness.sim.latency import Latency
+from harness.sim.scoring import AnswerMemory
 from harness.sim.speaker import speaker
 from harness.sim.transport import TransportFault
 from harness.sim.transport import draw as draw_transport
@@ -51,6 +52,19 @@ class Generation:
 def _seed(*parts: bytes) -> random.Random:
     digest = hashlib.blake2b(b"|".join(parts), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "big"))
+
+
+def _answer_message(content: str | None, calls: Sequence[ToolCall]) -> dict[str, Any]:
+    """A clean answer as the assistant message a client would send back."""
+    return {
+        "role": "assistant",
+        "content": content or None,
+        "tool_calls": [
+            {"id": f"call_{i}", "type": "function",
+             "function": {"name": c.name, "arguments": orjson.dumps(c.arguments).decode()}}
+            for i, c in enumerate(calls)
+        ],
+    }  # fmt: skip
 
 
 #: The simulated speculative decoding: acceptance of healthy and of corrupted answers, and the
@@ -78,6 +92,7 @@ class Engine:
         self.accept_rate = SPEC_ACCEPT  # speculative acceptance, moving (see metrics())
         self.running_tokens = 0
         self.injected: Counter[str] = Counter()
+        self.answers = AnswerMemory()  # the clean answer of each conversation (sim/scoring.py)
         self.causes: Counter[str] = Counter()  # corrupted responses by mechanism
         self.has_transport_faults = any(rate > 0 for _, rate in config.transport_rates)
         self._attempts: OrderedDict[bytes, int] = OrderedDict()
@@ -145,6 +160,11 @@ class Engine:
         tools_bytes = orjson.dumps(tools_json) if tools_json else b""
         prompt = hash_prompt(messages, tools_bytes)
         return prompt, self._attempt(prompt.digest)
+
+    def prepare_digest(self, messages: Sequence[Mapping[str, Any]], tools_json: Any) -> bytes:
+        """The conversation's prompt digest, as ``prepare`` hashes it (nothing counted)."""
+        tools_bytes = orjson.dumps(tools_json) if tools_json else b""
+        return hash_prompt(messages, tools_bytes).digest
 
     def transport_fault(
         self, prepared: tuple[Prompt, int], seed: int | None, stream: bool
@@ -222,6 +242,7 @@ class Engine:
                 self.causes[cause] += 1
         hit_limit = False
         sp = self.speaker
+        self.answers.remember(prompt.digest, _answer_message(turn.content, turn.calls))
         if kind is None:
             raw = sp.encode(turn.content, turn.calls)
         else:

@@ -19,6 +19,14 @@ Independent mechanisms, after the incident the simulator reproduces:
 * ``loop`` -- a second, unrelated defect of long contexts: with ``hicache=off`` and more than
   ``LOOP_ONSET`` prompt tokens, rare repetition loops, growing with the context.
 
+* ``logprob_race`` -- the same race seen in a teacher-forced score (``/generate`` with
+  ``max_new_tokens: 0``, ``/v1/completions`` with ``prompt_logprobs``; sim/scoring.py): a
+  racing index-K read shifts which keys attention selects, which perturbs the logits far
+  more often than it breaks a text (most perturbations leave the argmax alone). Only with
+  ``index_k=bf16`` and ``hicache=on``; the chance follows the same load step and grows with
+  the prompt (``LOGPROB_RACE_RATE * load_factor * overlap * sqrt(tokens / 80k)``); a request
+  alone never races (``overlap(0) = 0``: no request decodes beside it).
+
 ``topk`` has no effect on either (it was a suspect, not the cause).
 
 Calibration (``expected_session_rate``; 28 turns, context 2k -> 80k, 80 in flight):
@@ -48,6 +56,8 @@ LOOP_ONSET = 40_000
 MAX_PROBABILITY = 0.5
 LOADBACK_RATE = 0.025  # per-response chance for an 80k-token load-back beside a full batch
 OVERLAP_SCALE = 16.0  # requests decoding beside a load-back at which its window is ~63% open
+
+LOGPROB_RACE_RATE = 0.5  # per scored request at full load and 80k tokens
 
 #: Signatures of the race, with their weights (the incident was mostly salad).
 RACE_KINDS = {
@@ -94,6 +104,23 @@ def loadback_probability(
         return 0.0
     size = min(loaded_tokens / REFERENCE_TOKENS, 1.0)
     return min(LOADBACK_RATE * size * overlap(others) * scale, MAX_PROBABILITY)
+
+
+def logprob_race_probability(
+    in_flight: int,
+    prompt_tokens: int,
+    index_k: str = "bf16",
+    hicache: str = "on",
+    scale: float = 1.0,
+) -> float:
+    """Chance that a teacher-forced score of ``prompt_tokens`` tokens, with ``in_flight``
+    requests running (itself included), has its logprobs perturbed by the race."""
+    if index_k != "bf16" or hicache != "on":
+        return 0.0
+    size = math.sqrt(min(max(prompt_tokens, 0) / REFERENCE_TOKENS, 1.0))
+    beside = overlap(in_flight - 1)  # the race needs requests decoding beside it: none alone
+    return min(LOGPROB_RACE_RATE * load_factor(in_flight) * beside * size * scale,
+               MAX_PROBABILITY)  # fmt: skip
 
 
 def load_factor(in_flight: int) -> float:

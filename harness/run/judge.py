@@ -1,0 +1,208 @@
+"""Teacher-forced confirmation (``--confirm``): the model scores the turns of the run alone.
+
+After a variant's load, every turn the text detector flagged and a seeded sample of the
+turns it passed (``judge_sample``) are scored on the idle server: the conversation as sent
+plus the output as received, rendered by the server's chat template, the output's tokens
+teacher-forced (``client.scoring``). Each judged turn gets a row in ``judge.jsonl`` with its
+``judge_nll`` (mean negative log-likelihood per token, and the worst window of
+``analysis.judge.WINDOW`` tokens); whether that is far above the model's own healthy outputs
+of the same run is decided by ``analysis.judge`` once the variant's turns are all scored, and
+merged into ``turns.jsonl`` when the run ends (``judge_nll``, ``judge_confirmed``).
+
+The conversations come from ``transcripts.jsonl`` (with a judge sample above zero every
+session's transcript is kept). Only chat-API runs can be judged: a raw-mode turn has no
+messages to render. A server that cannot score is said once and the judge skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.judge import decide, window_nll
+from harness.client.scoring import Scorer, ScoringFailed, ScoringMismatch, detect_api
+from harness.record.rundir import JUDGE_FILE, TRANSCRIPTS_FILE
+from harness.record.transcripts import Transcript, load_transcripts
+from harness.record.turns import JsonlAppender
+from harness.run.options import RunOptions
+
+log = logging.getLogger(__name__)
+
+KEY = ("variant", "repeat", "session", "turn", "attempt")
+
+
+def sampled(seed: int, key: tuple[Any, ...], share: float) -> bool:
+    """A seeded draw per turn: the same turns are sampled whenever the run is judged."""
+    if share >= 1.0:
+        return True
+    digest = hashlib.blake2b(repr((seed, *key)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64 < share
+
+
+def reply_message(response: dict[str, Any]) -> dict[str, Any]:
+    """The output as received, as the assistant message a chat template renders."""
+    calls = []
+    for i, call in enumerate(response.get("tool_calls") or []):
+        args = call.get("arguments")
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        calls.append({"id": f"call_{i}", "type": "function",
+                      "function": {"name": call.get("name"), "arguments": text}})  # fmt: skip
+    message: dict[str, Any] = {"role": "assistant", "content": response.get("content") or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _done(run_dir: Path) -> set[tuple[Any, ...]]:
+    path = run_dir / JUDGE_FILE
+    if not path.exists():
+        return set()
+    out = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        out.add(tuple(row.get(k) for k in KEY))
+    return out
+
+
+async def judge_turns(
+    scorer: Scorer,
+    transcripts: dict[tuple[str, int, int], Transcript],
+    out_path: Path,
+    *,
+    variant: str | None,
+    repeat: int | None,
+    share: float,
+    seed: int,
+    base: dict[str, Any],
+) -> tuple[int, str | None]:
+    """Score the flagged and the sampled turns of ``transcripts`` (of one variant/repeat when
+    given) into ``out_path``; (rows written, why the server cannot score or None)."""
+    done = _done(out_path.parent)
+    out = JsonlAppender(out_path)
+    n = 0
+    try:
+        for (v, r, session), t in sorted(transcripts.items()):
+            if (variant is not None and v != variant) or (repeat is not None and r != repeat):
+                continue
+            for seq, row in enumerate(t.rows):
+                response = row.get("response") or {}
+                key = (v, r, session, row["turn"], row["attempt"])
+                flagged = bool(response.get("corrupted"))
+                if response.get("failure") or key in done:
+                    continue
+                if not flagged and not sampled(seed, key, share):
+                    continue
+                reply = reply_message(response)
+                if not reply.get("content") and not reply.get("tool_calls"):
+                    continue
+                record: dict[str, Any] = {**base, **dict(zip(KEY, key, strict=True)),
+                                          "flagged": flagged, "label": response.get("label"),
+                                          "sim_injected": response.get("sim_injected")}  # fmt: skip
+                body = t.body(seq)
+                try:
+                    ids, start = await scorer.chat_ids(body["messages"], body.get("tools"), reply)
+                    if start < 1 or start >= len(ids):
+                        raise ScoringFailed("the rendered output is empty")
+                    got = await scorer.score(ids[:start], ids[start:], "")
+                except ScoringMismatch as exc:
+                    record["error"] = f"mismatch: {exc}"
+                except ScoringFailed as exc:
+                    if n == 0:
+                        return 0, str(exc)  # the first one fails: the server cannot score
+                    record["error"] = str(exc)
+                else:
+                    mean, worst = window_nll(got.logprobs)
+                    record.update(judge_nll=mean, judge_nll_worst=worst, tokens=len(got.ids))
+                out.append(json.dumps(record, ensure_ascii=False).encode() + b"\n")
+                n += 1
+    finally:
+        out.close()
+    return n, None
+
+
+async def judge_variant(
+    opts: RunOptions,
+    base_url: str,
+    model: str,
+    run_id: str,
+    variant: str,
+    repeat: int,
+    announce: Callable[[str], None],
+) -> None:
+    """--confirm's teacher-forced pass over one variant's turns, on its idle server."""
+    if opts.api != "chat":
+        announce(f"{variant}: the judge scores chat turns only; --api {opts.api} is not judged")
+        return
+    api = opts.scoring_api if opts.scoring_api != "auto" else await detect_api(base_url)
+    transcripts = load_transcripts(opts.out_dir / TRANSCRIPTS_FILE)
+    async with Scorer(base_url, api, model=model, api_key=opts.api_key,  # type: ignore[arg-type]
+                      timeout=opts.request_timeout) as scorer:  # fmt: skip
+        n, why = await judge_turns(
+            scorer, transcripts, opts.out_dir / JUDGE_FILE, variant=variant, repeat=repeat,
+            share=opts.judge_sample, seed=opts.seed, base={"run_id": run_id},
+        )  # fmt: skip
+    if why is not None:
+        announce(f"{variant}: the judge is off: the server cannot score a given text ({why})")
+    else:
+        announce(f"{variant}: {n} turns scored teacher-forced by the judge")
+
+
+async def judge_saved(
+    inputs: dict[str, dict[str, Any]], labelled: list[dict[str, Any]], scorer: Scorer
+) -> tuple[list[dict[str, Any]], str | None]:
+    """``harness classify --judge``: score each classified line's output teacher-forced after
+    its prompt (``messages`` + ``tools`` rendered by the server's chat template, else the
+    ``context`` text), and decide ``judge_confirmed`` with the run's rule, the lines the
+    classifier passed as the healthy reference. (lines, why the server cannot score or None);
+    a line with no prompt is not judged."""
+    rows: list[dict[str, Any]] = []
+    for out in labelled:
+        src = inputs.get(str(out.get("id")))
+        if src is None:
+            continue
+        row = {"variant": "classify", "id": out.get("id"), "flagged": bool(out.get("corrupted"))}
+        try:
+            if isinstance(src.get("messages"), list):
+                reply = reply_message({"content": src.get("text"),
+                                       "tool_calls": src.get("tool_calls")})  # fmt: skip
+                ids, start = await scorer.chat_ids(src["messages"], src.get("tools"), reply)
+            elif isinstance(src.get("context"), str) and src["context"]:
+                head = await scorer.tokenize(src["context"])
+                ids, start = head + await scorer.tokenize(str(src["text"])), len(head)
+            else:
+                continue
+            if start < 1 or start >= len(ids):
+                raise ScoringFailed("the output is empty once rendered")
+            got = await scorer.score(ids[:start], ids[start:], str(src["text"]))
+        except ScoringMismatch as exc:
+            row["error"] = f"mismatch: {exc}"
+        except ScoringFailed as exc:
+            if not rows:
+                return [], str(exc)
+            row["error"] = str(exc)
+        else:
+            mean, worst = window_nll(got.logprobs)
+            row.update(judge_nll=mean, judge_nll_worst=worst)
+        rows.append(row)
+    scored, _ = decide(rows)
+    by_id = {str(r["id"]): r for r in scored}
+    errors = {str(r["id"]): r["error"] for r in rows if "error" in r}
+    result = []
+    for out in labelled:
+        key = str(out.get("id"))
+        if key in by_id:
+            r = by_id[key]
+            out = {**out, "judge_nll": round(r["judge_nll"], 6),
+                   "judge_nll_worst": round(r["judge_nll_worst"], 6),
+                   "judge_confirmed": r["judge_confirmed"]}  # fmt: skip
+        elif key in errors:
+            out = {**out, "judge_error": errors[key]}
+        result.append(out)
+    return result, None

@@ -1,0 +1,168 @@
+"""Teacher-forced scoring against the simulator's SGLang and vLLM shapes (a real server on a
+loopback port), and the simulator's scoring model: its own answers are likely, a corrupted
+answer is not, the race perturbs the scores of requests under load and says so."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.client.scoring import Scorer, ScoringFailed, detect_api, gbnf_tokens
+from harness.errors import UsageError
+from harness.sim import scoring as sim_scoring
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell",
+            "description": "Run a shell command",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    }
+]
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful agent."},
+    {"role": "user", "content": "List the files in the current folder, please."},
+]
+
+
+def _chat(url: str) -> dict[str, Any]:
+    body = {"model": "sim", "messages": MESSAGES, "tools": TOOLS, "stream": False, "seed": 3}
+    resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=10)
+    resp.raise_for_status()
+    message: dict[str, Any] = resp.json()["choices"][0]["message"]
+    return {k: message.get(k) for k in ("role", "content", "tool_calls")}
+
+
+async def _score_reply(
+    url: str, api: Any, reply: dict[str, Any]
+) -> tuple[list[float], list[int], int]:
+    async with Scorer(url, api) as scorer:
+        ids, start = await scorer.chat_ids(MESSAGES, TOOLS, reply)
+        got = await scorer.score(ids[:start], ids[start:], "", top_k=3)
+    assert got.ids == tuple(ids[start:])
+    assert got.top is not None
+    assert all(tid in t for tid, t in zip(got.ids, got.top, strict=True))
+    return list(got.logprobs), ids, start
+
+
+def test_tokenizer_round_trips_text_and_special_tokens() -> None:
+    text = "<｜begin▁of▁sentence｜>héllo  wörld, `rm -rf /tmp/x` 🙂<｜Assistant｜></think>"
+    ids = sim_scoring.tokenize(text)
+    assert sim_scoring.detokenize(ids) == text
+    assert sim_scoring.SPECIAL_IDS["<｜Assistant｜>"] in ids
+
+
+@pytest.mark.parametrize("api", ["sglang", "vllm"])
+def test_own_answer_is_likely_and_a_changed_argument_is_not(
+    make_sim: Callable[..., str], api: str
+) -> None:
+    url = make_sim(index_k="fp8")
+    reply = _chat(url)
+    assert reply["tool_calls"], reply
+    own, ids, start = asyncio.run(_score_reply(url, api, reply))
+    assert len(own) == len(ids) - start > 5
+    assert sum(own) / len(own) > -0.5  # the model's own answer: likely
+    changed = {**reply, "tool_calls": [dict(reply["tool_calls"][0])]}
+    fn = dict(changed["tool_calls"][0]["function"])
+    fn["arguments"] = '{"command": "echo \\"repro\\""}'
+    changed["tool_calls"][0]["function"] = fn
+    other, _, _ = asyncio.run(_score_reply(url, api, changed))
+    assert min(other) < -4.0  # tokens it would not write: unlikely
+    # the same text scored twice alone: the same values but for the alone noise
+    again, _, _ = asyncio.run(_score_reply(url, api, reply))
+    assert max(abs(a - b) for a, b in zip(own, again, strict=True)) < 1e-2
+
+
+def test_sglang_and_vllm_shapes_agree(make_sim: Callable[..., str]) -> None:
+    url = make_sim(index_k="fp8")
+
+    async def both() -> tuple[list[float], list[float]]:
+        out = []
+        for api in ("sglang", "vllm"):
+            async with Scorer(url, api) as scorer:  # type: ignore[arg-type]
+                ids = await scorer.tokenize("The quick brown fox jumps over the lazy dog.")
+                got = await scorer.score(ids[:3], ids[3:], "")
+                out.append(list(got.logprobs))
+        return out[0], out[1]
+
+    a, b = asyncio.run(both())
+    assert len(a) == len(b) > 3
+    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-2
+
+
+def test_race_perturbs_scores_under_load_with_ground_truth(make_sim: Callable[..., str]) -> None:
+    url = make_sim(index_k="bf16", hicache="on", fault_scale=2.0, max_running=256, speed=2.0)
+    text = "word " * 4000  # a long context: more exposed
+
+    async def under_load() -> list[tuple[str | None, float]]:
+        async with Scorer(url, "sglang") as scorer:
+            ids = await scorer.tokenize(text)
+            alone = await scorer.score(ids[:10], ids[10:], "")
+            assert alone.injected == "none"
+
+            async def one() -> tuple[str | None, float]:
+                got = await scorer.score(ids[:10], ids[10:], "")
+                dev = max(abs(x - y) for x, y in zip(got.logprobs, alone.logprobs, strict=True))
+                return got.injected, dev
+
+            # 4 connections: the rest wait in the client; hold the server busy meanwhile
+            busy = [asyncio.create_task(_hold(url)) for _ in range(90)]
+            await asyncio.sleep(0.2)
+            rows = [await one() for _ in range(30)]
+            for task in busy:
+                task.cancel()
+            return rows
+
+    rows = asyncio.run(under_load())
+    raced = [dev for inj, dev in rows if inj == "logprob_race"]
+    clean = [dev for inj, dev in rows if inj == "none"]
+    assert raced
+    assert clean
+    assert min(raced) > 0.3
+    assert max(clean) < 0.05
+
+
+async def _hold(url: str) -> None:
+    """Chat requests one after the other: a running slot on the simulator until cancelled."""
+    body = {"model": "sim", "messages": MESSAGES, "stream": False}
+    async with httpx.AsyncClient(timeout=60) as http:
+        while True:
+            await http.post(url + "/v1/chat/completions", json=body)
+
+
+def test_errors_are_clear(make_sim: Callable[..., str]) -> None:
+    url = make_sim()
+
+    async def go() -> None:
+        async with Scorer(url, "sglang") as scorer:
+            with pytest.raises(UsageError, match="at least one token"):
+                await scorer.score([], [1], "")
+            with pytest.raises(ScoringFailed, match="HTTP 400"):
+                await scorer.score([0], [1], "")
+
+    asyncio.run(go())
+    with pytest.raises(UsageError, match="unknown scoring API"):
+        Scorer(url, "tgi")  # type: ignore[arg-type]
+    assert asyncio.run(detect_api(url)) == "sglang"
+
+
+def test_gbnf_tokens() -> None:
+    assert gbnf_tokens([1550, 260]) == "root ::= <[1550]> <[260]>"
+
+
+def test_a_deleted_token_makes_the_next_one_unlikely() -> None:
+    ref = [11, 12, 13, 14, 15, 16]
+    assert sim_scoring.expected_mask(ref, ref) == [True] * 6
+    assert sim_scoring.expected_mask([11, 12, 14, 15, 16], ref) == [True, True, False, True, True]
+    assert sim_scoring.expected_mask([11, 99, 13], ref) == [True, False, False]
+    assert sim_scoring.expected_mask([1, 2], None) == [None, None]
