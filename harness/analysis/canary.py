@@ -18,13 +18,13 @@ exact test).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.analysis import stats
+from harness.record import turns
 from harness.record.rundir import CANARY_FILE
 
 ALONE_BEFORE, LOAD, ALONE_AFTER = "alone_before", "load", "alone_after"
@@ -62,16 +62,7 @@ def topk_kl(ref: Sequence[Mapping[str, float]], got: Sequence[Mapping[str, float
 
 
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / CANARY_FILE
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    return turns.read_rows(run_dir / CANARY_FILE)
 
 
 def _medoid(scores: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 from harness import labels as L
 from harness.analysis import stats
 from harness.record.rundir import CONFIRM_FILE, REFERENCE_FILE, TURNS_FILE
-from harness.record.turns import iter_turns
+from harness.record.turns import read_rows
 
 CONFIRMED_UNDER_LOAD = "confirmed_under_load"
 
@@ -34,10 +34,6 @@ ROW_KEY = ("variant", "repeat", "session", "turn", "attempt")
 
 def row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(row.get(k) for k in ROW_KEY)
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    return list(iter_turns(path)) if path.exists() else []  # type: ignore[arg-type]
 
 
 def confirm_summary(rows: list[dict[str, Any]], classified_turns: int) -> dict[str, Any]:

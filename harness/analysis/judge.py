@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis import stats
+from harness.record import turns
 from harness.record.rundir import JUDGE_FILE, TURNS_FILE
 
 WINDOW = 8
@@ -55,16 +56,7 @@ def window_nll(logprobs: Sequence[float], window: int = WINDOW) -> tuple[float, 
 
 
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / JUDGE_FILE
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    return turns.read_rows(run_dir / JUDGE_FILE)
 
 
 def threshold(reference: Sequence[float]) -> float:

@@ -164,6 +164,11 @@ def read_turns(path: Path) -> list[TurnRecord]:
     return list(iter_turns(path))
 
 
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of any JSONL file of a run folder ([] when there is none), torn lines skipped."""
+    return [dict(r) for r in iter_turns(path)] if path.exists() else []
+
+
 def turns_frame(path: Path) -> Any:
     """A pandas DataFrame with one row per turn (long text columns kept)."""
     import pandas as pd

@@ -34,7 +34,6 @@ from harness.analysis.confirm import (
     REPRODUCES_ALONE,
     ROW_KEY,
     UNDECIDED,
-    read_rows,
     row_key,
 )
 from harness.client.chat import ChatClient
@@ -46,7 +45,7 @@ from harness.record.rundir import (
     TRANSCRIPTS_FILE,
 )
 from harness.record.transcripts import load_transcripts
-from harness.record.turns import TurnWriter
+from harness.record.turns import TurnWriter, read_rows
 from harness.run.judge import judge_variant
 from harness.run.options import RunOptions
 from harness.run.replay import resend
