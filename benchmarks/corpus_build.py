@@ -5,7 +5,9 @@
 Writes ``corpus/corpus.jsonl`` (one line per text: ``id``, ``source``, ``group``, ``split``,
 ``label`` in clean / salad / repetition, ``kind`` (how it was made) and ``text``) and a small
 deterministic sample to ``--sample PATH``; ``corpus/ngram_full.jsonl`` holds the whole files of
-the ``ngram`` groups, which the character model is counted on.
+the ``ngram`` groups, which the character model is counted on, and ``corpus/augment.jsonl``
+more corruption of the ``ngram`` and ``train`` splits' clean texts (``AUGMENT``; the held-out
+splits get none) to fit on (``--augment-only`` writes it alone from an existing corpus).
 
 **Clean text** comes from what is installed here, cut into chunks of 10 to 4,000 characters
 (log-uniform, at line or word boundaries) and often wrapped like an answer (fenced code with
@@ -928,6 +930,58 @@ def build(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+#: Extra corruptions per clean text written to ``augment.jsonl``, by split: the ``ngram``
+#: split's teach the n-gram weights (``charweights``), the ``train`` split's the trees. The
+#: held-out splits get none (their corruption is the corpus's own, one per text at most).
+AUGMENT = {"ngram": 2, "train": 3}
+
+
+def augment(rows: list[dict[str, Any]], seed: int) -> Iterator[dict[str, Any]]:
+    """More corruption made from the clean texts of the ``AUGMENT`` splits, by the same
+    processes as the corpus's (``corrupt``), each from a text of its own group and another
+    text of the same split, with its own seed: more examples of every kind to fit on."""
+    from harness.servers.llamacpp import default_model
+
+    tk = Tokenizer(gguf_tokens(default_model()))
+    pools = script_pools(tk)
+    rng = random.Random(seed)
+    n = 0
+    for split, reps in AUGMENT.items():
+        by_group: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            if r["split"] == split and r["label"] == "clean" and r["source"] != "osdoc":
+                by_group.setdefault(r["group"], []).append(r)
+        pool: list[str] = []
+        for group in sorted(by_group, key=_h):
+            items = by_group[group]
+            pool.extend(rng.sample([r["text"] for r in items], min(len(items), 30)))
+            pools["_texts"] = pool
+            for r in items:
+                for _ in range(reps):
+                    got = corrupt(rng, r["text"], rng.choice(pool), tk, pools)
+                    if got:
+                        label, kind, bad = got
+                        yield dict(
+                            id=f"a{n}",
+                            source=r["source"],
+                            group=group,
+                            split=split,
+                            label=label,
+                            kind=kind,
+                            text=bad,
+                        )
+                        n += 1
+
+
+def write_augment(out: Path, rows: list[dict[str, Any]], seed: int) -> int:
+    n = 0
+    with (out / "augment.jsonl").open("w", encoding="utf-8") as f:
+        for r in augment(rows, seed + 1):
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
 def _repeats(text: str) -> bool:
     import zlib
 
@@ -944,7 +998,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--sample", type=Path, help="also write a small sample (every 500th row, no osdoc)"
     )
+    ap.add_argument(
+        "--augment-only",
+        action="store_true",
+        help="only (re)write augment.jsonl from the corpus.jsonl already in OUT",
+    )
     a = ap.parse_args(argv)
+    if a.augment_only:
+        with (a.out / "corpus.jsonl").open(encoding="utf-8") as f:
+            have = [json.loads(line) for line in f]
+        print(f"augment.jsonl: {write_augment(a.out, have, a.seed)} corrupted texts")
+        return 0
     rows = build(a)
     a.out.mkdir(parents=True, exist_ok=True)
     # the project's own generator on its hand-written seeds, seeds 3-8 (training rows in
@@ -967,6 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
     with (a.out / "corpus.jsonl").open("w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    print(f"augment.jsonl: {write_augment(a.out, rows, a.seed)} corrupted texts")
     if a.sample:
         a.sample.parent.mkdir(parents=True, exist_ok=True)
         with a.sample.open("w", encoding="utf-8") as f:

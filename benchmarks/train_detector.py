@@ -1,6 +1,6 @@
 """Fit the text detector and write its model file (``harness/verdict/detector_model.npz``).
 
-    python benchmarks/train_detector.py corpus/corpus.jsonl [--out PATH] [--fpr 0.005]
+    python benchmarks/train_detector.py corpus/corpus.jsonl [--out PATH] [--fpr 0.0025]
 
 Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus_build.py``. Steps:
 
@@ -8,7 +8,10 @@ Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus_build.py``
    (``harness.verdict.wordmodel``) on the clean texts of the ``ngram`` split only (its
    chunks and its whole files, ``ngram_full.jsonl``), so that the classifier learns what
    surprisal looks like on text the model has not seen, which is what it meets at run time;
-2. compute every feature (``harness.verdict.features``) of the ``train`` and ``val`` rows;
+   fit the n-gram weights (``harness.verdict.charweights``) on the ``ngram`` split's clean
+   chunks and the corruption ``augment.jsonl`` made of them (written by ``corpus_build.py``);
+2. compute every feature (``harness.verdict.features``) of the ``train`` rows (with the
+   ``train`` corruption of ``augment.jsonl``) and the ``val`` rows;
 3. fit two ensembles of gradient-boosted trees (scikit-learn's
    HistGradientBoostingClassifier) on ``train``, each source and class weighted alike: corrupted
    against clean, monotone non-decreasing in the rules' windowed score (more evidence of the
@@ -39,7 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.verdict import charmodel, features, wordmodel  # noqa: E402
+from harness.verdict import charmodel, charweights, features, masking, wordmodel  # noqa: E402
 from harness.verdict import text as text_mod  # noqa: E402
 from harness.verdict.model import FORMAT, MODEL_FILE, Trees, read  # noqa: E402
 
@@ -47,6 +50,8 @@ BITS = (16, 20, 21)
 BITS6 = 23
 MIN6 = 2  # a 6-gram seen once is as likely a typo as usage
 WORD_BITS = (22, 23)  # the word and word-pair bit tables
+CW_BITS = 20  # the n-gram weights (charweights)
+CW_EPOCHS = 3
 #: Features P(corrupted) is monotone non-decreasing in.
 MONOTONE = ("rule_score",)
 TREES = {"max_iter": 600, "max_leaf_nodes": 63, "max_depth": 8, "min_samples_leaf": 40}
@@ -74,14 +79,84 @@ def load_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def featurize(
-    rows: list[dict[str, Any]], chars: charmodel.CharModel, words: wordmodel.WordModel
+    rows: list[dict[str, Any]],
+    chars: charmodel.CharModel,
+    words: wordmodel.WordModel,
+    weights: charweights.CharWeights,
 ) -> np.ndarray:
     out = np.zeros((len(rows), len(features.NAMES)))
     for i, r in enumerate(rows):
         work = text_mod._unescape(r["text"])
         f = text_mod.rules(work, r.get("context"), unescaped=True)
-        out[i], _ = features.vector(work, f.score, f.signals, chars, words, r.get("context"))
+        out[i], _ = features.vector(
+            work, f.score, f.signals, chars, words, weights, r.get("context")
+        )
     return out
+
+
+def weight_ids(text: str, bits: int, cap: int = 2048) -> np.ndarray:
+    """The n-gram buckets of ``charweights`` of a text's last ``cap`` characters, read as
+    ``features.vector`` reads them (unescaped, without tool-call markup)."""
+    t, _ = masking.without_markup(text_mod._unescape(text))
+    raw = np.frombuffer(t.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)[-cap:]
+    return charweights.ids(raw, charmodel.codes(raw), bits)
+
+
+def fit_charweights(
+    rows: list[dict[str, Any]], bits: int, epochs: int, seed: int, lr: float = 0.02
+) -> charweights.CharWeights:
+    """Fit the n-gram weights of ``charweights`` on labelled ``rows``: the logistic loss of
+    the worst window's mean weight (plus a bias), corrupted texts weighted to weigh as much
+    as the clean ones in all, by Adam on the subgradient (only the worst window of a text
+    moves), in batches of texts of similar length, ``epochs`` passes."""
+    data = [weight_ids(r["text"], bits) for r in rows]
+    y = np.array([r["label"] != "clean" for r in rows], dtype=np.float64)
+    cls_w = np.where(y > 0, (y == 0).sum() / max(y.sum(), 1), 1.0)
+    size = 1 << bits
+    w = np.zeros(size)
+    bias = -2.0
+    m, v = np.zeros(size), np.zeros(size)
+    mb = vb = 0.0
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    rng = np.random.default_rng(seed)
+    by_len = sorted(range(len(data)), key=lambda i: data[i].shape[0])
+    batches = [by_len[k : k + 64] for k in range(0, len(by_len), 64)]
+    win = charweights.WINDOW
+    t = 0
+    for _ in range(epochs):
+        for bi in rng.permutation(len(batches)):
+            idx, val = [], []
+            gb = 0.0
+            batch = batches[bi]
+            for i in batch:
+                b = data[i]
+                if not b.shape[0]:
+                    continue
+                s = w[b].sum(axis=1)
+                if s.size > win:
+                    c = np.concatenate(([0.0], s.cumsum()))
+                    j = int((c[win:] - c[:-win]).argmax())
+                    b = b[j : j + win]
+                    pooled = float(c[j + win] - c[j]) / win
+                else:
+                    pooled = float(s.mean())
+                p = 1.0 / (1.0 + np.exp(-(pooled + bias)))
+                g = (p - y[i]) * cls_w[i] / len(batch)
+                idx.append(b.ravel())
+                val.append(np.full(b.size, g / b.shape[0]))
+                gb += g
+            if not idx:
+                continue
+            grad = np.bincount(np.concatenate(idx), np.concatenate(val), minlength=size)
+            t += 1
+            m = b1 * m + (1 - b1) * grad
+            v = b2 * v + (1 - b2) * grad * grad
+            step = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
+            w -= step * m / (np.sqrt(v) + eps)
+            mb = b1 * mb + (1 - b1) * gb
+            vb = b2 * vb + (1 - b2) * gb * gb
+            bias -= step * mb / (np.sqrt(vb) + eps)
+    return charweights.CharWeights(w.astype(np.float32), float(bias))
 
 
 def balanced(rows: list[dict[str, Any]], floor: int = 200) -> np.ndarray:
@@ -164,7 +239,8 @@ def pick_thresholds(
     clean = np.array([r["label"] == "clean" for r in rows])
     src = np.array([r["source"] for r in rows])
     qs = np.quantile(p[clean], np.linspace(0.5, 1, 201))
-    grid = np.unique(np.concatenate((qs, np.linspace(0.01, 0.5, 50), [1.0])))
+    qb = np.quantile(p[~clean], np.linspace(0, 1, 201)) if (~clean).any() else qs
+    grid = np.unique(np.concatenate((qs, qb, np.linspace(0.01, 0.5, 50), [1.0])))
     best = (-1.0, 1.0, 1.0)
     fallback = (2.0, 1.0, 1.0)
     for hi in grid:
@@ -192,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus", type=Path)
     ap.add_argument("--out", type=Path, default=MODEL_FILE)
-    ap.add_argument("--fpr", type=float, default=0.005, help="false-positive goal on val")
+    ap.add_argument("--fpr", type=float, default=0.0025, help="false-positive goal on val")
     ap.add_argument(
         "--extra-val",
         type=Path,
@@ -258,13 +334,31 @@ def main(argv: list[str] | None = None) -> int:
         f"chars, {time.process_time() - t0:.0f} s; words used {words.w1.mean():.3f}, "
         f"pairs used {words.w2.mean():.3f} of the buckets"
     )
-    train = load(a.corpus, {"train"})
+    augmented = a.corpus.with_name("augment.jsonl")
+    if not augmented.exists():
+        raise SystemExit(
+            f"{augmented} is missing: write it with python benchmarks/corpus_build.py "
+            f"{a.corpus.parent} --augment-only"
+        )
+    with augmented.open(encoding="utf-8") as f:
+        extra = [json.loads(line) for line in f]
+    taught = [r for r in load(a.corpus, {"ngram"}) if r["label"] == "clean"]
+    taught += [r for r in extra if r["split"] == "ngram"]
+    cw = fit_charweights(taught, CW_BITS, CW_EPOCHS, a.seed)
+    # as shipped (float16), so that the trees learn the values the package computes
+    weights = charweights.CharWeights(cw.weights.astype(np.float16).astype(np.float32), cw.bias)
+    print(
+        f"n-gram weights: {len(taught)} texts of the ngram split "
+        f"({sum(r['label'] != 'clean' for r in taught)} corrupted), "
+        f"{time.process_time() - t0:.0f} s"
+    )
+    train = load(a.corpus, {"train"}) + [r for r in extra if r["split"] == "train"]
     val = load(a.corpus, {"val"})
-    for extra, rows in ((a.extra_train, train), (a.extra_val, val)):
-        for p in extra:
+    for more, rows in ((a.extra_train, train), (a.extra_val, val)):
+        for p in more:
             rows.extend(load_jsonl(p))
-    xt = featurize(train, chars, words)
-    xv = featurize(val, chars, words)
+    xt = featurize(train, chars, words, weights)
+    xv = featurize(val, chars, words, weights)
     print(f"features: {len(train)} train, {len(val)} val, {time.process_time() - t0:.0f} s")
     y = np.array([r["label"] != "clean" for r in train])
     monotone = [1 if n in MONOTONE else 0 for n in features.NAMES]
@@ -291,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     keep = None
     if a.keep:
         kept = [r for p in a.keep for r in load_jsonl(p)]
-        xk = featurize(kept, chars, words)
+        xk = featurize(kept, chars, words, weights)
         pk = 1 / (1 + np.exp(-trees.raw_many(xk)))
         yk = np.array([r["label"] != "clean" for r in kept])
         keep = (pk, xk[:, 0] >= text_mod.THRESHOLD, yk, a.keep_recall)
@@ -320,6 +414,8 @@ def main(argv: list[str] | None = None) -> int:
             "t6": np.packbits(chars.t6),
             "w1": np.packbits(words.w1),
             "w2": np.packbits(words.w2),
+            "cw": weights.weights.astype(np.float16),
+            "cw_bias": np.array(weights.bias),
             "threshold": np.array(thr),
             "threshold_rules": np.array(thr_rules),
         }

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 import re
+import zlib
 
 import numpy as np
 import numpy.typing as npt
 
 from harness.verdict import salad
 from harness.verdict.charmodel import CharModel, codes
+from harness.verdict.charweights import CharWeights
 from harness.verdict.masking import original_offset, without_markup
 from harness.verdict.wordmodel import WordModel
 from harness.verdict.wordmodel import words as word_hashes
@@ -88,12 +90,30 @@ NAMES = (
     "tail_copies",
     "doubled_word",
     "specials_raw",
+    "s4_w32_over_median",
+    "s4_w32_z",
+    "s4_w32_second",
+    "s4_w12_second",
+    "s4_w64",
+    "unseen4_run",
+    "unseen6_contrast",
+    "unseen_w_contrast",
+    "unseen_w_run",
+    "unseen_pair_contrast",
+    "unseen_pair_run",
+    "long_unseen_w",
+    "digit_in_word",
+    "compressed",
+    "weights_w32",
+    "weights_w12",
+    "weights_mean",
 )
 TAIL = 256  # characters of the end of a text read for a loop that runs to the end
 _MOJI = re.compile(
     "[\u00c2-\u00f4][\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]+"
 )
 _WORD = re.compile(r"\w+")
+_DIGIT_IN_WORD = re.compile(r"[^\W\d_]\d+[^\W\d_]")  # blo3ck, sel3f: digit noise
 
 
 def _worst(c: npt.NDArray[np.int32], n: int, w: int) -> tuple[int, int]:
@@ -138,6 +158,7 @@ def vector(
     rule_signals: dict[str, float],
     model: CharModel,
     wmodel: WordModel,
+    weights: CharWeights,
     context: str | None = None,
 ) -> tuple[npt.NDArray[np.float64], int]:
     """The features of ``text`` (in ``NAMES`` order) and the character model's worst spot.
@@ -158,6 +179,7 @@ def vector(
     wide = bool(orig.max() >= 128) if n else False
     cp = codes(orig, wide)
     where = 0
+    c4 = unseen = u6 = u1 = u2 = wlen = None
     if n >= 5:
         s4, s3, unseen = model.surprisal(cp)  # eighths of a bit; unseen: int32 0 / 1
         m = s4.size
@@ -239,7 +261,87 @@ def vector(
     )
     if "<" in text or "[" in text or "\uff5c" in text:
         x[k + 4] = min(sum(1 for _ in salad.special_tokens(text)), 5)
+    k = _LOCAL
+    x[k : k + 14] = _local(text, c4, unseen, u6, u1, u2, wlen)
+    if n:
+        x[k + 14], x[k + 15], x[k + 16] = weights.scores(orig, cp)
     return np.array(x), original_offset(where, removed) if removed else where
+
+
+_LOCAL = NAMES.index("s4_w32_over_median")
+
+
+def _windows(c: npt.NDArray[np.int32], w: int) -> npt.NDArray[np.int64]:
+    """The sums of every ``w`` consecutive values (``c``: their cumulative sum, at least
+    ``w`` long)."""
+    z = np.zeros(c.size + 1, dtype=np.int64)
+    z[1:] = c
+    out: npt.NDArray[np.int64] = z[w:] - z[:-w]
+    return out
+
+
+def _second(win: npt.NDArray[np.int64], w: int) -> int:
+    """The largest window sum away from the largest one (their windows do not overlap)."""
+    i = int(win.argmax())
+    rest = np.concatenate((win[: max(0, i - w + 1)], win[i + w :]))
+    return int(rest.max()) if rest.size else 0
+
+
+def _run(u: npt.NDArray[np.int32]) -> int:
+    """The longest run of 1s."""
+    if not u.any():
+        return 0
+    d = np.diff(np.concatenate(([0], u, [0])))
+    return int((np.flatnonzero(d == -1) - np.flatnonzero(d == 1)).max())
+
+
+def _local(
+    text: str,
+    c4: npt.NDArray[np.int32] | None,
+    unseen: npt.NDArray[np.int32] | None,
+    u6: npt.NDArray[np.int32] | None,
+    u1: npt.NDArray[np.int32] | None,
+    u2: npt.NDArray[np.int32] | None,
+    wlen: npt.NDArray[np.intp] | None,
+) -> list[float]:
+    """How much the worst spot stands out of the text's own level (a corrupted span in a
+    long text of code is as improbable as the code's worst line, but far worse than its
+    usual one), how long the runs of unseen pieces are, digits inside words and how well
+    the text compresses (``c4``: cumulative 4-gram surprisal, ``unseen``: 4-grams never
+    used, ``u6``: cumulative unseen 6-grams, ``u1`` / ``u2``: unseen words and pairs)."""
+    x = [0.0] * 14
+    if c4 is not None and unseen is not None:
+        m = c4.size
+        w = min(32, m)
+        win = _windows(c4, w)
+        worst = int(win.max())
+        x[0] = (worst - float(np.median(win))) / (8 * w)
+        x[1] = (worst - float(win.mean())) / (8 * w) / (float(win.std()) / (8 * w) + 0.5)
+        x[2] = _second(win, w) / (8 * w)
+        w12 = min(12, m)
+        x[3] = _second(_windows(c4, w12), w12) / (8 * w12)
+        w64 = min(64, m)
+        x[4] = int(_windows(c4, w64).max()) / (8 * w64)
+        x[5] = _run(unseen) / 8
+    if u6 is not None:
+        w = min(32, u6.size)
+        x[6] = int(_windows(u6, w).max()) / w - int(u6[-1]) / u6.size
+    if u1 is not None and wlen is not None:
+        c1 = u1.cumsum()
+        w = min(8, u1.size)
+        x[7] = int(_windows(c1, w).max()) / w - int(c1[-1]) / u1.size
+        x[8] = _run(u1)
+        x[11] = int(np.count_nonzero((wlen >= 12) & (u1 == 1))) / u1.size
+        if u2 is not None and u2.size:
+            c2 = u2.cumsum()
+            w = min(8, u2.size)
+            x[9] = int(_windows(c2, w).max()) / w - int(c2[-1]) / u2.size
+            x[10] = _run(u2)
+        x[12] = len(_DIGIT_IN_WORD.findall(text)) / u1.size
+    if text:
+        b = text.encode("utf-8", "surrogatepass")
+        x[13] = len(zlib.compress(b, 6)) / len(b)
+    return x
 
 
 def _dup(h: npt.NDArray[np.uint32]) -> float:

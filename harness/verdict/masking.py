@@ -45,6 +45,8 @@ _DSML_TAG = re.compile(
     "</?\uff5cDSML\uff5c[^>\n]{0,200}>|<\uff5cend\u2581of\u2581sentence\uff5c>\\s*\\Z"
 )
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+#: Hermes tags, and a closer cut at the very end of the text (``</tool_c``).
+_HERMES_TAG = re.compile(r"</?tool_call>|</t(?:o(?:o(?:l(?:_(?:c(?:a(?:l(?:l)?)?)?)?)?)?)?)?\s*\Z")
 _REGEX = re.compile(r"\\[dwsDWSbB.+*?()\[\]]")
 _REGEX_MARK = re.compile(
     r"\\[dwsDWSbB.]|\[\^?[^\]\s]{1,40}\]|\(\?[:=!<]|\{\d+(?:,\d*)?\}|[+*?]\??\)?"
@@ -335,8 +337,10 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def without_markup(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     """``text`` without its tool-call markup and inline code, and the spans taken out
-    (sorted, disjoint): well-formed DSML and Hermes blocks, DSML tags, the other dialects'
-    markup (``markup_spans``) and inline code spans (`` `evict_lru` ``), each replaced by a
+    (sorted, disjoint): well-formed DSML and Hermes blocks, DSML and Hermes tags, the calls
+    after the first of calls glued together (``{...}{...}``, at the end of the text or in a
+    Hermes block), the other dialects' markup (``markup_spans``) and inline code spans
+    (`` `evict_lru` ``), each replaced by a
     line break. The dialect parsers judge the calls; what is left is what a model wrote as
     prose (several near-identical calls are not a loop, fullwidth bars are not salad, an
     identifier the writer marked as code is not a word of the language). Substring tests
@@ -348,9 +352,20 @@ def without_markup(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
         spans.extend(m.span() for m in _DSML_BLOCK.finditer(text))
         spans.extend(m.span() for m in _DSML_TAG.finditer(text))
     if "<tool_call>" in text:
-        spans.extend(m.span() for m in _HERMES.finditer(text) if _is_json(m.group(1)))
+        for m in _HERMES.finditer(text):
+            if _is_json(m.group(1)):
+                spans.append(m.span())
+            elif (objs := _json_values(text, m.start(1), m.end(1))) is not None:
+                spans.append((objs[1][0], m.end()))  # calls glued together: all but the first
+        spans.extend(m.span() for m in _HERMES_TAG.finditer(text))  # a broken block's tags
     if "<" in text or "[" in text:
         spans.extend(markup_spans(text))
+    if _ends_like_json(text) and ("}{" in text or "} {" in text or "][" in text or "] [" in text):
+        tail = _json_tail(text)
+        if tail is not None and len(tail) > 1:
+            # calls glued together: the dialect reports them; the first is read as it is
+            # (salad inside it is still salad), the copies after it are not a loop
+            spans.append((tail[1][0], tail[-1][1]))
     if not spans:
         return text, ()
     # and the one that closes a quoted call turn: before the fence's end, or the text's

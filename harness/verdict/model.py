@@ -1,6 +1,7 @@
 """The fitted decision: the detector's model file, loaded once, evaluated in numpy.
 
-``detector_model.npz`` (next to this module) holds the character and word models' tables and two
+``detector_model.npz`` (next to this module) holds the character and word models' tables, the
+n-gram weights of ``charweights.py`` (float16) and two
 ensembles of gradient-boosted decision trees, both fit by ``benchmarks/train_detector.py``
 (scikit-learn's ``HistGradientBoostingClassifier``, a training dependency only: nothing here
 imports it) and exported as flat arrays:
@@ -28,10 +29,11 @@ import numpy.typing as npt
 from harness.errors import ConfigError
 from harness.verdict import features
 from harness.verdict.charmodel import CharModel
+from harness.verdict.charweights import CharWeights
 from harness.verdict.wordmodel import WordModel
 
 MODEL_FILE = Path(__file__).with_name("detector_model.npz")
-FORMAT = 2  # the file's layout (1: a small neural network; 2: tree ensembles)
+FORMAT = 3  # the file's layout (1: a small neural network; 2: tree ensembles; 3: + n-gram weights)
 
 F64 = npt.NDArray[np.float64]
 IDX = npt.NDArray[np.intp]
@@ -79,6 +81,7 @@ class DetectorModel:
     version: str
     chars: CharModel
     words: WordModel
+    weights: CharWeights
     corrupted: Trees
     repetition: Trees
     monotone: tuple[str, ...]  # features P(corrupted) never decreases in
@@ -126,6 +129,7 @@ def read(path: Path) -> DetectorModel:
         version=str(z["version"]),
         chars=CharModel(z["t2"], z["t3"], z["t4"], np.unpackbits(z["t6"])),
         words=WordModel(np.unpackbits(z["w1"]), np.unpackbits(z["w2"])),
+        weights=CharWeights(z["cw"].astype(np.float32), float(z["cw_bias"])),
         corrupted=_trees(z, "corrupted"),
         repetition=_trees(z, "repetition"),
         monotone=tuple(str(n) for n in z["monotone"]),

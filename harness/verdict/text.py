@@ -109,7 +109,7 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     found = rules(work, context, unescaped=True)
     fitted = model.load()
     x, worst = features.vector(
-        work, found.score, found.signals, fitted.chars, fitted.words, context
+        work, found.score, found.signals, fitted.chars, fitted.words, fitted.weights, context
     )
     bad = fitted.p_corrupted(x)
     t = fitted.threshold_rules if found.score >= THRESHOLD else fitted.threshold

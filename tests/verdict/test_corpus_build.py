@@ -74,3 +74,31 @@ def test_corruptions_change_the_text_and_carry_a_label(tk: object) -> None:
         if kind == "truncate":
             assert "\ufffd" in text
     assert len(kinds) >= 12
+
+
+def test_augment_corrupts_only_the_splits_it_fits_on() -> None:
+    text = (
+        "The scheduler keeps one queue per worker and moves a task to another worker "
+        "only when its own queue is empty, so most tasks run where they were created."
+    )
+    rows = [
+        dict(
+            id=f"c{k}",
+            source="pypkg",
+            group=f"pypkg:p{k % 4}",
+            split=split,
+            label="clean",
+            kind="doc",
+            text=text.replace("one", f"{k} of the"),
+        )
+        for k, split in enumerate(["ngram", "train", "val", "test"] * 6)
+    ]
+    got = list(cb.augment(rows, 7))
+    assert got == list(cb.augment(rows, 7))  # seeded
+    splits = {r["split"] for r in got}
+    assert splits <= {"ngram", "train"}
+    assert splits == {"ngram", "train"}
+    assert {r["label"] for r in got} <= {"salad", "repetition"}
+    n_train = sum(r["split"] == "train" for r in got)
+    assert n_train <= cb.AUGMENT["train"] * 6
+    assert all(r["text"] != text for r in got)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError
-from harness.verdict import charmodel, features, model, wordmodel
+from harness.verdict import charmodel, charweights, features, model, wordmodel
 from harness.verdict.text import THRESHOLD, rules, score_fitted, score_text
 
 PROSE = (
@@ -37,25 +37,25 @@ def test_counted_text_is_less_surprising_than_unseen_text() -> None:
 
 
 def test_feature_vector_shape_and_tail_period() -> None:
-    cm, wm = model.load().chars, model.load().words
-    x, _ = features.vector(PROSE, 0.0, {}, cm, wm)
+    cm, wm, cw = model.load().chars, model.load().words, model.load().weights
+    x, _ = features.vector(PROSE, 0.0, {}, cm, wm, cw)
     assert x.shape == (len(features.NAMES),)
     loop = "Spices:\n" + "\n".join(f"{k}. Anise" for k in range(4, 40))
-    y, _ = features.vector(loop, 0.0, {}, cm, wm)
+    y, _ = features.vector(loop, 0.0, {}, cm, wm, cw)
     i = features.NAMES.index("tail_period_match")
     assert y[i] >= 0.95  # rising list numbers do not hide the period
     assert x[i] == 0.0
 
 
 def test_mojibake_and_doubled_word_features() -> None:
-    cm, wm = model.load().chars, model.load().words
+    cm, wm, cw = model.load().chars, model.load().words, model.load().weights
     text = "Köln und München sind schön."
     broken = text.encode("utf-8").decode("cp1252")
     i = features.NAMES.index("mojibake")
-    assert features.vector(text, 0.0, {}, cm, wm)[0][i] == 0
-    assert features.vector(broken, 0.0, {}, cm, wm)[0][i] >= 2
+    assert features.vector(text, 0.0, {}, cm, wm, cw)[0][i] == 0
+    assert features.vector(broken, 0.0, {}, cm, wm, cw)[0][i] >= 2
     j = features.NAMES.index("doubled_word")
-    assert features.vector("call read_configread_config now", 0.0, {}, cm, wm)[0][j] == 1
+    assert features.vector("call read_configread_config now", 0.0, {}, cm, wm, cw)[0][j] == 1
 
 
 def test_model_file_is_checked(tmp_path: Path) -> None:
@@ -81,11 +81,11 @@ def test_shipped_model_is_small_and_its_trees_are_sound() -> None:
     assert model.MODEL_FILE.stat().st_size < 6_000_000
     m = model.load()
     assert 0.0 < m.threshold_rules <= m.threshold < 1.0
-    x, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words)
+    x, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words, m.weights)
     assert 0.0 <= m.p_corrupted(x) < m.threshold
     # one walk per vector and the batched walk agree, and every walk ends on a leaf
     t = m.corrupted
-    rows = np.stack([x, features.vector(GLUED_PIECES, 0.0, {}, m.chars, m.words)[0]])
+    rows = np.stack([x, features.vector(GLUED_PIECES, 0.0, {}, m.chars, m.words, m.weights)[0]])
     assert np.allclose(t.raw_many(rows), [t.raw(rows[0]), t.raw(rows[1])])
     leaves = t.left == np.arange(t.left.size)
     assert (leaves == (t.right == np.arange(t.right.size))).all()
@@ -129,7 +129,7 @@ def test_more_rule_evidence_never_lowers_p_corrupted() -> None:
         i = features.NAMES.index(name)
         for t in TEXTS:
             f = rules(t)
-            x, _ = features.vector(t, f.score, f.signals, m.chars, m.words)
+            x, _ = features.vector(t, f.score, f.signals, m.chars, m.words, m.weights)
             ps = []
             for v in np.linspace(0.0, 5.0, 26):
                 x[i] = v
@@ -221,12 +221,12 @@ def test_word_model_marks_unused_words_and_pairs() -> None:
 def test_word_features_rise_on_glued_words() -> None:
     m = model.load()
     i = features.NAMES.index("unseen_wchars_w8")
-    clean, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words)
+    clean, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words, m.weights)
     words = PROSE.split()
     glued = " ".join(
         words[:8] + ["postponeannualwhendiscuss", "finaldecisionofficemet"] + words[8:]
     )
-    bad, _ = features.vector(glued, 0.0, {}, m.chars, m.words)
+    bad, _ = features.vector(glued, 0.0, {}, m.chars, m.words, m.weights)
     assert bad[i] > clean[i] + 0.2
 
 
@@ -244,10 +244,16 @@ def test_loops_are_looked_for_without_well_formed_calls() -> None:
     assert "tool_call" not in left
     assert left.startswith("I'll check each city.")
     broken = CALLS.replace('"Nice"}}', '"Nice"}')  # not JSON: kept, the dialect reports it
-    assert without_markup(broken)[0].count("<tool_call>") == 1
+    left, _ = without_markup(broken)
+    assert left.count('"Nice"') == 1
+    assert "Paris" not in left
+    assert "tool_call" not in left  # its tags are markup all the same
+    glued = CALLS.split("\n", 1)[0] + "\n" + '{"name": "f", "arguments": {"q": "a"}}' * 3
+    left, _ = without_markup(glued)
+    assert left.count('"name"') == 1  # the first of calls glued together is read
     m = model.load()
     i = features.NAMES.index("dup_lines")
-    assert features.vector(CALLS, 0.0, {}, m.chars, m.words)[0][i] == 0.0
+    assert features.vector(CALLS, 0.0, {}, m.chars, m.words, m.weights)[0][i] == 0.0
     assert score_fitted(CALLS).label is None
 
 
@@ -283,3 +289,71 @@ def test_identifiers_marked_as_inline_code_are_not_words_of_the_prose() -> None:
     assert "wbk" not in left
     assert len(removed) == 2
     assert score_fitted(text).label is None
+
+
+# ---------------------------------------------------------------- n-gram weights and local features
+
+
+def _cp(text: str) -> tuple[np.ndarray, np.ndarray]:
+    raw = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    return raw, charmodel.codes(raw)
+
+
+def test_weight_ids_name_the_ngrams_ending_at_each_character() -> None:
+    text = "abcde xx abcde"  # row r: the n-grams ending at character r + 4
+    b = charweights.ids(*_cp(text), 20)
+    assert b.shape == (len(text) - 4, len(charweights.GRAMS))
+    assert (b[0] == b[9]).all()  # "abcde" again: the same buckets
+    assert (b[0] != b[1]).all()
+    lower, upper = charweights.ids(*_cp("xx cat"), 20), charweights.ids(*_cp("xx cAt"), 20)
+    raw = [k for k, (_, norm) in enumerate(charweights.GRAMS) if not norm]
+    norm = [k for k, (_, n) in enumerate(charweights.GRAMS) if n]
+    assert (lower[:, norm] == upper[:, norm]).all()  # case folded
+    assert (lower[:, raw] != upper[:, raw]).any()  # case kept
+    assert charweights.ids(*_cp("abcd"), 20).shape == (0, len(charweights.GRAMS))
+
+
+def test_worst_window_is_the_largest_mean() -> None:
+    v = np.array([0.0] * 50 + [1.0] * 32 + [0.0] * 10)
+    assert charweights.worst(v, 32) == pytest.approx(1.0)
+    assert charweights.worst(v, 64) == pytest.approx(0.5)
+    assert charweights.worst(np.array([1.0, 3.0]), 32) == pytest.approx(2.0)
+
+
+def test_shipped_weights_read_glued_pieces_as_corruption() -> None:
+    m = model.load()
+    clean = m.weights.scores(*_cp(PROSE))
+    bad = m.weights.scores(*_cp(PROSE + " " + GLUED_PIECES))
+    assert bad[0] > clean[0] + 1.0  # log-odds of the worst window
+    assert m.weights.scores(*_cp("abc")) == (0.0, 0.0, 0.0)
+
+
+def test_local_features_see_digit_noise_and_a_loop_compressing() -> None:
+    m = model.load()
+    i = features.NAMES.index("digit_in_word")
+    j = features.NAMES.index("compressed")
+    text = "first_uri = block.column(self._uri_column_name)[0].as_py()"
+    noisy = "first_uri = blo3ck.colum3n(sel3f._u5ri_column_name)[0].as_py()"
+    x, _ = features.vector(text, 0.0, {}, m.chars, m.words, m.weights)
+    y, _ = features.vector(noisy, 0.0, {}, m.chars, m.words, m.weights)
+    assert x[i] == 0.0
+    assert y[i] > 0.3
+    loop, _ = features.vector(PROSE + " again" * 60, 0.0, {}, m.chars, m.words, m.weights)
+    z, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words, m.weights)
+    assert loop[j] < 0.5 < z[j]
+    k = features.NAMES.index("s4_w32_over_median")
+    spot, _ = features.vector(
+        PROSE + " " + GLUED_PIECES + " " + PROSE, 0.0, {}, m.chars, m.words, m.weights
+    )
+    assert spot[k] > z[k]
+
+
+def test_runs_of_spaces_read_as_one_space() -> None:
+    justified = "An  interactive   Python shell   with automatic history"
+    single = "An interactive Python shell with automatic history"
+    a, b = charweights.ids(*_cp(justified), 20), charweights.ids(*_cp(single), 20)
+    assert np.array_equal(a, b)
+    raw, cp = _cp("a\t\tb  c d")
+    r, c = charweights.squeeze(raw, cp)
+    assert "".join(map(chr, r)) == "a\tb c d"
+    assert c.size == r.size

@@ -1,0 +1,68 @@
+"""The training command's own fit of the n-gram weights (``charweights``), on texts written here."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from harness.verdict import charmodel
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def _module() -> ModuleType:
+    path = ROOT / "benchmarks" / "train_detector.py"
+    spec = importlib.util.spec_from_file_location("train_detector", path)
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["train_detector"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+td = _module()
+NOUNS = "river garden letter window market teacher engine harbour meadow lantern".split()  # noqa: SIM905
+VERBS = "opened closed painted carried followed watched cleaned measured".split()  # noqa: SIM905
+
+
+def _sentence(rng: random.Random) -> str:
+    a, b = rng.sample(NOUNS, 2)
+    return f"The {a} {rng.choice(VERBS)} the old {b} before the evening came."
+
+
+def _junk(rng: random.Random) -> str:
+    return "".join(rng.choice("qxzjkvw0123456789") for _ in range(rng.randint(20, 40)))
+
+
+def _rows(rng: random.Random, n: int) -> list[dict[str, str]]:
+    rows = []
+    for _ in range(n):
+        clean = " ".join(_sentence(rng) for _ in range(4))
+        rows.append({"label": "clean", "text": clean})
+        cut = rng.randrange(20, len(clean))
+        rows.append({"label": "salad", "text": clean[:cut] + _junk(rng) + clean[cut:]})
+    return rows
+
+
+def test_fitted_weights_score_the_corrupted_window() -> None:
+    rng = random.Random(3)
+    w = td.fit_charweights(_rows(rng, 60), bits=16, epochs=30, seed=0)
+    assert w.weights.dtype == np.float32
+    assert w.weights.size == 1 << 16
+    held = _rows(random.Random(99), 20)
+
+    def score(text: str) -> float:
+        raw = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        return w.scores(raw, charmodel.codes(raw))[0]
+
+    clean = [score(r["text"]) for r in held if r["label"] == "clean"]
+    bad = [score(r["text"]) for r in held if r["label"] != "clean"]
+    assert max(clean) < min(bad)  # every held-out corrupted text above every clean one
+    again = td.fit_charweights(_rows(random.Random(3), 60), bits=16, epochs=30, seed=0)
+    assert np.array_equal(again.weights, w.weights)  # reproducible
