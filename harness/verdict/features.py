@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from harness.verdict import salad
-from harness.verdict.charmodel import CharModel, codes
+from harness.verdict.charmodel import CharModel, Reading, codes
 from harness.verdict.masking import original_offset, without_markup
 from harness.verdict.wordmodel import WordModel
 from harness.verdict.wordmodel import words as word_hashes
@@ -96,7 +96,7 @@ _MOJI = re.compile(
 _WORD = re.compile(r"\w+")
 
 
-def _worst(c: npt.NDArray[np.int32], n: int, w: int) -> tuple[int, int]:
+def _worst(c: npt.NDArray[np.integer], n: int, w: int) -> tuple[int, int]:
     """The largest sum of ``w`` consecutive values (of ``n``; ``c`` is their cumulative
     sum) and where that window starts; the sum of all of them when there are fewer."""
     if n <= w:
@@ -116,6 +116,26 @@ _CLASS[[32, 9]] = 3
 _CLASS[65:91] = 4
 _CLASS[10] = 5
 _CLASS[128] = 6
+
+
+def _char_features(r: Reading, x: list[float], k: int) -> int:
+    """The character model's features of one text, from ``x[k]`` on (``NAMES``: from
+    ``s4_mean`` to ``s4_p90``); returns where its worst 32-character window starts."""
+    s4 = r.s4  # eighths of a bit
+    m = s4.size
+    c4 = s4.cumsum()
+    cu = r.unseen4.cumsum()
+    x[k] = int(c4[-1]) / (8 * m)
+    x[k + 1] = r.s3_sum / (8 * m)
+    x[k + 2] = _worst(c4, m, 12)[0] / (8 * min(12, m))
+    best, where = _worst(c4, m, 32)
+    x[k + 3] = best / (8 * min(32, m))
+    x[k + 4] = _worst(c4, m, 96)[0] / (8 * min(96, m))
+    x[k + 5] = int(cu[-1]) / m
+    x[k + 6] = _worst(cu, m, 32)[0] / min(32, m)
+    x[k + 7] = _worst(cu, m, 12)[0] / min(12, m)
+    x[k + 8] = int(np.count_nonzero(s4 >= 48)) / m  # characters costing 6+ bits
+    return where
 
 
 def _mojibake(text: str) -> int:
@@ -158,29 +178,18 @@ def vector(
     wide = bool(orig.max() >= 128) if n else False
     cp = codes(orig, wide)
     where = 0
+    h6 = u6 = None
     if n >= 5:
-        s4, s3, unseen = model.surprisal(cp)  # eighths of a bit; unseen: int32 0 / 1
-        m = s4.size
-        c4 = s4.cumsum()
-        cu = unseen.cumsum()
-        x[k + 1] = int(c4[-1]) / (8 * m)
-        x[k + 2] = int(s3.sum()) / (8 * m)
-        x[k + 3] = _worst(c4, m, 12)[0] / (8 * min(12, m))
-        best, where = _worst(c4, m, 32)
-        x[k + 4] = best / (8 * min(32, m))
-        x[k + 5] = _worst(c4, m, 96)[0] / (8 * min(96, m))
-        x[k + 6] = int(cu[-1]) / m
-        x[k + 7] = _worst(cu, m, 32)[0] / min(32, m)
-        x[k + 8] = _worst(cu, m, 12)[0] / min(12, m)
-        x[k + 9] = int(np.count_nonzero(s4 >= 48)) / m  # characters costing 6+ bits
-    h6 = model.sixes(cp) if n >= 8 else None
-    if h6 is not None:
-        u6 = model.unseen6(h6).cumsum()
-        m = u6.size
-        x[k + 10] = int(u6[-1]) / m
-        x[k + 11] = _worst(u6, m, 32)[0] / min(32, m)
+        reading = model.read(cp)
+        where = _char_features(reading, x, k + 1)
+        h6, u6 = reading.sixes, reading.unseen6
+    if h6 is not None and u6 is not None:
+        c6 = u6.cumsum()
+        m = c6.size
+        x[k + 10] = int(c6[-1]) / m
+        x[k + 11] = _worst(c6, m, 32)[0] / min(32, m)
     k += 12
-    wh, wlen = word_hashes(cp)
+    wh, wlen = word_hashes(cp, wide)
     if wh.size:
         u1, u2 = wmodel.unseen(wh)
         m = wh.size
