@@ -16,7 +16,8 @@ the last commit) next to the working tree's, in the same process. Then:
   one pass of base then one of new, again and again until each side has ``--seconds`` of
   CPU time: MB/s and CPU microseconds per text per side, and the median ratio of
   neighbouring passes (a shared machine's load drifts slower than that).
-  ``--fitted`` times this checkout's ``score_fitted`` (the fitted decision) as the new side.
+  ``--fitted`` times this checkout's ``score_fitted`` (the fitted decision) as the new side,
+  ``--base-rules`` the revision's ``rules`` (the hand-written detector alone) as the base.
 """
 
 from __future__ import annotations
@@ -126,7 +127,11 @@ def turns(rows: list[dict[str, Any]], n: int = 400, seed: int = 0) -> list[tuple
 
 
 def speed(
-    base: ModuleType, rows: list[dict[str, Any]], seconds: float, fitted: bool = False
+    base: ModuleType,
+    rows: list[dict[str, Any]],
+    seconds: float,
+    fitted: bool = False,
+    base_rules: bool = False,
 ) -> None:
     """Per workload: passes over the texts, base and new in turn, until each side has
     ``seconds`` of CPU time; MB/s per side and the median ratio of neighbouring passes."""
@@ -137,7 +142,7 @@ def speed(
         "examples one by one": [(r["text"], r.get("context")) for r in rows],
         f"one {len(long_text) // 1000} k text": [(long_text, None)],
     }
-    base_f = partial(ev.fallback_classify, score_text=base.score_text)
+    base_f = partial(ev.fallback_classify, score_text=base.rules if base_rules else base.score_text)
     new_score = new_text.score_fitted if fitted else new_text.score_text
     new_f = partial(ev.fallback_classify, score_text=new_score)
     for name, texts in loads.items():
@@ -229,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--fitted", action="store_true", help="time this checkout's score_fitted as the new side"
     )
+    ap.add_argument(
+        "--base-rules", action="store_true", help="time the revision's rules as the base side"
+    )
     a = ap.parse_args(argv)
     rows = ev.load(a.files)
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + d)
         rc = 1 if diffs else 0
     if not a.no_speed:
-        speed(base, rows, a.seconds, a.fitted)
+        speed(base, rows, a.seconds, a.fitted, a.base_rules)
     if a.parts:
         parts(base, rows)
     return rc

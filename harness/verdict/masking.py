@@ -13,7 +13,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -124,6 +124,14 @@ _DSML_VALUE = re.compile(
 )
 
 
+@lru_cache(maxsize=2)
+def _markup(text: str) -> tuple[tuple[int, int], ...]:
+    """``markup_spans`` of the last texts: ``mask`` and ``without_markup`` both read the
+    same text in the fitted decision (the rules, then the features), and on a text with
+    tool-call markup the dialects' parse costs as much as the rest of the masking."""
+    return tuple(markup_spans(text))
+
+
 def mask(text: str) -> Masked:
     spans: list[tuple[int, int]] = []
     code: list[tuple[int, int]] = []
@@ -164,7 +172,7 @@ def mask(text: str) -> Masked:
     markup: list[tuple[int, int]] = []
     if "<" in text or "[" in text:
         # the other dialects' markup (Kimi, Harmony, DeepSeek V3, Mistral, Llama, ...)
-        markup = markup_spans(text)
+        markup = list(_markup(text))
         spans.extend(markup)
     if (
         "<" in text
@@ -350,7 +358,7 @@ def without_markup(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     if "<tool_call>" in text:
         spans.extend(m.span() for m in _HERMES.finditer(text) if _is_json(m.group(1)))
     if "<" in text or "[" in text:
-        spans.extend(markup_spans(text))
+        spans.extend(_markup(text))
     if not spans:
         return text, ()
     # and the one that closes a quoted call turn: before the fence's end, or the text's
