@@ -63,6 +63,8 @@ def load_base(rev: str, into: Path) -> ModuleType:
     sys.path.insert(0, str(into))
     try:
         mod = importlib.import_module("harness.verdict.text")
+        if hasattr(mod, "model"):  # the fitted decision's model file: read it while it is there
+            mod.model.load()
     finally:
         sys.path.remove(str(into))
         for k in [k for k in sys.modules if k == "harness" or k.startswith("harness.")]:

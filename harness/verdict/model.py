@@ -48,8 +48,9 @@ class Levels:
 
     pair_feature: IDX  # the distinct (feature, threshold) pairs of the inner nodes, and
     pair_threshold: F64  # one (0, +inf) that never goes right, for the leaves
-    keys: tuple[IDX, ...]  # per level, each position's pair
-    leaf_value: F64  # the value at each position of the last level
+    keys: tuple[npt.NDArray[np.signedinteger], ...]  # per level, each position's pair
+    leaf: npt.NDArray[np.signedinteger]  # the leaf at each position of the last level
+    leaf_value: F64  # the value of each leaf
     start: IDX  # the roots' positions in level 0
 
 
@@ -65,16 +66,19 @@ def walk_levels(t: Trees) -> Levels:
         keyed[(int(f), float(v))]
         for f, v in zip(t.feature[inner].tolist(), t.threshold[inner].tolist(), strict=True)
     ]
-    keys = []
+    small = np.int16 if n < 2**15 else np.int32  # (small arrays: fewer cache misses)
+    keys: list[npt.NDArray[np.signedinteger]] = []
     node = t.roots.astype(np.intp)
     for _ in range(t.depth):
-        keys.append(pair_of[node])
+        keys.append(pair_of[node].astype(small))
         node = np.stack([t.left[node], t.right[node]], axis=1).ravel()
+    leaves, leaf = np.unique(node, return_inverse=True)
     return Levels(
         pair_feature=np.append(pairs[0].astype(np.intp), 0),
         pair_threshold=np.append(pairs[1], np.inf),
         keys=tuple(keys),
-        leaf_value=t.value[node].astype(np.float64),
+        leaf=leaf.astype(np.int16 if leaves.size < 2**15 else np.int32),
+        leaf_value=t.value[leaves].astype(np.float64),
         start=np.arange(t.roots.size, dtype=np.intp),
     )
 
@@ -106,7 +110,7 @@ class Trees:
         pos = levels.start
         for key in levels.keys:
             pos = pos + pos + right.take(key.take(pos))
-        return self.baseline + float(levels.leaf_value.take(pos).sum())
+        return self.baseline + float(levels.leaf_value.take(levels.leaf.take(pos)).sum())
 
     @functools.cached_property
     def levels(self) -> Levels:
