@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -124,12 +126,33 @@ _DSML_VALUE = re.compile(
 )
 
 
-@lru_cache(maxsize=2)
+#: The markup spans found so far inside ``shared_markup`` (text -> spans), else None.
+_SHARED: ContextVar[dict[str, tuple[tuple[int, int], ...]] | None] = ContextVar(
+    "shared_markup", default=None
+)
+
+
+@contextmanager
+def shared_markup() -> Iterator[None]:
+    """Inside, ``mask`` and ``without_markup`` find the tool-call markup of a text once:
+    the fitted decision reads one text with both (the rules, then the features), and on a
+    text with markup the dialects' parse costs as much as the rest of the masking."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def _markup(text: str) -> tuple[tuple[int, int], ...]:
-    """``markup_spans`` of the last texts: ``mask`` and ``without_markup`` both read the
-    same text in the fitted decision (the rules, then the features), and on a text with
-    tool-call markup the dialects' parse costs as much as the rest of the masking."""
-    return tuple(markup_spans(text))
+    """``markup_spans`` of ``text`` (found once inside ``shared_markup``)."""
+    shared = _SHARED.get()
+    if shared is None:
+        return tuple(markup_spans(text))
+    found = shared.get(text)
+    if found is None:
+        found = shared[text] = tuple(markup_spans(text))
+    return found
 
 
 def mask(text: str) -> Masked:

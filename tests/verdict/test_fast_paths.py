@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from harness.verdict import charmodel, features, model, text, wordmodel
+from harness.verdict import charmodel, features, masking, model, text, wordmodel
 
 SAMPLE = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "corpus_sample.jsonl"
 
@@ -103,3 +103,32 @@ def test_words_are_hashed_as_one_character_at_a_time() -> None:
             h, n = wordmodel.words(cp, wide)
             assert (h.tolist(), n.tolist()) == want
             assert h.dtype == np.uint32
+
+
+def test_the_rules_and_the_features_find_a_texts_markup_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    call = (
+        "I will look it up.\n<tool_call>\n"
+        '{"name": "search", "arguments": {"q": "`x` [1]"}}\n</tool_call>\n'
+        '<|im_start|>assistant\n[TOOL_CALLS]search[ARGS]{"q": 1}'
+    )
+    want_mask, want_plain = masking.mask(call), masking.without_markup(call)
+    want = text.score_fitted(call)
+    calls: list[str] = []
+    real = masking.markup_spans
+
+    def counted(s: str) -> list[tuple[int, int]]:
+        calls.append(s)
+        return real(s)
+
+    monkeypatch.setattr(masking, "markup_spans", counted)
+    assert text.score_fitted(call) == want
+    assert calls.count(call) == 1  # the rules' mask, then the features: one parse
+    with masking.shared_markup():
+        assert masking.mask(call) == want_mask
+        assert masking.without_markup(call) == want_plain
+        assert masking.mask(call) == want_mask  # (a list of its own each time)
+    assert calls.count(call) == 2
+    masking.without_markup(call)  # outside: nothing kept
+    assert calls.count(call) == 3
