@@ -61,7 +61,7 @@ def codes(text: str | npt.NDArray[np.uint32], wide: bool | None = None) -> npt.N
     if wide is None:
         wide = bool(cp.size) and bool(cp.max() >= 128)
     if not wide:
-        return _ASCII[cp]
+        return _ASCII.take(cp)
     small = cp < 128
     out = cp.copy()
     out[small] = _ASCII[cp[small]]

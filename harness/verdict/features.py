@@ -175,7 +175,7 @@ def vector(
     n = len(text)
     x[k] = math.log1p(n)
     orig = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    wide = bool(orig.max() >= 128) if n else False
+    wide = not text.isascii()
     cp = codes(orig, wide)
     where = 0
     h6 = u6 = None
@@ -208,7 +208,8 @@ def vector(
             x[k + 4] = _worst(c2, u2.size, 8)[0] / min(8, u2.size)
     k += 5
     if n:
-        cls = np.bincount(_CLASS[np.minimum(orig, 128)], minlength=7).tolist()
+        cls = np.bincount(_CLASS.take(np.minimum(orig, 128) if wide else orig), minlength=7)
+        cls = cls.tolist()
         x[k] = cls[6] / n
         x[k + 1] = cls[1] / n
         x[k + 2] = cls[2] / n
