@@ -10,7 +10,8 @@ the last commit) next to the working tree's, in the same process. Then:
   random substrings of them (any length, any cut); label, score, offset and signals must
   be identical. Exits 1 on any difference, listing the first ones.
 * **parts** (``--parts``): the same, step by step (mask, tokens, each family of
-  signals, windows) on the outputs of the run-like mix.
+  signals, windows) on the outputs of the run-like mix; with ``--fitted``, where the
+  time of ``score_fitted`` goes on the turns (the rules, the features, the trees).
 * **speed**: turns of 100-500 characters and the three workloads of ``eval_detector.py``
   (``fallback_classify``, so the DSML parse is timed too, the same code on both sides),
   one pass of base then one of new, again and again until each side has ``--seconds`` of
@@ -223,6 +224,35 @@ def parts(base: ModuleType, rows: list[dict[str, Any]], rounds: int = 6) -> None
         print(f"  {k:18s} base {b * us:7.0f} us   new {n * us:7.0f} us   base/new {b / n:5.2f}")
 
 
+def fitted_parts(rows: list[dict[str, Any]], rounds: int = 5) -> None:
+    """Where the time of this checkout's ``score_fitted`` goes on the turns of 100-500
+    characters: the rules, the features, the trees, each timed per text in the order the
+    decision runs them (so each step meets the caches the step before it left)."""
+    from harness.verdict import features, model
+
+    fitted = model.load()
+    texts = [new_text._unescape(t) for t, _ in turns(rows)]
+    got = [0.0, 0.0, 0.0]
+    clock = time.process_time
+    for _ in range(rounds):
+        for w in texts:
+            t0 = clock()
+            found = new_text.rules(w, None, unescaped=True)
+            t1 = clock()
+            x, _ = features.vector(w, found.score, found.signals, fitted.chars, fitted.words)
+            t2 = clock()
+            fitted.p_corrupted(x)
+            t3 = clock()
+            got[0] += t1 - t0
+            got[1] += t2 - t1
+            got[2] += t3 - t2
+    us = 1e6 / rounds / len(texts)
+    print(
+        f"score_fitted per turn of 100-500 characters: rules {got[0] * us:.0f} us, "
+        f"features {got[1] * us:.0f} us, trees {got[2] * us:.0f} us (CPU time)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="This checkout's detector against a revision's.")
     ap.add_argument("files", nargs="+", type=Path)
@@ -254,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_speed:
         speed(base, rows, a.seconds, a.fitted, a.base_rules)
     if a.parts:
-        parts(base, rows)
+        if a.fitted:
+            fitted_parts(rows)
+        else:
+            parts(base, rows)
     return rc
 
 
