@@ -10,13 +10,15 @@ the last commit) next to the working tree's, in the same process. Then:
   random substrings of them (any length, any cut); label, score, offset and signals must
   be identical. Exits 1 on any difference, listing the first ones.
 * **parts** (``--parts``): the same, step by step (mask, tokens, each family of
-  signals, windows) on the outputs of the run-like mix.
+  signals, windows) on the outputs of the run-like mix; with ``--fitted``, where the
+  time of ``score_fitted`` goes on the turns (the rules, the features, the trees).
 * **speed**: turns of 100-500 characters and the three workloads of ``eval_detector.py``
   (``fallback_classify``, so the DSML parse is timed too, the same code on both sides),
   one pass of base then one of new, again and again until each side has ``--seconds`` of
   CPU time: MB/s and CPU microseconds per text per side, and the median ratio of
   neighbouring passes (a shared machine's load drifts slower than that).
-  ``--fitted`` times this checkout's ``score_fitted`` (the fitted decision) as the new side.
+  ``--fitted`` times this checkout's ``score_fitted`` (the fitted decision) as the new side,
+  ``--base-rules`` the revision's ``rules`` (the hand-written detector alone) as the base.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def load_base(rev: str, into: Path) -> ModuleType:
     sys.path.insert(0, str(into))
     try:
         mod = importlib.import_module("harness.verdict.text")
+        if hasattr(mod, "model"):  # the fitted decision's model file: read it while it is there
+            mod.model.load()
     finally:
         sys.path.remove(str(into))
         for k in [k for k in sys.modules if k == "harness" or k.startswith("harness.")]:
@@ -126,7 +130,11 @@ def turns(rows: list[dict[str, Any]], n: int = 400, seed: int = 0) -> list[tuple
 
 
 def speed(
-    base: ModuleType, rows: list[dict[str, Any]], seconds: float, fitted: bool = False
+    base: ModuleType,
+    rows: list[dict[str, Any]],
+    seconds: float,
+    fitted: bool = False,
+    base_rules: bool = False,
 ) -> None:
     """Per workload: passes over the texts, base and new in turn, until each side has
     ``seconds`` of CPU time; MB/s per side and the median ratio of neighbouring passes."""
@@ -137,7 +145,7 @@ def speed(
         "examples one by one": [(r["text"], r.get("context")) for r in rows],
         f"one {len(long_text) // 1000} k text": [(long_text, None)],
     }
-    base_f = partial(ev.fallback_classify, score_text=base.score_text)
+    base_f = partial(ev.fallback_classify, score_text=base.rules if base_rules else base.score_text)
     new_score = new_text.score_fitted if fitted else new_text.score_text
     new_f = partial(ev.fallback_classify, score_text=new_score)
     for name, texts in loads.items():
@@ -216,6 +224,35 @@ def parts(base: ModuleType, rows: list[dict[str, Any]], rounds: int = 6) -> None
         print(f"  {k:18s} base {b * us:7.0f} us   new {n * us:7.0f} us   base/new {b / n:5.2f}")
 
 
+def fitted_parts(rows: list[dict[str, Any]], rounds: int = 5) -> None:
+    """Where the time of this checkout's ``score_fitted`` goes on the turns of 100-500
+    characters: the rules, the features, the trees, each timed per text in the order the
+    decision runs them (so each step meets the caches the step before it left)."""
+    from harness.verdict import features, model
+
+    fitted = model.load()
+    texts = [new_text._unescape(t) for t, _ in turns(rows)]
+    got = [0.0, 0.0, 0.0]
+    clock = time.process_time
+    for _ in range(rounds):
+        for w in texts:
+            t0 = clock()
+            found = new_text.rules(w, None, unescaped=True)
+            t1 = clock()
+            x, _ = features.vector(w, found.score, found.signals, fitted.chars, fitted.words)
+            t2 = clock()
+            fitted.p_corrupted(x)
+            t3 = clock()
+            got[0] += t1 - t0
+            got[1] += t2 - t1
+            got[2] += t3 - t2
+    us = 1e6 / rounds / len(texts)
+    print(
+        f"score_fitted per turn of 100-500 characters: rules {got[0] * us:.0f} us, "
+        f"features {got[1] * us:.0f} us, trees {got[2] * us:.0f} us (CPU time)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="This checkout's detector against a revision's.")
     ap.add_argument("files", nargs="+", type=Path)
@@ -228,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", action="store_true", help="time each step on the mix")
     ap.add_argument(
         "--fitted", action="store_true", help="time this checkout's score_fitted as the new side"
+    )
+    ap.add_argument(
+        "--base-rules", action="store_true", help="time the revision's rules as the base side"
     )
     a = ap.parse_args(argv)
     rows = ev.load(a.files)
@@ -242,9 +282,12 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + d)
         rc = 1 if diffs else 0
     if not a.no_speed:
-        speed(base, rows, a.seconds, a.fitted)
+        speed(base, rows, a.seconds, a.fitted, a.base_rules)
     if a.parts:
-        parts(base, rows)
+        if a.fitted:
+            fitted_parts(rows)
+        else:
+            parts(base, rows)
     return rc
 
 

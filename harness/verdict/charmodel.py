@@ -17,6 +17,7 @@ clean text only and ship in the detector's model file (``detector_model.npz``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ _MULT = (
     U32(0x165667B1),
     U32(0xD3A2646D),
 )
+_MULT_COL = np.array(_MULT, dtype=U32)[:, None]  # (for all the products in one call)
 UNSEEN_BITS = 8.0  # the extra cost of an n-gram clean text never used
 _UNSEEN8 = int(8 * UNSEEN_BITS)
 #: Normalization of the first 128 code points: ASCII lower case, digits -> "0", tab -> " ".
@@ -42,6 +44,10 @@ _ASCII[65:91] += 32
 _ASCII[48:58] = 48
 _ASCII[9] = 32
 _ASCII[13] = 10
+#: What a 4-gram (3-gram) of each log-count byte ``v`` adds to the surprisal of its last
+#: character: ``-v``, and ``UNSEEN_BITS`` more when clean text never used it (``v == 0``).
+_COST = -np.arange(256, dtype=np.int16)
+_COST[0] = _UNSEEN8
 
 
 def codes(text: str | npt.NDArray[np.uint32], wide: bool | None = None) -> npt.NDArray[np.uint32]:
@@ -55,7 +61,7 @@ def codes(text: str | npt.NDArray[np.uint32], wide: bool | None = None) -> npt.N
     if wide is None:
         wide = bool(cp.size) and bool(cp.max() >= 128)
     if not wide:
-        return _ASCII[cp]
+        return _ASCII.take(cp)
     small = cp < 128
     out = cp.copy()
     out[small] = _ASCII[cp[small]]
@@ -125,6 +131,60 @@ class CharModel:
         """1 for every 6-gram (``sixes``) clean text never used, else 0."""
         return (self.t6[buckets] ^ 1).astype(np.int32)
 
+    def read(self, cp: npt.NDArray[np.uint32]) -> Reading:
+        """``surprisal``, ``sixes`` and ``unseen6`` of ``cp`` (5 code points or more) in one
+        pass: the products of the n-gram hash computed once for all of them (a 6-gram's
+        hash is its first 4-gram's, two more products XORed in), the tables read with
+        ``take``, and each byte's share of the surprisal from one small table."""
+        b2, b3, b4 = self._shifts
+        n = cp.size
+        p = cp * _MULT_COL[: 6 if n >= 8 else 4]
+        m = n - 3
+        ctx = np.empty((2, m), dtype=U32)  # the 3-grams: contexts of the 4-grams, and last
+        ctx3 = np.bitwise_xor(p[0, :-3], p[1, 1:-2], out=ctx[0])
+        ctx3 ^= p[2, 2:-1]
+        four = ctx3 ^ p[3, 3:]
+        ctx2 = p[0, 1:-2] ^ p[1, 2:-1]
+        np.bitwise_xor(ctx2, p[2, 3:], out=ctx[1])
+        ctx >>= b3
+        l3 = self.t3.take(ctx)
+        l4 = self.t4.take(four >> b4)
+        s4 = l3[0] + _COST.take(l4)  # (uint8 + int16: int16)
+        s3 = self.t2.take(ctx2 >> b2) + _COST.take(l3[1])
+        six = unseen6 = None
+        if n >= 8:
+            k = n - 5
+            h = four[:k] ^ p[4, 4 : 4 + k]
+            h ^= p[5, 5:]
+            six = h >> self._shift6
+            unseen6 = self._unseen6.take(six)
+        return Reading(s4, int(s3.sum()), l4 == 0, six, unseen6)
+
+    @functools.cached_property
+    def _shifts(self) -> tuple[np.uint32, np.uint32, np.uint32]:
+        b2, b3, b4 = (U32(32 - b) for b in self.bits)
+        return b2, b3, b4
+
+    @functools.cached_property
+    def _shift6(self) -> np.uint32:
+        return U32(32 - (int(self.t6.size).bit_length() - 1))
+
+    @functools.cached_property
+    def _unseen6(self) -> npt.NDArray[np.uint8]:
+        return np.bitwise_xor(self.t6, np.uint8(1))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What ``CharModel.read`` finds in a text (per character from the fourth on, and per
+    6-gram): the same values as ``surprisal``, ``sixes`` and ``unseen6``, other dtypes."""
+
+    s4: npt.NDArray[np.int16]  # 4-gram surprisal, eighths of a bit
+    s3_sum: int  # the sum of the 3-gram surprisal
+    unseen4: npt.NDArray[np.bool_]  # the 4-gram is one clean text never used
+    sixes: npt.NDArray[np.uint32] | None  # the 6-gram buckets (None under 8 code points)
+    unseen6: npt.NDArray[np.uint8] | None  # 1 where clean text never used the 6-gram
+
 
 def count(
     texts: Iterable[str], bits: tuple[int, int, int], bits6: int = 16, min6: int = 1
@@ -165,4 +225,4 @@ def count(
     return CharModel(q[0], q[1], q[2], seen6)
 
 
-__all__ = ["CharModel", "codes", "count", "grams", "sixes"]
+__all__ = ["CharModel", "Reading", "codes", "count", "grams", "sixes"]

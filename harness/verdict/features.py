@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from harness.verdict import salad
-from harness.verdict.charmodel import CharModel, codes
+from harness.verdict.charmodel import CharModel, Reading, codes
 from harness.verdict.charweights import CharWeights
 from harness.verdict.masking import original_offset, without_markup
 from harness.verdict.wordmodel import WordModel
@@ -116,7 +116,7 @@ _WORD = re.compile(r"\w+")
 _DIGIT_IN_WORD = re.compile(r"[^\W\d_]\d+[^\W\d_]")  # blo3ck, sel3f: digit noise
 
 
-def _worst(c: npt.NDArray[np.int32], n: int, w: int) -> tuple[int, int]:
+def _worst(c: npt.NDArray[np.integer], n: int, w: int) -> tuple[int, int]:
     """The largest sum of ``w`` consecutive values (of ``n``; ``c`` is their cumulative
     sum) and where that window starts; the sum of all of them when there are fewer."""
     if n <= w:
@@ -136,6 +136,27 @@ _CLASS[[32, 9]] = 3
 _CLASS[65:91] = 4
 _CLASS[10] = 5
 _CLASS[128] = 6
+
+
+def _char_features(r: Reading, x: list[float], k: int) -> tuple[int, npt.NDArray[np.integer]]:
+    """The character model's features of one text, from ``x[k]`` on (``NAMES``: from
+    ``s4_mean`` to ``s4_p90``); returns where its worst 32-character window starts and the
+    cumulative 4-gram surprisal."""
+    s4 = r.s4  # eighths of a bit
+    m = s4.size
+    c4 = s4.cumsum()
+    cu = r.unseen4.cumsum()
+    x[k] = int(c4[-1]) / (8 * m)
+    x[k + 1] = r.s3_sum / (8 * m)
+    x[k + 2] = _worst(c4, m, 12)[0] / (8 * min(12, m))
+    best, where = _worst(c4, m, 32)
+    x[k + 3] = best / (8 * min(32, m))
+    x[k + 4] = _worst(c4, m, 96)[0] / (8 * min(96, m))
+    x[k + 5] = int(cu[-1]) / m
+    x[k + 6] = _worst(cu, m, 32)[0] / min(32, m)
+    x[k + 7] = _worst(cu, m, 12)[0] / min(12, m)
+    x[k + 8] = int(np.count_nonzero(s4 >= 48)) / m  # characters costing 6+ bits
+    return where, c4
 
 
 def _mojibake(text: str) -> int:
@@ -176,33 +197,21 @@ def vector(
     n = len(text)
     x[k] = math.log1p(n)
     orig = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    wide = bool(orig.max() >= 128) if n else False
+    wide = not text.isascii()
     cp = codes(orig, wide)
     where = 0
-    c4 = unseen = u6 = u1 = u2 = wlen = None
+    h6 = u6 = c4 = c6 = unseen = u1 = u2 = None
     if n >= 5:
-        s4, s3, unseen = model.surprisal(cp)  # eighths of a bit; unseen: int32 0 / 1
-        m = s4.size
-        c4 = s4.cumsum()
-        cu = unseen.cumsum()
-        x[k + 1] = int(c4[-1]) / (8 * m)
-        x[k + 2] = int(s3.sum()) / (8 * m)
-        x[k + 3] = _worst(c4, m, 12)[0] / (8 * min(12, m))
-        best, where = _worst(c4, m, 32)
-        x[k + 4] = best / (8 * min(32, m))
-        x[k + 5] = _worst(c4, m, 96)[0] / (8 * min(96, m))
-        x[k + 6] = int(cu[-1]) / m
-        x[k + 7] = _worst(cu, m, 32)[0] / min(32, m)
-        x[k + 8] = _worst(cu, m, 12)[0] / min(12, m)
-        x[k + 9] = int(np.count_nonzero(s4 >= 48)) / m  # characters costing 6+ bits
-    h6 = model.sixes(cp) if n >= 8 else None
-    if h6 is not None:
-        u6 = model.unseen6(h6).cumsum()
-        m = u6.size
-        x[k + 10] = int(u6[-1]) / m
-        x[k + 11] = _worst(u6, m, 32)[0] / min(32, m)
+        reading = model.read(cp)
+        where, c4 = _char_features(reading, x, k + 1)
+        h6, u6, unseen = reading.sixes, reading.unseen6, reading.unseen4
+    if h6 is not None and u6 is not None:
+        c6 = u6.cumsum()
+        m = c6.size
+        x[k + 10] = int(c6[-1]) / m
+        x[k + 11] = _worst(c6, m, 32)[0] / min(32, m)
     k += 12
-    wh, wlen = word_hashes(cp)
+    wh, wlen = word_hashes(cp, wide)
     if wh.size:
         u1, u2 = wmodel.unseen(wh)
         m = wh.size
@@ -221,7 +230,8 @@ def vector(
             x[k + 4] = _worst(c2, u2.size, 8)[0] / min(8, u2.size)
     k += 5
     if n:
-        cls = np.bincount(_CLASS[np.minimum(orig, 128)], minlength=7).tolist()
+        cls = np.bincount(_CLASS.take(np.minimum(orig, 128) if wide else orig), minlength=7)
+        cls = cls.tolist()
         x[k] = cls[6] / n
         x[k + 1] = cls[1] / n
         x[k + 2] = cls[2] / n
@@ -262,7 +272,7 @@ def vector(
     if "<" in text or "[" in text or "\uff5c" in text:
         x[k + 4] = min(sum(1 for _ in salad.special_tokens(text)), 5)
     k = _LOCAL
-    x[k : k + 14] = _local(text, c4, unseen, u6, u1, u2, wlen)
+    x[k : k + 14] = _local(text, c4, unseen, c6, u1, u2, wlen)
     if n:
         x[k + 14], x[k + 15], x[k + 16] = weights.scores(orig, cp)
     return np.array(x), original_offset(where, removed) if removed else where
@@ -271,7 +281,7 @@ def vector(
 _LOCAL = NAMES.index("s4_w32_over_median")
 
 
-def _windows(c: npt.NDArray[np.int32], w: int) -> npt.NDArray[np.int64]:
+def _windows(c: npt.NDArray[np.integer], w: int) -> npt.NDArray[np.int64]:
     """The sums of every ``w`` consecutive values (``c``: their cumulative sum, at least
     ``w`` long)."""
     z = np.zeros(c.size + 1, dtype=np.int64)
@@ -287,7 +297,7 @@ def _second(win: npt.NDArray[np.int64], w: int) -> int:
     return int(rest.max()) if rest.size else 0
 
 
-def _run(u: npt.NDArray[np.int32]) -> int:
+def _run(u: npt.NDArray[np.integer] | npt.NDArray[np.bool_]) -> int:
     """The longest run of 1s."""
     if not u.any():
         return 0
@@ -297,11 +307,11 @@ def _run(u: npt.NDArray[np.int32]) -> int:
 
 def _local(
     text: str,
-    c4: npt.NDArray[np.int32] | None,
-    unseen: npt.NDArray[np.int32] | None,
-    u6: npt.NDArray[np.int32] | None,
-    u1: npt.NDArray[np.int32] | None,
-    u2: npt.NDArray[np.int32] | None,
+    c4: npt.NDArray[np.integer] | None,
+    unseen: npt.NDArray[np.bool_] | None,
+    u6: npt.NDArray[np.integer] | None,
+    u1: npt.NDArray[np.uint8] | None,
+    u2: npt.NDArray[np.uint8] | None,
     wlen: npt.NDArray[np.intp] | None,
 ) -> list[float]:
     """How much the worst spot stands out of the text's own level (a corrupted span in a

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -126,6 +128,35 @@ _DSML_VALUE = re.compile(
 )
 
 
+#: The markup spans found so far inside ``shared_markup`` (text -> spans), else None.
+_SHARED: ContextVar[dict[str, tuple[tuple[int, int], ...]] | None] = ContextVar(
+    "shared_markup", default=None
+)
+
+
+@contextmanager
+def shared_markup() -> Iterator[None]:
+    """Inside, ``mask`` and ``without_markup`` find the tool-call markup of a text once:
+    the fitted decision reads one text with both (the rules, then the features), and on a
+    text with markup the dialects' parse costs as much as the rest of the masking."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _markup(text: str) -> tuple[tuple[int, int], ...]:
+    """``markup_spans`` of ``text`` (found once inside ``shared_markup``)."""
+    shared = _SHARED.get()
+    if shared is None:
+        return tuple(markup_spans(text))
+    found = shared.get(text)
+    if found is None:
+        found = shared[text] = tuple(markup_spans(text))
+    return found
+
+
 def mask(text: str) -> Masked:
     spans: list[tuple[int, int]] = []
     code: list[tuple[int, int]] = []
@@ -166,7 +197,7 @@ def mask(text: str) -> Masked:
     markup: list[tuple[int, int]] = []
     if "<" in text or "[" in text:
         # the other dialects' markup (Kimi, Harmony, DeepSeek V3, Mistral, Llama, ...)
-        markup = markup_spans(text)
+        markup = list(_markup(text))
         spans.extend(markup)
     if (
         "<" in text
@@ -359,7 +390,7 @@ def without_markup(text: str) -> tuple[str, tuple[tuple[int, int], ...]]:
                 spans.append((objs[1][0], m.end()))  # calls glued together: all but the first
         spans.extend(m.span() for m in _HERMES_TAG.finditer(text))  # a broken block's tags
     if "<" in text or "[" in text:
-        spans.extend(markup_spans(text))
+        spans.extend(_markup(text))
     if _ends_like_json(text) and ("}{" in text or "} {" in text or "][" in text or "] [" in text):
         tail = _json_tail(text)
         if tail is not None and len(tail) > 1:

@@ -18,7 +18,7 @@ import numpy as np
 
 from harness.verdict import features, model, repeat, salad, scripts
 from harness.verdict.chars import Chars
-from harness.verdict.masking import Masked, mask
+from harness.verdict.masking import Masked, mask, shared_markup
 
 THRESHOLD = 0.7
 WINDOW = 320  # characters
@@ -106,11 +106,12 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     if not text or text.isspace():
         return CLEAN
     work = _unescape(text)
-    found = rules(work, context, unescaped=True)
-    fitted = model.load()
-    x, worst = features.vector(
-        work, found.score, found.signals, fitted.chars, fitted.words, fitted.weights, context
-    )
+    with shared_markup():  # the rules' mask and the features read the same text
+        found = rules(work, context, unescaped=True)
+        fitted = model.load()
+        x, worst = features.vector(
+            work, found.score, found.signals, fitted.chars, fitted.words, fitted.weights, context
+        )
     bad = fitted.p_corrupted(x)
     t = fitted.threshold_rules if found.score >= THRESHOLD else fitted.threshold
     score = THRESHOLD * bad / t if bad < t else THRESHOLD + (1 - THRESHOLD) * (bad - t) / (1 - t)

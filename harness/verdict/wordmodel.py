@@ -16,6 +16,7 @@ odd multiplier and of its inverse).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -49,6 +50,9 @@ _ASCII_WORD[48:58] = _ASCII_WORD[97:123] = True
 _ASCII_WORD[95] = True  # _ (identifiers)
 
 
+_ASCII_WORD_I8 = _ASCII_WORD.view(np.int8)
+
+
 def word_chars(cp: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
     """Which normalized code points are word characters."""
     small = cp < 128
@@ -62,23 +66,29 @@ def word_chars(cp: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
     return out
 
 
-def words(cp: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.intp]]:
-    """The hash of every word of ``cp`` (normalized code points) and its length."""
+def words(
+    cp: npt.NDArray[np.uint32], wide: bool | None = None
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.intp]]:
+    """The hash of every word of ``cp`` (normalized code points) and its length (``wide``:
+    whether any code point is 128 or more, when known)."""
     n = cp.size
-    if not n:
+    w = np.zeros(n + 2, dtype=np.int8)  # 1 on word characters, between two 0s
+    if wide is None:
+        wide = bool(n) and bool(cp.max() >= 128)
+    if wide:
+        w[1:-1] = word_chars(cp)
+    else:
+        _ASCII_WORD_I8.take(cp, out=w[1:-1])
+    edge = np.flatnonzero(w[1:] - w[:-1])  # a word's start, its end (exclusive), ...
+    if not edge.size:
         return np.zeros(0, dtype=U32), np.zeros(0, dtype=np.intp)
-    w = np.zeros(n + 2, dtype=np.int8)
-    w[1:-1] = word_chars(cp)
-    edge = w[1:] - w[:-1]
-    starts = (edge == 1).nonzero()[0]
-    ends = (edge == -1).nonzero()[0] - 1  # inclusive
-    if not starts.size:
-        return np.zeros(0, dtype=U32), np.zeros(0, dtype=np.intp)
+    starts, ends = edge[0::2], edge[1::2]
     up, down = _powers(n)
-    s = np.cumsum(cp * down[:n], dtype=U32)  # sum of c_j * M**-j
-    before = np.where(starts > 0, s[np.maximum(starts - 1, 0)], U32(0))
-    h = (s[ends] - before) * up[ends]  # sum of c_j * M**(end - j)
-    return h * _MIX1, ends - starts + 1
+    s = np.zeros(n + 1, dtype=U32)  # s[j]: the sum of c_i * M**-i for i < j
+    np.cumsum(cp * down[:n], dtype=U32, out=s[1:])
+    h = (s[ends] - s[starts]) * up[ends - 1]  # sum of c_j * M**(end - 1 - j)
+    h *= _MIX1
+    return h, ends - starts
 
 
 def pairs(h: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
@@ -94,13 +104,20 @@ class WordModel:
     w1: npt.NDArray[np.uint8]
     w2: npt.NDArray[np.uint8]
 
-    def unseen(self, h: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.int32], ...]:
+    def unseen(self, h: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.uint8], ...]:
         """1 for every word, and every pair of neighbouring words, clean text does not use."""
-        b1 = U32(32 - (int(self.w1.size).bit_length() - 1))
-        b2 = U32(32 - (int(self.w2.size).bit_length() - 1))
-        u1 = (self.w1[h >> b1] ^ 1).astype(np.int32)
-        u2 = (self.w2[pairs(h) >> b2] ^ 1).astype(np.int32)
-        return u1, u2
+        (b1, b2), (n1, n2) = self._shifts, self._unseen
+        return n1.take(h >> b1), n2.take(pairs(h) >> b2)
+
+    @functools.cached_property
+    def _shifts(self) -> tuple[np.uint32, np.uint32]:
+        b1, b2 = (U32(32 - (int(t.size).bit_length() - 1)) for t in (self.w1, self.w2))
+        return b1, b2
+
+    @functools.cached_property
+    def _unseen(self) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
+        one = np.uint8(1)
+        return np.bitwise_xor(self.w1, one), np.bitwise_xor(self.w2, one)
 
 
 def count(texts: Iterable[str], bits1: int, bits2: int, least: int = 2) -> WordModel:
