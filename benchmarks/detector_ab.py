@@ -239,7 +239,9 @@ def fitted_parts(rows: list[dict[str, Any]], rounds: int = 5) -> None:
             t0 = clock()
             found = new_text.rules(w, None, unescaped=True)
             t1 = clock()
-            x, _ = features.vector(w, found.score, found.signals, fitted.chars, fitted.words)
+            x, _ = features.vector(
+                w, found.score, found.signals, fitted.chars, fitted.words, fitted.weights
+            )
             t2 = clock()
             fitted.p_corrupted(x)
             t3 = clock()

@@ -24,15 +24,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from harness.verdict.charmodel import _MULT
-
 U32 = np.uint32
 WINDOW = 32  # characters
 #: (n, normalized?) of every column of ``ids``.
 GRAMS = ((3, True), (4, True), (5, True), (3, False))
 _LONGEST = max(n for n, _ in GRAMS)
-_SALT = (U32(0x0), U32(0x5BD1E995), U32(0x27D4EB2D), U32(0x68E31DA4))
-_SPREAD = (U32(1), U32(3), U32(5), U32(7))
+_M = U32(0x01000193)  # the polynomial hash's base (odd)
+#: Odd multipliers that spread each column's hashes over the table (multiplicative
+#: hashing: the bucket is the top bits of the product).
+_SPREAD = (U32(0x9E3779B1), U32(0x85EBCA77), U32(0xC2B2AE3D), U32(0x27D4EB2F))
+_RAW = U32(0x5BD1E995)  # sets the raw 3-grams apart from the normalized ones
 
 
 def squeeze(
@@ -51,29 +52,37 @@ def squeeze(
     return raw[keep], cp[keep]
 
 
-def ids(raw: npt.NDArray[np.uint32], cp: npt.NDArray[np.uint32], bits: int) -> npt.NDArray[np.intp]:
+def _buckets(
+    raw: npt.NDArray[np.uint32], cp: npt.NDArray[np.uint32], bits: int
+) -> list[npt.NDArray[np.uint32]]:
+    """The columns of ``ids``, one array each (see there)."""
+    raw, cp = squeeze(raw, cp)
+    if cp.size < _LONGEST:
+        return [np.zeros(0, dtype=U32) for _ in GRAMS]
+    shift = U32(32 - bits)
+    # polynomial hashes of every n-gram, one length from the one before: h[k][i] is the
+    # hash of the k + 1 code points from i on (mod 2**32)
+    h2 = cp[:-1] * _M + cp[1:]
+    h3 = h2[:-1] * _M + cp[2:]
+    h4 = h3[:-1] * _M + cp[3:]
+    h5 = h4[:-1] * _M + cp[4:]
+    r3 = (raw[:-2] * _M + raw[1:-1]) * _M + raw[2:]
+    return [  # aligned on the character each n-gram ends at, from the fifth on
+        (h3[2:] * _SPREAD[0]) >> shift,
+        (h4[1:] * _SPREAD[1]) >> shift,
+        (h5 * _SPREAD[2]) >> shift,
+        ((r3[2:] ^ _RAW) * _SPREAD[3]) >> shift,
+    ]
+
+
+def ids(
+    raw: npt.NDArray[np.uint32], cp: npt.NDArray[np.uint32], bits: int
+) -> npt.NDArray[np.intp]:
     """The buckets (``bits`` of a hash) of the n-grams of ``GRAMS`` that end at every
     character from the fifth on, runs of spaces read as one (``squeeze``): an array of
     ``len(cp) - 4`` rows (fewer when spaces were squeezed) and ``len(GRAMS)`` columns
     (``raw``: the code points, ``cp``: the same normalized by ``charmodel.codes``)."""
-    raw, cp = squeeze(raw, cp)
-    n = cp.size - _LONGEST + 1
-    if n <= 0:
-        return np.zeros((0, len(GRAMS)), dtype=np.intp)
-    out = np.empty((n, len(GRAMS)), dtype=np.intp)
-    shift = U32(32 - bits)
-    prods: dict[bool, list[npt.NDArray[np.uint32]]] = {}
-    for col, (k, norm) in enumerate(GRAMS):
-        if norm not in prods:
-            src = cp if norm else raw
-            prods[norm] = [src * m for m in _MULT[:_LONGEST]]
-        p = prods[norm]
-        first = _LONGEST - k  # the n-gram of k ending at the same character as the longest
-        h = p[0][first : first + n].copy()
-        for j in range(1, k):
-            h ^= p[j][first + j : first + j + n]
-        out[:, col] = ((h * _SPREAD[col]) ^ _SALT[col]) >> shift
-    return out
+    return np.stack(_buckets(raw, cp, bits), axis=1).astype(np.intp)
 
 
 def worst(values: npt.NDArray[np.float64], w: int) -> float:
@@ -99,8 +108,10 @@ class CharWeights:
         self, raw: npt.NDArray[np.uint32], cp: npt.NDArray[np.uint32]
     ) -> npt.NDArray[np.float64]:
         """The summed weight of the n-grams ending at every character from the fifth on."""
-        b = ids(raw, cp, self.bits)
-        out: npt.NDArray[np.float64] = self.weights[b].sum(axis=1, dtype=np.float64)
+        cols = _buckets(raw, cp, self.bits)
+        out: npt.NDArray[np.float64] = self.weights.take(cols[0]).astype(np.float64)
+        for c in cols[1:]:
+            out += self.weights.take(c)
         return out
 
     def scores(

@@ -90,17 +90,8 @@ NAMES = (
     "tail_copies",
     "doubled_word",
     "specials_raw",
-    "s4_w32_over_median",
-    "s4_w32_z",
-    "s4_w32_second",
-    "s4_w12_second",
-    "s4_w64",
-    "unseen4_run",
     "unseen6_contrast",
     "unseen_w_contrast",
-    "unseen_w_run",
-    "unseen_pair_contrast",
-    "unseen_pair_run",
     "long_unseen_w",
     "digit_in_word",
     "compressed",
@@ -138,10 +129,9 @@ _CLASS[10] = 5
 _CLASS[128] = 6
 
 
-def _char_features(r: Reading, x: list[float], k: int) -> tuple[int, npt.NDArray[np.integer]]:
+def _char_features(r: Reading, x: list[float], k: int) -> int:
     """The character model's features of one text, from ``x[k]`` on (``NAMES``: from
-    ``s4_mean`` to ``s4_p90``); returns where its worst 32-character window starts and the
-    cumulative 4-gram surprisal."""
+    ``s4_mean`` to ``s4_p90``); returns where its worst 32-character window starts."""
     s4 = r.s4  # eighths of a bit
     m = s4.size
     c4 = s4.cumsum()
@@ -156,7 +146,7 @@ def _char_features(r: Reading, x: list[float], k: int) -> tuple[int, npt.NDArray
     x[k + 6] = _worst(cu, m, 32)[0] / min(32, m)
     x[k + 7] = _worst(cu, m, 12)[0] / min(12, m)
     x[k + 8] = int(np.count_nonzero(s4 >= 48)) / m  # characters costing 6+ bits
-    return where, c4
+    return where
 
 
 def _mojibake(text: str) -> int:
@@ -200,11 +190,11 @@ def vector(
     wide = not text.isascii()
     cp = codes(orig, wide)
     where = 0
-    h6 = u6 = c4 = c6 = unseen = u1 = u2 = None
+    h6 = u6 = c6 = u1 = None
     if n >= 5:
         reading = model.read(cp)
-        where, c4 = _char_features(reading, x, k + 1)
-        h6, u6, unseen = reading.sixes, reading.unseen6, reading.unseen4
+        where = _char_features(reading, x, k + 1)
+        h6, u6 = reading.sixes, reading.unseen6
     if h6 is not None and u6 is not None:
         c6 = u6.cumsum()
         m = c6.size
@@ -272,86 +262,10 @@ def vector(
     if "<" in text or "[" in text or "\uff5c" in text:
         x[k + 4] = min(sum(1 for _ in salad.special_tokens(text)), 5)
     k = _LOCAL
-    x[k : k + 14] = _local(text, c4, unseen, c6, u1, u2, wlen)
+    x[k : k + 5] = _local(text, c6, u1, wlen)
     if n:
-        x[k + 14], x[k + 15], x[k + 16] = weights.scores(orig, cp)
+        x[k + 5], x[k + 6], x[k + 7] = weights.scores(orig, cp)
     return np.array(x), original_offset(where, removed) if removed else where
-
-
-_LOCAL = NAMES.index("s4_w32_over_median")
-
-
-def _windows(c: npt.NDArray[np.integer], w: int) -> npt.NDArray[np.int64]:
-    """The sums of every ``w`` consecutive values (``c``: their cumulative sum, at least
-    ``w`` long)."""
-    z = np.zeros(c.size + 1, dtype=np.int64)
-    z[1:] = c
-    out: npt.NDArray[np.int64] = z[w:] - z[:-w]
-    return out
-
-
-def _second(win: npt.NDArray[np.int64], w: int) -> int:
-    """The largest window sum away from the largest one (their windows do not overlap)."""
-    i = int(win.argmax())
-    rest = np.concatenate((win[: max(0, i - w + 1)], win[i + w :]))
-    return int(rest.max()) if rest.size else 0
-
-
-def _run(u: npt.NDArray[np.integer] | npt.NDArray[np.bool_]) -> int:
-    """The longest run of 1s."""
-    if not u.any():
-        return 0
-    d = np.diff(np.concatenate(([0], u, [0])))
-    return int((np.flatnonzero(d == -1) - np.flatnonzero(d == 1)).max())
-
-
-def _local(
-    text: str,
-    c4: npt.NDArray[np.integer] | None,
-    unseen: npt.NDArray[np.bool_] | None,
-    u6: npt.NDArray[np.integer] | None,
-    u1: npt.NDArray[np.uint8] | None,
-    u2: npt.NDArray[np.uint8] | None,
-    wlen: npt.NDArray[np.intp] | None,
-) -> list[float]:
-    """How much the worst spot stands out of the text's own level (a corrupted span in a
-    long text of code is as improbable as the code's worst line, but far worse than its
-    usual one), how long the runs of unseen pieces are, digits inside words and how well
-    the text compresses (``c4``: cumulative 4-gram surprisal, ``unseen``: 4-grams never
-    used, ``u6``: cumulative unseen 6-grams, ``u1`` / ``u2``: unseen words and pairs)."""
-    x = [0.0] * 14
-    if c4 is not None and unseen is not None:
-        m = c4.size
-        w = min(32, m)
-        win = _windows(c4, w)
-        worst = int(win.max())
-        x[0] = (worst - float(np.median(win))) / (8 * w)
-        x[1] = (worst - float(win.mean())) / (8 * w) / (float(win.std()) / (8 * w) + 0.5)
-        x[2] = _second(win, w) / (8 * w)
-        w12 = min(12, m)
-        x[3] = _second(_windows(c4, w12), w12) / (8 * w12)
-        w64 = min(64, m)
-        x[4] = int(_windows(c4, w64).max()) / (8 * w64)
-        x[5] = _run(unseen) / 8
-    if u6 is not None:
-        w = min(32, u6.size)
-        x[6] = int(_windows(u6, w).max()) / w - int(u6[-1]) / u6.size
-    if u1 is not None and wlen is not None:
-        c1 = u1.cumsum()
-        w = min(8, u1.size)
-        x[7] = int(_windows(c1, w).max()) / w - int(c1[-1]) / u1.size
-        x[8] = _run(u1)
-        x[11] = int(np.count_nonzero((wlen >= 12) & (u1 == 1))) / u1.size
-        if u2 is not None and u2.size:
-            c2 = u2.cumsum()
-            w = min(8, u2.size)
-            x[9] = int(_windows(c2, w).max()) / w - int(c2[-1]) / u2.size
-            x[10] = _run(u2)
-        x[12] = len(_DIGIT_IN_WORD.findall(text)) / u1.size
-    if text:
-        b = text.encode("utf-8", "surrogatepass")
-        x[13] = len(zlib.compress(b, 6)) / len(b)
-    return x
 
 
 def _dup(h: npt.NDArray[np.uint32]) -> float:
@@ -372,6 +286,35 @@ def _tail_period(t: npt.NDArray[np.uint32]) -> tuple[float, float]:
     match = (t[None, i] == t[shifts[:, None] + i[None, :]]).mean(axis=1)
     p = int(np.argmax(match))
     return float(match[p]), float(np.log1p(n / (p + 1)))
+
+
+_LOCAL = NAMES.index("unseen6_contrast")
+
+
+def _local(
+    text: str,
+    u6: npt.NDArray[np.integer] | None,
+    u1: npt.NDArray[np.uint8] | None,
+    wlen: npt.NDArray[np.intp] | None,
+) -> list[float]:
+    """How much the worst spot stands out of the text's own level (a corrupted span in a
+    long text of code holds as many unseen 6-grams as the code's worst line, but far more
+    than its usual one), long unseen words, digits inside words (``blo3ck``) and how well
+    the text compresses (``u6``: cumulative unseen 6-grams, ``u1``: unseen words)."""
+    x = [0.0] * 5
+    if u6 is not None:
+        m = u6.size
+        x[0] = _worst(u6, m, 32)[0] / min(32, m) - int(u6[-1]) / m
+    if u1 is not None and wlen is not None:
+        m = u1.size
+        c1 = u1.cumsum()
+        x[1] = _worst(c1, m, 8)[0] / min(8, m) - int(c1[-1]) / m
+        x[2] = int(np.count_nonzero((wlen >= 12) & (u1 == 1))) / m
+        x[3] = len(_DIGIT_IN_WORD.findall(text)) / m
+    if text:
+        b = text.encode("utf-8", "surrogatepass")
+        x[4] = len(zlib.compress(b, 6)) / len(b)
+    return x
 
 
 __all__ = ["NAMES", "RULE_SIGNALS", "vector"]

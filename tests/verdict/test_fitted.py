@@ -341,7 +341,7 @@ def test_local_features_see_digit_noise_and_a_loop_compressing() -> None:
     loop, _ = features.vector(PROSE + " again" * 60, 0.0, {}, m.chars, m.words, m.weights)
     z, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words, m.weights)
     assert loop[j] < 0.5 < z[j]
-    k = features.NAMES.index("s4_w32_over_median")
+    k = features.NAMES.index("unseen_w_contrast")
     spot, _ = features.vector(
         PROSE + " " + GLUED_PIECES + " " + PROSE, 0.0, {}, m.chars, m.words, m.weights
     )
