@@ -75,9 +75,7 @@ def _buckets(
     ]
 
 
-def ids(
-    raw: npt.NDArray[np.uint32], cp: npt.NDArray[np.uint32], bits: int
-) -> npt.NDArray[np.intp]:
+def ids(raw: npt.NDArray[np.uint32], cp: npt.NDArray[np.uint32], bits: int) -> npt.NDArray[np.intp]:
     """The buckets (``bits`` of a hash) of the n-grams of ``GRAMS`` that end at every
     character from the fifth on, runs of spaces read as one (``squeeze``): an array of
     ``len(cp) - 4`` rows (fewer when spaces were squeezed) and ``len(GRAMS)`` columns
