@@ -298,7 +298,10 @@ def pyhelp_texts(rng: random.Random) -> Iterator[tuple[str, str, str]]:
 def locale_texts(rng: random.Random) -> Iterator[tuple[str, str, str]]:
     """Babel's locale data (CLDR) when installed: names of languages, territories, scripts,
     currencies, months and days in hundreds of locales, one name per line (the shape of a
-    translation catalog of names). One group per language."""
+    translation catalog of names), and numbers, amounts, dates, durations and lists of
+    measures as each locale writes them (``12公里``, ``1999年12月14日星期二``, ``41,4
+    киловатт-часа и 1 час``: digits among the letters of any script). One group per
+    language."""
     try:
         from babel import Locale, localedata
     except ImportError:
@@ -317,6 +320,82 @@ def locale_texts(rng: random.Random) -> Iterator[tuple[str, str, str]]:
         for ns in names:
             if ns:
                 yield f"pylocale:{lid}", "doc.locale", "\n".join(str(n) for n in ns)
+        shown = [t for t in (_locale_line(rng, lid) for _ in range(rng.randint(20, 60))) if t]
+        if shown:  # numbers, dates and units as the locale writes them (digits in any script)
+            yield f"pylocale:{lid}", "doc.numbers", "\n".join(shown)
+
+
+_UNITS = [
+    "length-kilometer",
+    "length-meter",
+    "length-centimeter",
+    "length-mile",
+    "mass-kilogram",
+    "mass-gram",
+    "duration-year",
+    "duration-month",
+    "duration-day",
+    "duration-hour",
+    "duration-minute",
+    "duration-second",
+    "temperature-celsius",
+    "volume-liter",
+    "area-square-meter",
+    "speed-kilometer-per-hour",
+    "digital-megabyte",
+    "digital-gigabyte",
+    "power-watt",
+    "energy-kilowatt-hour",
+]
+
+
+def _locale_line(rng: random.Random, lid: str) -> str | None:
+    """One number, amount, date, duration or list of measures, formatted by Babel for the
+    locale ``lid`` (None where the locale's data lacks it)."""
+    import datetime
+
+    from babel import dates, lists, numbers, units
+
+    def value() -> float:
+        return rng.choice(
+            [rng.randint(0, 12), rng.randint(10, 999), rng.randint(1000, 10**7),
+             round(rng.uniform(0, 100), rng.randint(1, 2))]
+        )  # fmt: skip
+
+    k = rng.randrange(8)
+    when = datetime.datetime(
+        rng.randint(1950, 2030), rng.randint(1, 12), rng.randint(1, 28), rng.randint(0, 23),
+        rng.randint(0, 59),
+    )  # fmt: skip
+    length = rng.choice(["long", "short", "narrow"])
+    try:
+        if k == 0:
+            return str(units.format_unit(value(), rng.choice(_UNITS), length=length, locale=lid))
+        if k == 1:
+            return str(numbers.format_decimal(value(), locale=lid))
+        if k == 2:
+            return str(numbers.format_percent(rng.random(), locale=lid))
+        if k == 3:
+            cur = rng.choice(["USD", "EUR", "CNY", "JPY", "INR", "RUB", "GBP"])
+            return str(numbers.format_currency(value(), cur, locale=lid))
+        if k == 4:
+            fmt = rng.choice(["full", "long", "medium", "short"])
+            return str(dates.format_date(when, format=fmt, locale=lid))
+        if k == 5:
+            fmt = rng.choice(["full", "long", "medium"])
+            return str(dates.format_datetime(when, format=fmt, locale=lid))
+        if k == 6:
+            span = datetime.timedelta(seconds=rng.randint(1, 10**7))
+            return str(
+                dates.format_timedelta(span, locale=lid, format=rng.choice(["long", "short"]))
+            )
+        parts = [
+            str(units.format_unit(value(), rng.choice(_UNITS), locale=lid))
+            for _ in range(rng.randint(2, 4))
+        ]
+        return str(lists.format_list(parts, locale=lid))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def osdoc_texts(rng: random.Random) -> Iterator[tuple[str, str, str]]:

@@ -20,6 +20,9 @@ Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus_build.py``
    texts where the hand-written rules fired (``text.rules`` reached ``THRESHOLD``), the pair
    with the best recall whose false-positive rate on clean texts is at most ``--fpr``
    overall and at most ``2 * --fpr`` on every source of ``1 / --fpr`` clean texts or more;
+   then a third, the lowest that keeps that goal, for the texts where the rules fired
+   strongly (``text.STRONG``, the cap of the rules' score as a feature: past it the trees
+   see no more evidence, and a loop of 30 copies looks to them like one of 8);
 5. write the tables, the trees (as flat arrays, ``harness.verdict.model.Trees``) and the
    thresholds to one ``.npz``.
 
@@ -264,6 +267,28 @@ def pick_thresholds(
     return fallback[1], fallback[2]
 
 
+def pick_strong(
+    p: np.ndarray,
+    strong: np.ndarray,
+    bad: np.ndarray,
+    rows: list[dict[str, Any]],
+    fpr: float,
+    ceiling: float,
+) -> float:
+    """The threshold on P for the texts where the rules fired strongly (their score reached
+    ``text.STRONG``): the lowest, at most ``ceiling`` (the threshold when they fired), that
+    keeps the false-positive rate of ``bad`` (the decision so far) within ``fpr`` overall and
+    ``2 * fpr`` per source, as ``pick_thresholds`` counts it."""
+    clean = np.array([r["label"] == "clean" for r in rows])
+    src = np.array([r["source"] for r in rows])
+    for t in np.unique(np.concatenate(([0.0], p[strong], [ceiling]))):
+        if t > ceiling:
+            break
+        if _fpr_ok(bad | (strong & (p >= t)), clean, src, fpr):
+            return float(t)
+    return ceiling
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus", type=Path)
@@ -391,9 +416,13 @@ def main(argv: list[str] | None = None) -> int:
         keep = (pk, xk[:, 0] >= text_mod.THRESHOLD, yk, a.keep_recall)
     thr, thr_rules = pick_thresholds(pv, fired, val, a.fpr, keep)
     bad = (pv >= thr) | (fired & (pv >= thr_rules))
+    strong = xv[:, 0] >= text_mod.STRONG
+    thr_strong = pick_strong(pv, strong, bad, val, a.fpr, thr_rules)
+    bad |= strong & (pv >= thr_strong)
     yv = np.array([r["label"] != "clean" for r in val])
     print(
-        f"thresholds {thr:.4f} / {thr_rules:.4f} (rules fired): val recall "
+        f"thresholds {thr:.4f} / {thr_rules:.4f} (rules fired) / {thr_strong:.4f} (fired "
+        f"strongly): val recall "
         f"{bad[yv].mean():.4f}, FPR {bad[~yv].mean():.4f} ({(~yv).sum()} clean)"
     )
     for s, n in sorted(Counter(r["source"] for r in val).items()):
@@ -418,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             "cw_bias": np.array(weights.bias),
             "threshold": np.array(thr),
             "threshold_rules": np.array(thr_rules),
+            "threshold_strong": np.array(thr_strong),
         }
     )
     np.savez_compressed(a.out, **arrays)

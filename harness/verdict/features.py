@@ -99,6 +99,7 @@ NAMES = (
     "weights_w12",
     "weights_mean",
 )
+RULE_CAP = 5.0  # the rules' score and signals are read up to this
 TAIL = 256  # characters of the end of a text read for a loop that runs to the end
 _MOJI = re.compile(
     "[\u00c2-\u00f4][\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]+"
@@ -178,11 +179,11 @@ def vector(
     raw = text
     text, removed = without_markup(text)
     x = [0.0] * len(NAMES)
-    x[0] = min(rule_score, 5.0)
+    x[0] = min(rule_score, RULE_CAP)
     for i, s in enumerate(RULE_SIGNALS, 1):
         v = rule_signals.get(s)
         if v:
-            x[i] = min(v, 5.0)
+            x[i] = min(v, RULE_CAP)
     k = 1 + len(RULE_SIGNALS)
     n = len(text)
     x[k] = math.log1p(n)

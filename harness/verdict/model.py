@@ -11,9 +11,10 @@ imports it) and exported as flat arrays:
   windowed score: more evidence of the hand-written rules never lowers P);
 * ``repetition``: among corrupted texts, the log-odds that it is a loop rather than salad.
 
-and two thresholds on P(corrupted), both chosen on a validation split for the
+and three thresholds on P(corrupted), all chosen on a validation split for the
 false-positive goal: one for every text, a lower one for the texts where the hand-written
-rules fired (where they are silent only the trees speak).
+rules fired (where they are silent only the trees speak), and one for the texts where they
+fired strongly (``text.STRONG``).
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ class DetectorModel:
     monotone: tuple[str, ...]  # features P(corrupted) never decreases in
     threshold: float
     threshold_rules: float  # when the hand-written rules fired
+    threshold_strong: float  # when they fired strongly (text.STRONG)
 
     def p_corrupted(self, x: F64) -> float:
         return _sigmoid(self.corrupted.raw(x))
@@ -189,6 +191,7 @@ def read(path: Path) -> DetectorModel:
         monotone=tuple(str(n) for n in z["monotone"]),
         threshold=float(z["threshold"]),
         threshold_rules=float(z["threshold_rules"]),
+        threshold_strong=float(z["threshold_strong"]),
     )
 
 

@@ -21,6 +21,10 @@ from harness.verdict.chars import Chars
 from harness.verdict.masking import Masked, mask, shared_markup
 
 THRESHOLD = 0.7
+#: The rules fired strongly: their score reached the cap of its feature (``features.vector``
+#: reads ``min(score, RULE_CAP)``), past which the trees see no more evidence; the fitted
+#: decision has a third threshold there.
+STRONG = features.RULE_CAP
 WINDOW = 320  # characters
 ONSET_WEIGHT = 0.5  # an event at least this heavy marks the onset
 CODE_WEIGHT = 0.6  # salad events inside fenced or indented code
@@ -113,7 +117,12 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
             work, found.score, found.signals, fitted.chars, fitted.words, fitted.weights, context
         )
     bad = fitted.p_corrupted(x)
-    t = fitted.threshold_rules if found.score >= THRESHOLD else fitted.threshold
+    if found.score >= STRONG:
+        t = fitted.threshold_strong
+    elif found.score >= THRESHOLD:
+        t = fitted.threshold_rules
+    else:
+        t = fitted.threshold
     score = THRESHOLD * bad / t if bad < t else THRESHOLD + (1 - THRESHOLD) * (bad - t) / (1 - t)
     signals = dict(found.signals)
     signals["char_surprisal"] = round(float(x[_S4_W32]), 3)

@@ -80,7 +80,7 @@ def test_model_file_is_checked(tmp_path: Path) -> None:
 def test_shipped_model_is_small_and_its_trees_are_sound() -> None:
     assert model.MODEL_FILE.stat().st_size < 6_000_000
     m = model.load()
-    assert 0.0 < m.threshold_rules <= m.threshold < 1.0
+    assert 0.0 <= m.threshold_strong <= m.threshold_rules <= m.threshold < 1.0
     x, _ = features.vector(PROSE, 0.0, {}, m.chars, m.words, m.weights)
     assert 0.0 <= m.p_corrupted(x) < m.threshold
     # one walk per vector and the batched walk agree, and every walk ends on a leaf
