@@ -13,6 +13,7 @@ from typing import Any
 from harness import labels as L
 from harness.dialects import dsml, registry
 from harness.dialects.base import ParseResult, ToolCall
+from harness.verdict.masking import original_offset, quoted_calls
 from harness.verdict.text import TextFinding, score_text
 from harness.verdict.toolcheck import (
     check_calls,
@@ -73,6 +74,22 @@ def _think_literals(text: str, start: int) -> str:
     if "think>" not in text[start:]:
         return text
     return text[:start] + _THINK_TAG.sub(r"<\1xhink>", text[start:])
+
+
+def _without_quoted_calls(text: str) -> tuple[str, list[tuple[int, int]]]:
+    """``text`` without the raw tool-call turns shown in its code blocks, each replaced by
+    a line break (``masking.original_offset`` maps offsets back), and their spans: a model
+    showing the format wrote no prose there, and the parsers read the block as content,
+    not as calls."""
+    spans = quoted_calls(text)
+    if not spans:
+        return text, spans
+    parts, last = [], 0
+    for a, b in spans:
+        parts.append(text[last:a])
+        last = b
+    parts.append(text[last:])
+    return "\n".join(parts), spans
 
 
 def _windows(n: int) -> list[tuple[int, int]]:
@@ -157,6 +174,9 @@ def classify_turn(
     if parsed.found and parsed.ok and parsed.calls:
         start = _markup_start(content, parsed)
         visible = _think_literals(content, start)
+    shown: list[tuple[int, int]] = []
+    if "```" in visible or "~~~" in visible:
+        visible, shown = _without_quoted_calls(visible)
     text = f"{reasoning}\n{visible}" if reasoning else visible
     finding, windowed = score_bounded(text, context)
     evidence["text_score"] = round(finding.score, 4)
@@ -166,7 +186,8 @@ def classify_turn(
         evidence["signals"] = finding.signals
         if finding.offset is not None:
             shift = len(reasoning) + 1 if reasoning else 0
-            evidence["offset"] = max(0, finding.offset - shift)
+            at = max(0, finding.offset - shift)
+            evidence["offset"] = original_offset(at, shown) if shown else at
             evidence["in_reasoning"] = finding.offset < shift
         return _verdict(finding.label, server_calls_as_dicts(server_calls), evidence, noncanonical)
 

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from harness.dialects.jsonstrict import StrictJSONError, raw_decode_strict
 from harness.dialects.registry import markup_spans
+from harness.dialects.registry import parse as parse_markup
 from harness.verdict.salad import SPECIAL as _DEBRIS
 
 #: One or two backticks around a code span. Written with a literal backtick first (the same
@@ -421,6 +422,25 @@ _EOS_TOKENS = (
 )
 _EOS_AFTER = re.compile("\\s*" + _EOS_TOKENS)
 _EOS_CLOSING = re.compile(_EOS_TOKENS + "(?=\\s*(?:```|~~~|\\Z))")
+
+
+_FENCED = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n(.*?)\n[ \t]*\1[ \t]*$", re.S | re.M)
+
+
+def quoted_calls(text: str) -> list[tuple[int, int]]:
+    """The insides of fenced code blocks that hold a well-formed raw tool-call turn of some
+    dialect, end-of-turn token included (a model showing the format). The parsers read such
+    a block as content, and the pieces left between its tags (``"get_weather">``, ``[e~[``)
+    would read as salad; ``classify_turn`` blanks them before the detector reads the
+    text."""
+    out = []
+    for m in _FENCED.finditer(text):
+        inner = m.group(2)
+        if "<" in inner or "[" in inner or "\uff5c" in inner:
+            got = parse_markup(inner, "auto", server_content=True)
+            if got.found and got.ok and got.calls:
+                out.append(m.span(2))
+    return out
 
 
 def original_offset(offset: int, removed: Sequence[tuple[int, int]]) -> int:

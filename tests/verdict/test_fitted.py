@@ -357,3 +357,20 @@ def test_runs_of_spaces_read_as_one_space() -> None:
     r, c = charweights.squeeze(raw, cp)
     assert "".join(map(chr, r)) == "a\tb c d"
     assert c.size == r.size
+
+
+def test_a_raw_call_turn_shown_in_a_code_block_is_content_not_salad() -> None:
+    from harness import labels as L
+    from harness.verdict import classify_turn
+    from harness.verdict.masking import quoted_calls
+
+    turn = (
+        '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Tokyo'
+        "</parameter>\n</invoke>\n</minimax:tool_call>[e~["
+    )
+    text = f"The model writes:\n```\n{turn}\n```\nThat is the format."
+    (span,) = quoted_calls(text)
+    assert text[span[0] : span[1]] == turn
+    assert classify_turn(text, source="server").label == L.OK_TEXT
+    broken = text.replace("</invoke>", "")  # not a well-formed turn: read as it is
+    assert quoted_calls(broken) == []
