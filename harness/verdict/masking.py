@@ -424,22 +424,25 @@ _EOS_AFTER = re.compile("\\s*" + _EOS_TOKENS)
 _EOS_CLOSING = re.compile(_EOS_TOKENS + "(?=\\s*(?:```|~~~|\\Z))")
 
 
-_FENCED = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n(.*?)\n[ \t]*\1[ \t]*$", re.S | re.M)
-
-
 def quoted_calls(text: str) -> list[tuple[int, int]]:
-    """The insides of fenced code blocks that hold a well-formed raw tool-call turn of some
-    dialect, end-of-turn token included (a model showing the format). The parsers read such
-    a block as content, and the pieces left between its tags (``"get_weather">``, ``[e~[``)
-    would read as salad; ``classify_turn`` blanks them before the detector reads the
-    text."""
+    """The insides of fenced code blocks (``_code_blocks``) that hold a well-formed raw
+    tool-call turn of some dialect, end-of-turn token included (a model showing the
+    format). The parsers read such a block as content, and the pieces left between its tags
+    (``"get_weather">``, ``[e~[``) would read as salad; ``classify_turn`` takes them out
+    before the detector reads the text."""
     out = []
-    for m in _FENCED.finditer(text):
-        inner = m.group(2)
+    for s, e in _code_blocks(text, True, False):
+        a = text.find("\n", s, e) + 1  # after the opener line
+        if a == 0:
+            continue
+        b = text.rfind("\n", a, e)  # before the closing fence, when there is one
+        if b < 0 or text[b + 1 : e].strip() not in ("```", "~~~"):
+            b = e
+        inner = text[a:b]
         if "<" in inner or "[" in inner or "\uff5c" in inner:
             got = parse_markup(inner, "auto", server_content=True)
             if got.found and got.ok and got.calls:
-                out.append(m.span(2))
+                out.append((a, b))
     return out
 
 
