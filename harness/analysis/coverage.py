@@ -65,6 +65,28 @@ def tool_call_summary(ok: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def reasoning_summary(ok: pd.DataFrame) -> dict[str, Any]:
+    """Turns whose content carried the model's reasoning (a think block, Harmony's analysis
+    channel): judged apart from the answer, never counted as corruption, said once."""
+    if "evidence" not in ok or ok.empty:
+        return {}
+    forms = ok["evidence"].map(
+        lambda e: e.get("reasoning_in_content") if isinstance(e, dict) else None
+    )
+    n = int(forms.notna().sum())
+    if not n:
+        return {}
+    kinds = ", ".join(sorted({str(f) for f in forms.dropna()}))
+    return {
+        "reasoning_in_content_turns": n,
+        "warnings": [
+            f"{n} turns carried the model's reasoning in their content ({kinds}): judged apart "
+            "from the answer, not counted as corruption; if the server should separate it, "
+            "start it with its reasoning parser (SGLang and vLLM: --reasoning-parser NAME)"
+        ],
+    }
+
+
 def dialect_lines(summary: Mapping[str, Any]) -> list[str]:
     """One line per variant, or one for all when they agree: the dialect and its source."""
     said = [(v["label"], _dialect_text(v)) for v in summary.get("variants", ()) if v.get("dialect")]

@@ -93,6 +93,9 @@ KNOWN_METRICS = (
     "sessions_without_tool_calls", "tool_call_share",
     # --canary (harness.analysis.canary) and --confirm's judge (harness.analysis.judge)
     "canary_max_kl", "canary_deviating_share", "confirmed_session_corruption_rate",
+    # the verdict's tiers (harness.analysis.tiers): the headline rates count structural +
+    # confirmed (or structural + suspect where no suspect could be judged)
+    "structural_turns", "confirmed_turns", "suspect_turns",
 )  # fmt: skip
 
 

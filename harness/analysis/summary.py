@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis import coverage, livecontext, stats
+from harness.analysis import coverage, judge, livecontext, stats, tiers
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record.rundir import METRICS_FILE, RUN_FILE, TURNS_FILE
@@ -102,7 +102,9 @@ def load_run(run_dir: Path | str) -> RunData:
         mrows = _read_jsonl(run_dir / METRICS_FILE)
         if mrows:
             metrics = pd.DataFrame.from_records(mrows)
-    turns = prepare(pd.DataFrame.from_records(read_turns(turns_path)))
+    frame = pd.DataFrame.from_records(read_turns(turns_path))
+    decided, _ = judge.decide(judge.read_rows(run_dir))  # judge.jsonl: the confirmed tier
+    turns = prepare(tiers.merge_judge(frame, decided))
     return RunData(run_dir=run_dir, turns=turns, meta=meta, metrics=metrics)
 
 
@@ -137,6 +139,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
         flagged = df["label"].isin(CORRUPTED_LABELS)
     df["is_harness"] = (df["label"] == HARNESS_ERROR) & ~df["is_transport"]
     df["is_corrupted"] = flagged & ~df["is_transport"] & ~df["is_harness"]
+    tiers.mark(df)  # is_corrupted: what the headline counts (structural + confirmed)
     return df
 
 
@@ -197,9 +200,14 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "itl_p95_s": _quantile(ok["itl_s"], 0.95),
         "latency_p50_s": _quantile(ok["latency_s"], 0.5),
     }
+    out.update(tiers.variant_tiers(ok))
     out.update(livecontext.cache_summary(ok))
     out.update(coverage.dialect_summary(g))
     out.update(coverage.tool_call_summary(ok))
+    said = coverage.reasoning_summary(ok)
+    if said:
+        out["warnings"] = [*out.get("warnings", []), *said.pop("warnings")]
+        out.update(said)
     kinds = ok["sim_injected"].astype(str)
     known = ok["sim_injected"].notna() & (kinds != "")
     # corruption the simulator injected: not "none", not a transport fault
@@ -333,6 +341,7 @@ def summarize(
         "alpha": alpha,
         "confidence": CONF,
         "verdict": _run_verdict(variants, comparisons),
+        "headline": tiers.headline(variants),
         "warnings": [f"{v['label']}: {w}" for v in variants for w in v.get("warnings", ())],
         "variants": variants,
         "comparisons": comparisons,

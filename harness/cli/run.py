@@ -203,6 +203,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         canary_rate=float(getattr(args, "canary_rate", 1.0)),
         scoring_api=str(getattr(args, "scoring_api", "auto")),
         judge_sample=float(getattr(args, "judge_sample", 0.1)),
+        judge=getattr(args, "judge", "auto"),
         strict_variants=bool(getattr(args, "strict_variants", False)),
         shard=shard,
         start_at=start_at,

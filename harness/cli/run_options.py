@@ -225,11 +225,21 @@ def _add_followup_args(p: argparse.ArgumentParser) -> None:
         help="how the server scores a given text (auto: from /server_info or /props)",
     )
     g.add_argument(
+        "--judge",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: after each variant's load the model scores the turns the text detector "
+        "flagged, alone and teacher-forced, where the server can score (SGLang, vLLM, "
+        "llama.cpp, the simulator); a suspect it confirms counts in the headline rate "
+        "(structural + confirmed), the others are reported apart; off: the headline rests on "
+        "the text detector alone (structural + suspect)",
+    )
+    g.add_argument(
         "--judge-sample",
         type=_share,
         default=0.1,
         metavar="SHARE",
-        help="with --confirm: the share of the passed turns also scored teacher-forced "
+        help="the share of the passed turns also scored teacher-forced "
         "(seeded), beside every flagged one (judge.jsonl, judge_nll in turns.jsonl)",
     )
     g.add_argument(

@@ -352,6 +352,7 @@ class Session:
             "finish_reason": out.finish_reason,
             "label": verdict.label,
             "corrupted": verdict.corrupted,
+            "tier": verdict.tier,
             "noncanonical": verdict.noncanonical,
             "transport_error": str(out.failure) if out.failure else None,
             "http_status": out.status,

@@ -40,7 +40,8 @@ class TurnRecord(TypedDict, total=False):
     itl_s: float | None  # mean gap between streamed events after the first
     finish_reason: str | None
     label: str
-    corrupted: bool
+    corrupted: bool  # what the verdict flagged (the headline counts by tier: analysis.tiers)
+    tier: str  # how a corrupted verdict was reached: "structural" | "suspect" ("" if healthy)
     noncanonical: bool
     transport_error: str | None  # None, or "kind: message"
     http_status: int | None

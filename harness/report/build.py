@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import canary, confirm, coverage, frames, judge, stats
+from harness.analysis import canary, confirm, coverage, frames, judge, stats, tiers
 from harness.analysis import summary as analysis
 from harness.analysis.summary import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
@@ -146,7 +146,12 @@ def format_table(summary: Summary) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     said = [*coverage.dialect_lines(summary)]
     said += [f"warning: {w}" for w in summary.get("warnings", ())]
-    return "\n".join([f"verdict: {summary['verdict']}", *said, *lines])
+    after = [tiers.headline_line(summary)] if summary.get("headline") else []
+    return "\n".join([f"verdict: {summary['verdict']}", *said, *lines, *after])
+
+
+def _capital(line: str) -> str:
+    return line[:1].upper() + line[1:]
 
 
 def _fence(text: str) -> str:
@@ -165,6 +170,7 @@ def render_markdown(
         "",
         summary["verdict"],
         "",
+        *([f"{_capital(tiers.headline_line(summary))}.", ""] if summary.get("headline") else []),
         *report_servers.warning_lines(summary),
     ]
     out += [f"{line[0].upper()}{line[1:]}." for line in coverage.dialect_lines(summary)]

@@ -1,7 +1,8 @@
 """After a variant's load: confirm corrupted turns alone, and re-run reference sessions alone.
 
-With ``--confirm`` the judge (run/judge.py) also scores the flagged turns and a sample of the
-passed ones teacher-forced, alone (judge.jsonl).
+The judge (run/judge.py; by default, ``--judge auto``, and always with ``--confirm``) scores
+the flagged turns and a sample of the passed ones teacher-forced, alone (judge.jsonl): the
+confirmed tier of the verdict (analysis/tiers.py).
 
 ``confirm.jsonl`` -- one row per corrupted send of the run, re-sent once on the otherwise idle
 server (same body, so the same temperature and seed): ``status`` is
@@ -65,6 +66,16 @@ def unconfirmed(run_dir: Path, variant: str, repeat: int) -> int:
                 key = (v, r, session, row["turn"], row["attempt"])
                 left += bool((row.get("response") or {}).get("corrupted")) and key not in done
     return left
+
+
+def flagged(run_dir: Path, variant: str, repeat: int) -> bool:
+    """Whether (variant, repeat) has a turn the verdict flagged (its transcript is kept)."""
+    for (v, r, _session), t in load_transcripts(run_dir / TRANSCRIPTS_FILE).items():
+        if (v, r) == (variant, repeat) and any(
+            (row.get("response") or {}).get("corrupted") for row in t.rows
+        ):
+            return True
+    return False
 
 
 def _of(rows: Iterable[Mapping[str, Any]], variant: str, repeat: int) -> set[int]:
@@ -211,13 +222,16 @@ async def after_load(
     base: dict[str, Any],
     announce: Callable[[str], None],
 ) -> None:
-    """--confirm and --reference-sessions (``chosen``): lone re-sends on the same server,
-    now idle."""
+    """--confirm, the judge and --reference-sessions (``chosen``): lone requests on the same
+    server, now idle. The judge runs by default (``--judge auto``) once the variant has a
+    flagged turn (not on a shard: its reference is the whole variant's)."""
     name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
     if opts.confirm:
         rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
         alone = sum(1 for r in rows if r["status"] == REPRODUCES_ALONE)
         announce(f"{name}: {len(rows)} corrupted turns re-sent alone, {alone} corrupted again")
+    auto = opts.judge == "auto" and opts.shard is None
+    if opts.confirm or (auto and flagged(opts.out_dir, variant.label, repeat)):
         await judge_variant(
             opts, client.base_url, client.model, run_id, variant.label, repeat, announce
         )

@@ -577,6 +577,6 @@ async def execute(
     finally:
         if held is not None:
             await held[2].stop()
-        if opts.confirm:  # the judge's verdicts into turns.jsonl, its writer closed
+        if opts.confirm or opts.judge == "auto":  # the judge's verdicts into turns.jsonl
             judge.merge_into_turns(opts.out_dir)
     return outcomes

@@ -48,7 +48,10 @@ class RunOptions:
     canary: bool = False  # score the canary probes alone, under load, alone (run.canary)
     canary_rate: float = 1.0  # canary requests a second during the load
     scoring_api: str = "auto"  # auto | sglang | vllm | llamacpp (client.scoring)
-    judge_sample: float = 0.1  # with confirm: the share of passed turns also judged
+    judge_sample: float = 0.1  # the share of passed turns (of kept transcripts) also judged
+    #: "auto": the judge scores the flagged turns after each variant's load where the server
+    #: can score (the confirmed tier of the verdict); "off": the text detector alone
+    judge: Literal["auto", "off"] = "auto"
     workload: Path | None = None  # a trace (JSONL): its conversations are the sessions
     workload_mode: WorkloadMode = "replay"  # replay | continue (harness.drive.trace_session)
     pace: Pace = "recorded"  # recorded | fast

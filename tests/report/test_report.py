@@ -143,7 +143,9 @@ def test_format_table(sample_run: tuple[Path, dict[str, Any]]) -> None:
     row = next(line for line in lines if line.startswith("index_k=bf16,hicache=on"))
     assert row.split()[1:3] == ["20", "9"]
     assert "45.0% [25.8%, 65.8%]" in row
-    assert len(lines) == 3 + len(summary["variants"])
+    # the last line says which tiers the rates count: no server scored these saved turns
+    assert len(lines) == 4 + len(summary["variants"])
+    assert lines[-1].startswith("rates count structural + suspect turns: the text detector alone")
 
 
 def test_compare_runs_flags_regression(tmp_path: Path) -> None:

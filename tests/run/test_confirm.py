@@ -50,10 +50,13 @@ async def test_load_only_corruption_is_confirmed_under_load_and_sessions_do_not_
     summary = write_report(tmp_path)
     [v] = summary["variants"]
     c = v["confirm"]
-    assert c["confirmed"] == v["corrupted_turns"] == len(bad)
+    assert c["confirmed"] == v["structural_turns"] + v["suspect_turns"] == len(bad)
+    # the headline counts what the parsers found and what the judge confirmed of the rest
+    assert v["corrupted_turns"] == v["structural_turns"] + v["confirmed_turns"]
+    assert v["headline_basis"] == "structural+confirmed"
     assert c[CONFIRMED_UNDER_LOAD] == under_load
     split = c["turn_rate_under_load"] + c["turn_rate_alone"]
-    assert split == pytest.approx(v["turn_corruption_rate"])
+    assert split == pytest.approx(len(bad) / v["classified_turns"])
     # the simulator's output depends only on the seed and the conversation: once the
     # corrupted sends are re-sent, the loaded sessions say what the lone ones say
     d = v["divergence"]

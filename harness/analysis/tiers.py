@@ -1,0 +1,163 @@
+"""The verdict's tiers in the numbers: which corrupted turns the headline rate counts.
+
+Each corrupted turn was found in one of three ways (``harness.verdict.turn``):
+
+- ``structural``: an envelope, schema or markup failure, found exactly by the parsers;
+- ``suspect``: the text detector's guess (salad, a loop);
+- ``confirmed``: a suspect that an oracle confirmed after the load: the model judge
+  (``judge_confirmed``, analysis/judge.py) or an exact oracle (``oracle_confirmed``).
+
+Per variant, when its suspects were judged (the server could score them), the headline
+counts ``structural + confirmed`` and the suspects the judge acquitted or could not score are
+reported apart; when none could be judged (an endpoint that cannot score, ``--judge off``) the
+headline rests on the text detector alone, ``structural + suspect``, and says so beside the
+detector's measured false-alarm rate (``DETECTOR_FALSE_ALARMS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from harness import labels as L
+
+STRUCTURAL, CONFIRMED, SUSPECT = "structural", "confirmed", "suspect"
+#: what the headline rate counts, by basis
+CONFIRMED_BASIS = "structural+confirmed"
+DETECTOR_BASIS = "structural+suspect"
+
+#: The text detector's false alarms per turn on real, healthy agent turns that it was not
+#: fit on (docs/detector.md, "False alarms on real agent traffic"): rate, 95% Wilson
+#: interval, what was measured.
+DETECTOR_FALSE_ALARMS: dict[str, Any] = {
+    "rate": 0.0030,
+    "ci": [0.0021, 0.0042],
+    "turns": 10342,
+    "data": "10,342 real healthy turns of four public agent sources (IDE agents in English "
+    "and Chinese, aider on SWE-bench, a tau2-bench agent); docs/detector.md",
+}
+
+_SUSPECT_LABELS = frozenset({L.TOKEN_SALAD, L.REPETITION})
+
+
+def _tier_of_label(label: str) -> str:
+    return SUSPECT if label in _SUSPECT_LABELS else STRUCTURAL
+
+
+def mark(df: pd.DataFrame) -> None:
+    """Add ``tier`` (filled from the label for records written before tiers), the booleans
+    ``is_structural``, ``is_suspect`` (all the detector flagged), ``is_judged`` and
+    ``is_confirmed``, and set ``is_corrupted`` to what the headline counts (in place).
+    Needs ``is_corrupted`` as flagged (``summary.prepare``)."""
+    flagged = df["is_corrupted"].astype(bool)
+    tier = df["tier"] if "tier" in df else pd.Series([None] * len(df), index=df.index)
+    tier = tier.where(tier.notna() & (tier.astype(str) != ""), df["label"].map(_tier_of_label))
+    tier = tier.replace(CONFIRMED, SUSPECT)  # a frame marked before: confirmed again below
+    df["tier"] = tier.where(flagged, "").astype(str)
+    df["is_structural"] = flagged & (df["tier"] == STRUCTURAL)
+    df["is_suspect"] = flagged & (df["tier"] == SUSPECT)
+    judge = _bool_column(df, "judge_confirmed")
+    oracle = _bool_column(df, "oracle_confirmed")
+    df["is_judged"] = df["is_suspect"] & (judge.notna() | oracle.notna())
+    df["is_confirmed"] = df["is_suspect"] & ((judge == True) | (oracle == True))  # noqa: E712
+    judged_variants = set(df.loc[df["is_judged"], "variant"])
+    by_detector = ~df["variant"].isin(judged_variants)
+    df.loc[df["is_confirmed"], "tier"] = CONFIRMED
+    df["is_corrupted"] = df["is_structural"] | df["is_confirmed"] | (df["is_suspect"] & by_detector)
+
+
+def merge_judge(df: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """``judge_confirmed`` of the judge's decided rows (analysis.judge.decide) on the turns
+    they judged: what the run merges into turns.jsonl when it ends, read before that too (a
+    run still going, or cut short)."""
+    if not rows or df.empty:
+        return df
+    key = ["variant", "repeat", "session", "turn", "attempt"]
+    got = {tuple(r.get(k) for k in key): bool(r["judge_confirmed"]) for r in rows}
+    keys = zip(*(df[k] for k in key), strict=True)
+    decided = pd.Series([got.get(tuple(k)) for k in keys], index=df.index, dtype=object)
+    df = df.copy()
+    old = _bool_column(df, "judge_confirmed")
+    df["judge_confirmed"] = decided.where(decided.notna(), old)
+    return df
+
+
+def _bool_column(df: pd.DataFrame, name: str) -> pd.Series:
+    if name not in df:
+        return pd.Series([None] * len(df), index=df.index, dtype=object)
+    return df[name].astype(object).where(df[name].notna(), None)
+
+
+def variant_tiers(ok: pd.DataFrame) -> dict[str, Any]:
+    """The tier counts of one variant's classified turns, and the basis of its headline."""
+    suspects = ok[ok["is_suspect"]]
+    judged = bool(suspects["is_judged"].any()) if len(suspects) else False
+    acquitted = suspects[suspects["is_judged"] & ~suspects["is_confirmed"]]
+    unjudged = suspects[~suspects["is_judged"]]
+    out: dict[str, Any] = {
+        "structural_turns": int(ok["is_structural"].sum()),
+        "confirmed_turns": int(ok["is_confirmed"].sum()),
+        "suspect_turns": int(len(suspects)),
+        "headline_basis": CONFIRMED_BASIS if judged or not len(suspects) else DETECTOR_BASIS,
+        "tiers": {
+            STRUCTURAL: int(ok["is_structural"].sum()),
+            CONFIRMED: int(ok["is_confirmed"].sum()),
+            "suspect_acquitted": int(len(acquitted)),
+            "suspect_not_judged": int(len(unjudged)) if judged else 0,
+            "suspect_unconfirmed": int(len(unjudged)) if not judged else 0,
+        },
+    }
+    apart = acquitted if judged else suspects.iloc[0:0]
+    apart = pd.concat([apart, unjudged]) if judged else apart
+    if len(apart):
+        out["suspect_examples"] = [_example(r) for _, r in apart.head(3).iterrows()]
+    return out
+
+
+def _example(row: Mapping[str, Any]) -> dict[str, Any]:
+    text = str(row.get("content") or "")
+    return {
+        "session": int(row["session"]),
+        "turn": int(row["turn"]),
+        "attempt": int(row["attempt"]),
+        "label": str(row["label"]),
+        "judged": bool(row["is_judged"]),
+        "text": text[:160] + ("..." if len(text) > 160 else ""),
+    }
+
+
+def headline(variants: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run's headline rates count: the tiers, and the detector's measured false
+    alarms when any variant rests on it alone."""
+    alone = [v["label"] for v in variants if v.get("headline_basis") == DETECTOR_BASIS]
+    out: dict[str, Any] = {"counts": CONFIRMED_BASIS if not alone else DETECTOR_BASIS}
+    if alone:
+        out["text_detector_alone"] = alone
+        out["detector_false_alarms"] = DETECTOR_FALSE_ALARMS
+    return out
+
+
+def headline_line(summary: Mapping[str, Any]) -> str:
+    """One sentence: which tiers the headline rates count."""
+    head = summary.get("headline") or {}
+    apart = sum(
+        (v.get("tiers") or {}).get("suspect_acquitted", 0)
+        + (v.get("tiers") or {}).get("suspect_not_judged", 0)
+        for v in summary.get("variants", ())
+    )
+    if head.get("counts") == DETECTOR_BASIS:
+        fa = DETECTOR_FALSE_ALARMS
+        alone = head.get("text_detector_alone", [])
+        where = "" if len(alone) == len(summary.get("variants", ())) else f" in {', '.join(alone)}"
+        return (
+            f"rates count structural + suspect turns: the text detector alone{where}, no "
+            f"server scoring confirmed its suspects; its measured false alarms: "
+            f"{100 * fa['rate']:.2f}% of healthy turns ({100 * fa['ci'][0]:.2f}-"
+            f"{100 * fa['ci'][1]:.2f}%)"
+        )
+    line = "rates count structural + confirmed turns (suspects the model judge confirmed)"
+    if apart:
+        line += f"; {apart} unconfirmed suspect turns reported apart"
+    return line
