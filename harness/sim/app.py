@@ -183,7 +183,13 @@ class SimApp:
         if fields["stream"]:
             if fault is None:
                 return Stream(self._events(rid, gen, fields["include_usage"]), headers, done)
-            parts = len(list(openai.deltas(gen.content, gen.calls, gen.call_ids, self.chunk_chars)))
+            parts = len(
+                list(
+                    openai.deltas(
+                        gen.content, gen.calls, gen.call_ids, self.chunk_chars, gen.reasoning
+                    )
+                )
+            )
             at = fault.index(parts)  # output events before the fault (role event not counted)
             events = self._events(rid, gen, fields["include_usage"], fault, at)
             cut = (fault.kind, at + 1) if fault.kind in ("disconnect", "stall") else None
@@ -204,6 +210,7 @@ class SimApp:
             gen.call_ids,
             gen.finish_reason,
             use,
+            gen.reasoning,
         )
         if fault is None:
             return _json(body, headers=headers)
@@ -244,7 +251,9 @@ class SimApp:
             spoil = ""
         await asyncio.sleep(latency.ttft(gen.prompt_tokens - gen.cached_tokens))
         yield openai.chunk(rid, created, model, {"role": "assistant", "content": ""})
-        outputs = openai.deltas(gen.content, gen.calls, gen.call_ids, self.chunk_chars)
+        outputs = openai.deltas(
+            gen.content, gen.calls, gen.call_ids, self.chunk_chars, gen.reasoning
+        )
         for i, (delta, chars) in enumerate(itertools.chain(outputs, ((None, 0),))):
             if delta is None:  # the finish event
                 event = openai.chunk(rid, created, model, {}, gen.finish_reason)

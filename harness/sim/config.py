@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.errors import UsageError
+from harness.sim.reasoning import REASONING
+
+__all__ = ["REASONING"]
 from harness.sim.speaker import speaker
 
 INDEX_K = ("bf16", "fp8")
@@ -78,6 +81,7 @@ class SimConfig:
     api_key: str | None = field(default=None, repr=False)  # never in logs
     dialect: str = "dsml-v4"  # the tool-call dialect the model writes (harness.sim.speaker)
     tool_parser: str = "on"
+    reasoning: str = "off"  # where the model's reasoning goes (harness.sim.reasoning)
 
     @property
     def transport_rates(self) -> tuple[tuple[str, float], ...]:
@@ -96,6 +100,7 @@ class SimConfig:
             ("hicache", self.hicache, HICACHE),
             ("topk", self.topk, TOPK),
             ("tool_parser", self.tool_parser, TOOL_PARSER),
+            ("reasoning", self.reasoning, REASONING),
         ):
             if value not in allowed:
                 raise UsageError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")

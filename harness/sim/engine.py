@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from harness.dialects.base import ToolCall
+from harness.sim import reasoning as sim_reasoning
 from harness.sim.agent import Agent, parse_tools
 from harness.sim.args import ArgMaker, Seen
 from harness.sim.cache import Prompt, estimate_tokens, hash_prompt, message_key
@@ -47,6 +48,7 @@ class Generation:
     injected: str  # "none" or the fault kind
     loaded_tokens: int = 0  # prefix tokens loaded back from the host tier
     pinned: Prompt | None = None  # the prompt pinned in the pool (pass it to release())
+    reasoning: str = ""  # the reasoning the server returns apart (``--reasoning field``)
 
 
 def _seed(*parts: bytes) -> random.Random:
@@ -212,6 +214,12 @@ class Engine:
         if self.speaker.calls_only and turn.calls:
             turn = replace(turn, content="")
         limit = max_tokens or config.default_max_tokens
+        thought = ""
+        if config.reasoning != "off":  # a reasoning model: it thinks before it answers
+            thought = sim_reasoning.think(turn.calls, _seed(seed_bytes, prompt.digest, b"think"))
+            content_with = sim_reasoning.in_content(config.reasoning, thought, turn.content)
+            if content_with != turn.content:
+                turn, thought = replace(turn, content=content_with), ""
 
         fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())
         kind = None
@@ -297,6 +305,7 @@ class Engine:
             injected=kind or "none",
             loaded_tokens=admission.loaded_tokens,
             pinned=prompt if pin else None,
+            reasoning=thought,
         )
 
     def _attempt(self, digest: bytes) -> int:

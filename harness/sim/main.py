@@ -27,6 +27,7 @@ from harness.sim.config import (
     FAULT_KINDS,
     HICACHE,
     INDEX_K,
+    REASONING,
     TOOL_PARSER,
     TOPK,
     SimConfig,
@@ -95,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="on",
         help="on: the server parses the calls into tool_calls; off: it leaves the raw markup "
         "in content (a missing or failing server-side parser)",
+    )
+    p.add_argument(
+        "--reasoning",
+        choices=REASONING,
+        default="off",
+        help="a reasoning model: field (the server's reasoning parser returns reasoning_content), "
+        "content (no parser: <think>...</think> in content), template (no parser, the block "
+        "opened by the template: only </think> appears)",
     )
     p.add_argument(
         "--kv-capacity",
@@ -194,6 +203,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         model=args.model or DEFAULT_MODELS.get(args.dialect, DEFAULT_MODEL),
         dialect=args.dialect,
         tool_parser=args.tool_parser,
+        reasoning=args.reasoning,
         kv_capacity=args.kv_capacity,
         hicache_ratio=args.hicache_ratio,
         calibrated_race=args.calibrated_race == "on",

@@ -50,11 +50,12 @@ def completion(
     ids: Sequence[str],
     finish_reason: str,
     use: dict[str, Any],
+    reasoning: str = "",
 ) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
         "content": content,
-        "reasoning_content": None,
+        "reasoning_content": reasoning or None,
         "tool_calls": tool_calls_json(calls, ids) if calls else None,
     }
     return {
@@ -81,9 +82,16 @@ def pieces(text: str, size: int) -> Iterator[str]:
 
 
 def deltas(
-    content: str | None, calls: Sequence[ToolCall], ids: Sequence[str], chunk_chars: int
+    content: str | None,
+    calls: Sequence[ToolCall],
+    ids: Sequence[str],
+    chunk_chars: int,
+    reasoning: str = "",
 ) -> Iterator[tuple[dict[str, Any], int]]:
-    """(delta, characters of output it carries) in stream order, after the role delta."""
+    """(delta, characters of output it carries) in stream order, after the role delta: the
+    reasoning first (SGLang's ``reasoning_content``), then the content, then the calls."""
+    for piece in pieces(reasoning, chunk_chars):
+        yield {"reasoning_content": piece}, len(piece)
     for piece in pieces(content or "", chunk_chars):
         yield {"content": piece}, len(piece)
     for index, (call, call_id) in enumerate(zip(calls, ids, strict=True)):
