@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from harness.dialects import registry
 from harness.dialects.markup import mask_fences
 
 #: (opener, closer) of each think-block family.
@@ -132,6 +133,7 @@ def split(content: str) -> Split:
         word in _CLOSERS
         and not any(t.group(0).lower() in _OPENERS for t in tags)
         and not _glued(content, first)
+        and first.start() < _markup_start(content)
     ):
         start = _skip_ws(content, first.end())
         out = Split(lead, content[start:], start, 0, OPEN_BY_TEMPLATE)
@@ -143,16 +145,28 @@ def split(content: str) -> Split:
     return out
 
 
+def _markup_start(text: str) -> int:
+    """Where tool-call markup of any dialect starts (a closer after it is an argument's)."""
+    name = registry.detect(text)
+    if name in ("none", "auto"):
+        return len(text)
+    at = registry.get(name).first_marker(text)
+    return at if at >= 0 else len(text)
+
+
 def neutral(text: str) -> str:
-    """``text`` with every reasoning tag made a plain tag of the same length (``<xhink>``):
-    this module judges them, the text detector's debris scan must not see them again."""
+    """``text`` with every reasoning tag in parentheses (``(think)``, the same length): this
+    module judges the tags, the text detector's debris scan must not see them again."""
     if not _tags_possible(text):
         return text
-    return _TAG.sub(lambda m: m.group(0).replace("hink", "xink").replace("HINK", "XINK"), text)
+    return _TAG.sub(lambda m: m.group(0).translate(_PARENS), text)
+
+
+_PARENS = str.maketrans("<>\u25c1\u25b7", "()()")
 
 
 def _tags_possible(text: str) -> bool:
-    return "hink>" in text or "HINK>" in text or "hink\u25b7" in text
+    return "hink" in text or "HINK" in text
 
 
 def _what(tag: re.Match[str]) -> str:
