@@ -446,6 +446,28 @@ def quoted_calls(text: str) -> list[tuple[int, int]]:
     return out
 
 
+#: An edit block: aider's and Cline's SEARCH/REPLACE, a merge conflict; with the code
+#: fence around it and the file's path on the line before the fence (aider's layout).
+_EDIT_BLOCK = re.compile(
+    r"(?:^[^\s`<>][^\n]{0,300}\n)?(?:^[ \t]*(?:```|~~~)[^\n]*\n)?"
+    r"^[ \t]*<{7} ?(?:SEARCH|HEAD|ORIGINAL|ours)\b[^\n]*\n.*?^[ \t]*={7}[ \t]*\n"
+    r".*?^[ \t]*>{7}[^\n]*(?:\n[ \t]*(?:```|~~~)[ \t]*$)?",
+    re.M | re.S,
+)
+
+
+def edit_blocks(text: str) -> list[tuple[int, int]]:
+    """The edit blocks of ``text`` (``<<<<<<< SEARCH`` ... ``=======`` ... ``>>>>>>>
+    REPLACE``): code quoted twice by design, the new side repeating the old one's lines, and
+    the same scaffolding block after block, which is no loop. ``classify_turn`` takes them
+    out before the detector reads the text (as it does a raw tool call shown in code), but
+    not a block with special-token debris in it, which no code holds."""
+    if "<<<<<<<" not in text:
+        return []
+    blocks = [(m.start(), m.end()) for m in _EDIT_BLOCK.finditer(text)]
+    return [(a, b) for a, b in blocks if not _DEBRIS.search(text, a, b)]  # debris is read
+
+
 def original_offset(offset: int, removed: Sequence[tuple[int, int]]) -> int:
     """Where ``offset`` of ``without_markup``'s text is in the original text."""
     for a, b in removed:

@@ -18,8 +18,9 @@ from typing import Any
 from harness import labels as L
 from harness.dialects import dsml, registry
 from harness.dialects.base import ParseResult, ToolCall
+from harness.verdict import coherence
 from harness.verdict import reasoning as R
-from harness.verdict.masking import original_offset, quoted_calls
+from harness.verdict.masking import edit_blocks, original_offset, quoted_calls
 from harness.verdict.text import TextFinding, score_text
 from harness.verdict.toolcheck import (
     check_calls,
@@ -80,11 +81,22 @@ def _parse_markup(
 
 
 def _without_quoted_calls(text: str) -> tuple[str, list[tuple[int, int]]]:
-    """``text`` without the raw tool-call turns shown in its code blocks, each replaced by
-    a line break (``masking.original_offset`` maps offsets back), and their spans: a model
-    showing the format wrote no prose there, and the parsers read the block as content,
-    not as calls."""
-    spans = quoted_calls(text)
+    """``text`` without the raw tool-call turns shown in its code blocks and without its edit
+    blocks, each replaced by a line break (``masking.original_offset`` maps offsets back),
+    and their spans: a model showing the format wrote no prose there (the parsers read such
+    a block as content, not as calls), and an edit's new side repeats its old one by
+    design."""
+    spans: list[tuple[int, int]] = []
+    for a, b in sorted(quoted_calls(text) + edit_blocks(text)):
+        # with the blank lines around it: the text reads on as if the block were not there
+        while a > 0 and text[a - 1] in " \t\n":
+            a -= 1
+        while b < len(text) and text[b] in " \t\n":
+            b += 1
+        if spans and a <= spans[-1][1]:  # touching the span before: one span
+            spans[-1] = (spans[-1][0], max(b, spans[-1][1]))
+        else:
+            spans.append((a, b))
     if not spans:
         return text, spans
     parts, last = [], 0
@@ -147,22 +159,35 @@ def _verdict(
 
 
 def _score_parts(
-    reasoning: str, answer: str, context: str | None
+    reasoning: str, answer: str, context: str | None, evidence: dict[str, Any]
 ) -> tuple[TextFinding, bool, bool]:
     """The text detector on the reasoning, then on the answer, each on its own: (the first
     finding, or the answer's clean one; whether a text was windowed; whether the finding is
-    in the reasoning)."""
+    in the reasoning). A finding the second look acquits (``coherence``) is clean, its
+    reason in ``evidence["acquitted"]``."""
     windowed = False
     best = 0.0
     if reasoning.strip():
-        found, windowed = score_bounded(reasoning, context)
+        found, windowed = _score_one(reasoning, context, evidence)
         if found.label is not None:
             return found, windowed, True
         best = found.score
-    found, win = score_bounded(answer, context)
+    found, win = _score_one(answer, context, evidence)
     if found.label is None and best > found.score:
         found = TextFinding(None, best, None, {})
     return found, windowed or win, False
+
+
+def _score_one(
+    text: str, context: str | None, evidence: dict[str, Any]
+) -> tuple[TextFinding, bool]:
+    found, windowed = score_bounded(coherence.emoji_fffd(text), context)
+    if found.label is not None:
+        why = coherence.second_look(text, found.label, found.signals)
+        if why is not None:
+            evidence["acquitted"] = why
+            return TextFinding(None, found.score, None, {}), windowed
+    return found, windowed
 
 
 def classify_turn(
@@ -220,9 +245,9 @@ def classify_turn(
     # are this function's to judge (part.broken), literals to the detector.
     visible = R.neutral(answer)
     shown: list[tuple[int, int]] = []
-    if "```" in visible or "~~~" in visible:
+    if "```" in visible or "~~~" in visible or "<<<<<<<" in visible:
         visible, shown = _without_quoted_calls(visible)
-    finding, windowed, in_reasoning = _score_parts(R.neutral(thought), visible, context)
+    finding, windowed, in_reasoning = _score_parts(R.neutral(thought), visible, context, evidence)
     evidence["text_score"] = round(finding.score, 4)
     if windowed:
         evidence["scored_windows"] = True  # a long text: head, samples and tail scored

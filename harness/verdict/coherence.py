@@ -1,0 +1,82 @@
+"""A second look at the text detector's salad where it is known to be weak.
+
+The fitted detector learned clean text from documentation. Real agent answers are other
+text, and on them two kinds of healthy output draw most of its false alarms (measured on real
+agent turns by whole source, docs/detector.md):
+
+* **prose in one writing system besides Latin, with code in it**: Chinese, Japanese or
+  Korean (or Cyrillic, Arabic...) explanations full of file names, identifiers and numbers.
+  The character model has seen little of either mixed with the other. Salad made by a broken
+  cache mixes *scripts* (sub-word pieces of several writing systems), or debris, runs and
+  symbols that the hand-written rules see; this text has none of them.
+* **an emoji a logger or a decoder turned into U+FFFD**: a character outside the Basic
+  Multilingual Plane (most emoji) is two UTF-16 code units; software that splits the pair
+  writes two replacement characters where the symbol stood (a heading's or a bullet's first
+  mark, between spaces). A broken detokenizer puts them inside words and in runs of any
+  length.
+
+``second_look`` acquits a ``token_salad`` finding of such text when the hand-written rules
+saw nothing of weight in it; ``emoji_fffd`` gives the text with those replacement characters
+as a neutral symbol, for the detector to read. Loops are never acquitted here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+from harness.verdict import scripts as S
+from harness.verdict.chars import Chars
+
+#: Rule signals that are no evidence on their own in such text: the character model's
+#: surprisal and its P (what is being second-guessed), and a closing quote or a bracket
+#: glued to a word (CJK prose quotes names and writes full-width brackets without spaces).
+_WEAK = frozenset({"char_surprisal", "p_corrupted", "glued_punctuation"})
+#: Below this sum of the other rule signals in the deciding window the rules saw nothing of
+#: weight (their own threshold is 0.7).
+RULES_QUIET = 0.5
+#: Writing systems that go together in one language's text (besides Latin and Greek).
+_FAMILIES = ({S.HAN, S.KANA}, {S.HAN, S.HANGUL})
+#: Two replacement characters standing for one astral symbol (a split surrogate pair), no
+#: letter, digit or other replacement character on either side.
+_FFFD_SYMBOL = re.compile(r"(?<![^\W_])(?<!\ufffd)\ufffd\ufffd(?![^\W_]|\ufffd)")
+_FFFD = "\ufffd"
+
+
+def emoji_fffd(text: str) -> str:
+    """``text`` with each pair of replacement characters that stands where a symbol stands
+    (``_FFFD_SYMBOL``) made two bullets (same length), the others left as they are."""
+    if _FFFD not in text:
+        return text
+    return _FFFD_SYMBOL.sub(lambda m: "\u2022" * len(m.group(0)), text)
+
+
+def one_script_family(text: str) -> bool:
+    """Whether the letters of ``text`` are Latin (and Greek) plus at most one other writing
+    system (or a family that goes together: Chinese with Japanese kana, Chinese with Korean),
+    with no script switch inside a word that only salad makes; at least one non-Latin."""
+    ch = Chars(text)
+    if ch.ascii:
+        return False
+    ids = S.script_ids_of(ch)
+    present = set(np.unique(ids[ids >= S.LATIN]).tolist()) - {S.LATIN, S.FWLATIN, S.GREEK}
+    if not present:
+        return False
+    if len(present) > 1 and present not in _FAMILIES:
+        return False
+    pos, _ = S.switch_events_near(ids, ch.wide)
+    return not pos.size
+
+
+def second_look(text: str, label: str, signals: Mapping[str, float]) -> str | None:
+    """Why a ``token_salad`` finding of ``text`` is acquitted, or None when it stands."""
+    if label != "token_salad":
+        return None
+    rules = sum(float(v) for k, v in signals.items() if k not in _WEAK)
+    if rules >= RULES_QUIET:
+        return None
+    if one_script_family(text):
+        return "prose in one writing system with code in it, no salad signal of the rules"
+    return None
