@@ -68,15 +68,16 @@ def healthy(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, 
     by: dict[str, Counter[str]] = defaultdict(Counter)
     alarms: list[dict[str, Any]] = []
     for r in rows:
-        v = classify_turn(r.get("text") or "", reasoning=r.get("reasoning") or "",
-                          tool_calls=server_calls(r.get("tool_calls")), source="server")  # fmt: skip
+        calls = server_calls(r.get("tool_calls"))
+        text, thought = r.get("text") or "", r.get("reasoning") or ""
+        v = classify_turn(text, reasoning=thought, tool_calls=calls, source="server")
         g = group(str(r.get("source", "")))
         by[g]["turns"] += 1
         by[g]["calls"] += bool(r.get("tool_calls"))
         if v.corrupted:
             by[g][v.tier] += 1
             alarms.append({"id": r.get("id"), "source": g, "label": v.label, "tier": v.tier,
-                           "evidence": v.evidence, "text": (r.get("text") or "")[:400]})  # fmt: skip
+                           "evidence": v.evidence, "text": text[:400]})  # fmt: skip
     out: dict[str, Any] = {}
     total: Counter[str] = Counter()
     for g, c in sorted(by.items()):

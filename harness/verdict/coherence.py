@@ -17,7 +17,11 @@ agent turns by whole source, docs/detector.md):
 
 ``second_look`` acquits a ``token_salad`` finding of such text when the hand-written rules
 saw nothing of weight in it; ``emoji_fffd`` gives the text with those replacement characters
-as a neutral symbol, for the detector to read. Loops are never acquitted here.
+as a neutral symbol, for the detector to read.
+
+A loop is a fact one can point to: a ``repetition`` finding in whose window the rules found
+no repetition at all (no loop, drift, run) is the fitted model's guess from the text's look,
+and on agent text that look is a list (file names, test names, one per line): acquitted.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 
 from harness.verdict import scripts as S
 from harness.verdict.chars import Chars
+from harness.verdict.text import REPETITION_SIGNALS
 
 #: Rule signals that are no evidence on their own in such text: the character model's
 #: surprisal and its P (what is being second-guessed), and a closing quote or a bracket
@@ -71,7 +76,11 @@ def one_script_family(text: str) -> bool:
 
 
 def second_look(text: str, label: str, signals: Mapping[str, float]) -> str | None:
-    """Why a ``token_salad`` finding of ``text`` is acquitted, or None when it stands."""
+    """Why a finding of ``text`` is acquitted, or None when it stands."""
+    if label == "repetition":
+        if not REPETITION_SIGNALS.intersection(signals):
+            return "a loop with nothing repeated: no repetition signal of the rules"
+        return None
     if label != "token_salad":
         return None
     rules = sum(float(v) for k, v in signals.items() if k not in _WEAK)

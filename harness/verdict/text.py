@@ -43,7 +43,7 @@ _CAPS = {
     "glued_words": 0.9,
     "glued_sentence": 0.6,
 }
-_REPETITION_SIGNALS = frozenset({"loop", "drift", "char_run", "special_token_run", "stutter_run"})
+REPETITION_SIGNALS = frozenset({"loop", "drift", "char_run", "special_token_run", "stutter_run"})
 _SIGNALS = (
     "special_token",
     "special_token_run",
@@ -450,7 +450,7 @@ def _combine(ev: list[tuple[int, float, str]]) -> TextFinding:
     signals = {k: round(float(v[where]), 3) for k, v in per.items() if v[where] > 0}
     label = None
     if score >= THRESHOLD:
-        rep = sum(v for k, v in signals.items() if k in _REPETITION_SIGNALS)
+        rep = sum(v for k, v in signals.items() if k in REPETITION_SIGNALS)
         label = REPETITION if rep >= score / 2 else TOKEN_SALAD
     return TextFinding(label, round(score, 4), offset, signals)
 
