@@ -155,6 +155,8 @@ def _score(work: str, context: str | None) -> TextFinding:
     pch = lch if m.prose is m.loops else Chars(m.prose)
     ev = _events(pch, repeat.tokenize(m.loops, lch), context, m, _special(work))
     for vs, ve in m.values:
+        if len(set(work[vs:ve].strip())) <= 1:
+            continue  # one character repeated: padding, a rule line, a fill (an argument)
         sub = rules(work[vs:ve], context)
         if sub.label is not None and sub.offset is not None:
             sig = "loop" if sub.label == REPETITION else "tool_value"

@@ -12,6 +12,8 @@ guess). The after-load oracles (the judge, ``analysis.tiers``) promote a suspect
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -69,7 +71,7 @@ def _parse_markup(
     if other == "none":
         return parsed
     found = registry.get(other).parse(text, server_content=server_content, tools=tools)
-    if not found.found:
+    if not found.found or _stray_tag(text, found):
         return parsed
     name = found.dialect or other
     if not server_content and found.ok:
@@ -78,6 +80,21 @@ def _parse_markup(
         return replace(found, content=text, calls=(), ok=False, error=reason, dialect=name,
                        offset=registry.get(other).first_marker(text))  # fmt: skip
     return replace(found, dialect=name)
+
+
+#: Tags of the XML-like dialects (Qwen3-Coder, Hermes, MiniMax, GLM) written bare: a word
+#: of prose ("the closing tag </parameter>", an element named <parameter>) as much as markup.
+_BARE_TAG = re.compile(r"</?(?:parameter|function|tool_call|invoke|arg_key|arg_value)>")
+#: The openers that make such a tag markup: a block or a call begun.
+_OPENER = re.compile(r"<(?:function|parameter)=|<tool_call>|<invoke |\[TOOL_CALLS\]|<\|tool")
+
+
+def _stray_tag(text: str, parsed: ParseResult) -> bool:
+    """Whether a failed parse of a dialect nobody asked for rests on one or two bare tags in
+    prose and nothing that begins a call: cross-dialect leak detection needs more."""
+    if parsed.ok or "outside a well-formed block" not in (parsed.error or ""):
+        return False
+    return len(_BARE_TAG.findall(text)) <= 2 and not _OPENER.search(text)
 
 
 def _without_quoted_calls(text: str) -> tuple[str, list[tuple[int, int]]]:
@@ -178,9 +195,40 @@ def _score_parts(
     return found, windowed or win, False
 
 
+def _json_prose(text: str) -> str | None:
+    """The strings of ``text`` that are prose (three words or more), one a line, when
+    ``text`` is one JSON object or array (a fence around it aside): a model answering in
+    JSON (or writing its tool call as a JSON object) wrote data, names and values, and only
+    its sentences are text. None for anything else."""
+    body = text.strip()
+    if body.startswith("```") and body.endswith("```"):
+        body = body[body.find("\n") + 1 : -3].strip()
+    if not body or body[0] not in "[{" or body[-1] not in "]}":
+        return None
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    out: list[str] = []
+    stack = [value]
+    while stack and len(out) < 10_000:
+        v = stack.pop()
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+        elif isinstance(v, list):
+            stack.extend(reversed(v))
+    return "\n".join(s for s in out if s.count(" ") >= 2)
+
+
 def _score_one(
     text: str, context: str | None, evidence: dict[str, Any]
 ) -> tuple[TextFinding, bool]:
+    prose = _json_prose(text) if text.lstrip()[:1] in ("{", "[", "`") else None
+    if prose is not None:  # JSON: its strings are the text (offsets are in them)
+        evidence["json_answer"] = True
+        text = prose
     found, windowed = score_bounded(coherence.emoji_fffd(text), context)
     if found.label is not None:
         why = coherence.second_look(text, found.label, found.signals)
@@ -242,8 +290,9 @@ def classify_turn(
 
     # Salad and loops next: they are the root symptom, and often break the envelope too.
     # score_text masks well-formed markup itself; debris in arguments counts. Reasoning tags
-    # are this function's to judge (part.broken), literals to the detector.
-    visible = R.neutral(answer)
+    # are this function's to judge (part.broken), literals to the detector. Markup the
+    # output ended inside (a block cut short) is the parser's to judge, not text.
+    visible = R.neutral(answer[:start] if _cut_inside(answer, parsed) else answer)
     shown: list[tuple[int, int]] = []
     if "```" in visible or "~~~" in visible or "<<<<<<<" in visible:
         visible, shown = _without_quoted_calls(visible)
@@ -312,6 +361,17 @@ def classify_turn(
         return _verdict(L.TRUNCATED, calls, evidence, noncanonical)
     label = L.OK_TOOL_CALL if calls else L.OK_TEXT
     return _verdict(label, calls, evidence, noncanonical)
+
+
+def _cut_inside(text: str, parsed: ParseResult) -> bool:
+    """Whether the output ended inside its tool-call markup: the parse failed where the text
+    ends (a truncated block, a marker or an end-of-turn token cut part-way)."""
+    if not parsed.found or parsed.ok:
+        return False
+    if (parsed.error or "").startswith("truncated"):
+        return True
+    off = parsed.offset
+    return off is not None and off >= 0 and len(text) - off <= 40 and "\n" not in text[off:]
 
 
 def _markup_start(content: str, parsed: ParseResult) -> int:
