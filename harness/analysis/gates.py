@@ -156,6 +156,7 @@ def evaluate_gates(summary: Mapping[str, Any], exprs: Sequence[str]) -> list[Gat
             fails = OPS[g.op](value, g.threshold)
             verb = "FAILED" if fails else "passed"
             msg = f"{verb}: {g.metric} = {value:.6g} in {v['label']} ({g.op} {g.threshold:g} fails)"
+            msg += _tiers_note(g.metric, v)
             results.append(GateResult(g.expr, v["label"], not fails, value, msg))
     return results
 
@@ -184,9 +185,26 @@ def baseline_gate(
         rose = p < alpha
         msg = (f"{'FAILED' if rose else 'passed'}: {k}/{n} sessions corrupted against {k0}/{n0} "
                f"in the baseline run {baseline_summary.get('run_id', '?')} "
-               f"(one-sided Fisher p={p:.3g}, alpha {alpha})")  # fmt: skip
+               f"(one-sided Fisher p={p:.3g}, alpha {alpha})"
+               + _tiers_note("corrupted_sessions", v))  # fmt: skip
         results.append(GateResult(name, v["label"], not rose, rate, msg))
     return results
+
+
+#: The metrics that count corrupted turns or sessions by the headline's tiers.
+_HEADLINE_METRICS = frozenset({
+    "corrupted_sessions", "corrupted_turns", "session_corruption_rate", "turn_corruption_rate",
+    "session_corruption_ci_lo", "session_corruption_ci_hi", "turn_corruption_ci_lo",
+    "turn_corruption_ci_hi",
+})  # fmt: skip
+
+
+def _tiers_note(metric: str, v: Mapping[str, Any]) -> str:
+    """Which tiers of the verdict a corruption metric counted in variant ``v``."""
+    basis = v.get("headline_basis")
+    if metric not in _HEADLINE_METRICS or not basis:
+        return ""
+    return f" [counts {str(basis).replace('+', ' + ')} turns]"
 
 
 def all_passed(results: Sequence[GateResult]) -> bool:
@@ -248,7 +266,7 @@ def result_line(
     """One line of JSON for stdout: passed (exactly when the exit code is 0), the exit code,
     whether the run was interrupted, verdict, per-variant headline rates, gate outcomes."""
     keys = ("sessions", "corrupted_sessions", "session_corruption_rate", "turn_corruption_rate",
-            "transport_errors", "cancelled_turns")  # fmt: skip
+            "transport_errors", "cancelled_turns", "headline_basis", "suspect_turns")  # fmt: skip
     if exit_code is None:
         exit_code = 0 if all_passed(results) else 1
     doc = {

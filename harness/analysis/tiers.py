@@ -161,3 +161,35 @@ def headline_line(summary: Mapping[str, Any]) -> str:
     if apart:
         line += f"; {apart} unconfirmed suspect turns reported apart"
     return line
+
+
+def markdown(summary: Mapping[str, Any]) -> list[str]:
+    """The report's section on the verdict's tiers: what each variant's rates count, and the
+    suspects left out of them with a few examples."""
+    rows = [v for v in summary.get("variants", ()) if "tiers" in v]
+    if not rows or not any(v.get("suspect_turns") or v.get("structural_turns") for v in rows):
+        return []
+    out = ["", "## How the corrupted turns were found", "",
+           "Structural: an envelope, schema or markup failure the parsers found exactly. "
+           "Confirmed: a suspect of the text detector that the model judge (the same model "
+           "scoring the output alone, teacher-forced) or an exact oracle confirmed. The rates "
+           "above count structural + confirmed turns, or structural + suspect turns where no "
+           "suspect could be judged (the text detector alone).", "",
+           "| variant | structural | confirmed | suspects acquitted by the judge | "
+           "suspects not judged | rates count |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for v in rows:
+        t = v["tiers"]
+        unjudged = t.get("suspect_not_judged", 0) + t.get("suspect_unconfirmed", 0)
+        out.append(f"| {v['label']} | {t[STRUCTURAL]} | {t[CONFIRMED]} | "
+                   f"{t.get('suspect_acquitted', 0)} | {unjudged} | "
+                   f"{str(v.get('headline_basis', '')).replace('+', ' + ')} |")  # fmt: skip
+    for v in rows:
+        examples = v.get("suspect_examples") or []
+        if examples:
+            out += ["", f"Suspects of `{v['label']}` left out of its rates:", ""]
+            for e in examples:
+                how = "judged healthy" if e["judged"] else "not judged"
+                text = e["text"].replace("`", "'").replace("\n", " ")
+                out.append(f"- session {e['session']} turn {e['turn']} ({e['label']}, {how}): "
+                           f"`{text}`")  # fmt: skip
+    return out

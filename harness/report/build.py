@@ -188,6 +188,7 @@ def render_markdown(
                 "against the server; see the log for the traceback): "
                 + ", ".join(f"`{label}` {n}" for label, n in failed if n)]  # fmt: skip
     out += report_facts.cancelled_markdown(summary["variants"])
+    out += tiers.markdown(summary)
     if summary["comparisons"]:
         out += ["", "## Comparisons with the baseline", "",
                 "| variant | unit | rate | baseline | difference [95% CI] | p | p (Holm) |",

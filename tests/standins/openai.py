@@ -4,7 +4,8 @@ It answers every chat request with a plain "Done." (streamed or not), except as 
 ``refuse=(status, message)`` answers every chat request with that status and an OpenAI error
 body; ``busy=(n, retry_after)`` answers the first ``n`` chat requests 503 with that
 ``Retry-After``; ``not_openai`` answers 404 everywhere (a web server on the wrong port).
-``arrivals`` keeps when each chat request arrived (``time.monotonic()``).
+``arrivals`` keeps when each chat request arrived (``time.monotonic()``); ``answer`` replaces
+the "Done." of every answer. It cannot score a given text (no /tokenize, no /generate).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ class OpenAIStandin:
         refuse: tuple[int, str] | None = None,
         busy: tuple[int, str] | None = None,
         not_openai: bool = False,
+        answer: str = "Done.",
     ) -> None:
+        self.answer = answer
         self.refuse = refuse
         self.busy = busy
         self.not_openai = not_openai
@@ -106,7 +109,7 @@ class OpenAIStandin:
                         "choices": [
                             {
                                 "index": 0,
-                                "message": {"role": "assistant", "content": "Done."},
+                                "message": {"role": "assistant", "content": standin.answer},
                                 "finish_reason": "stop",
                             }
                         ],
@@ -115,7 +118,11 @@ class OpenAIStandin:
                     self._send(200, json.dumps(doc).encode(), "application/json")
                     return
                 events = [
-                    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Done."}}]},
+                    {
+                        "choices": [
+                            {"index": 0, "delta": {"role": "assistant", "content": standin.answer}}
+                        ]
+                    },
                     {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
                     {"choices": [], "usage": usage},
                 ]
