@@ -32,11 +32,13 @@ DETECTOR_BASIS = "structural+suspect"
 #: fit on (docs/detector.md, "False alarms on real agent traffic"): rate, 95% Wilson
 #: interval, what was measured.
 DETECTOR_FALSE_ALARMS: dict[str, Any] = {
-    "rate": 0.0030,
-    "ci": [0.0021, 0.0042],
+    "rate": 0.0016,
+    "ci": [0.0010, 0.0026],
     "turns": 10342,
-    "data": "10,342 real healthy turns of four public agent sources (IDE agents in English "
-    "and Chinese, aider on SWE-bench, a tau2-bench agent); docs/detector.md",
+    "data": "17 of 10,342 real healthy turns of four public agent sources (IDE agents in "
+    "English and Chinese, aider on SWE-bench, a tau2-bench agent; at most 0.22% a source); "
+    "the data the verdict's second look was developed on, so a held-out rate may be higher: "
+    "docs/detector.md",
 }
 
 _SUSPECT_LABELS = frozenset({L.TOKEN_SALAD, L.REPETITION})
