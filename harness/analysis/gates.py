@@ -87,7 +87,7 @@ KNOWN_METRICS = (
     "retries",
     "noncanonical_turns", "first_corrupted_turn_median", "prompt_tokens_max", "ttft_p50_s",
     "ttft_p95_s", "itl_p50_s", "itl_p95_s", "latency_p50_s", "sim_injected_turns",
-    "sim_recall", "sim_precision", "sim_false_alarms",
+    "sim_recall", "sim_precision", "sim_false_alarms", "sim_suspect_false_alarms",
     # a tools workload only (harness.analysis.coverage): sessions that got no tool call at
     # all, and the share of turns that carried one
     "sessions_without_tool_calls", "tool_call_share",

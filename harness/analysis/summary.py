@@ -219,6 +219,8 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
             float((ok["is_corrupted"] & injected).sum() / n_injected) if n_injected else None
         )
         out["sim_false_alarms"] = int((ok["is_corrupted"] & ~injected).sum())
+        # the text detector's own false alarms, before the judge acquits them
+        out["sim_suspect_false_alarms"] = int((ok["is_suspect"] & ~injected).sum())
         flagged = int(ok["is_corrupted"].sum())
         out["sim_precision"] = (
             float((ok["is_corrupted"] & injected).sum() / flagged) if flagged else None

@@ -1,7 +1,10 @@
 """The prose of the scripted agent: preambles before tool calls, final answers, chat replies.
 
 Clean, varied English that names the paths and identifiers of the session; no sentence
-template is used twice in one answer, so clean output never looks like a loop.
+template is used twice in one answer, so clean output never looks like a loop. Final answers
+and chat replies also carry real text: passages of Python's own reference documentation
+(``pydoc_data.topics``, shipped with the interpreter: prose, grammar, tables, code), so that
+the text detector's false alarms on the simulator's healthy answers measure something.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+from functools import cache
 
 from harness.dialects.base import ToolCall
 from harness.sim.args import Seen
@@ -99,6 +103,31 @@ _CHAT = [
 ]
 
 
+@cache
+def _passages() -> tuple[str, ...]:
+    """Paragraphs of 120 to 1,500 characters of Python's reference documentation."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:  # an interpreter built without its documentation
+        return ()
+    out = []
+    for _, text in sorted(topics.items()):
+        for para in re.split(r"\n\s*\n", text):
+            para = para.strip()
+            if 120 <= len(para) <= 1500:
+                out.append(para)
+    return tuple(out)
+
+
+def passage(rng: random.Random, most: int = 2) -> str:
+    """One to ``most`` consecutive paragraphs of real documentation ("" without any)."""
+    paras = _passages()
+    if not paras:
+        return ""
+    start = rng.randrange(len(paras))
+    return "\n\n".join(paras[start : start + rng.randint(1, most)])
+
+
 def _fill(rng: random.Random, templates: Sequence[str], n: int, **slots: str) -> list[str]:
     return [t.format(**slots) for t in rng.sample(list(templates), min(n, len(templates)))]
 
@@ -116,7 +145,10 @@ def final_answer(rng: random.Random, seen: Seen, done: int) -> str:
     sentences = _fill(rng, _FINAL[:1], 1, **slots) + _fill(
         rng, _FINAL[1:], rng.randint(3, 5), **slots
     )
-    return " ".join(sentences)
+    notes = passage(rng)
+    return " ".join(sentences) + (
+        f"\n\nFor reference, from the documentation:\n\n{notes}" if notes else ""
+    )
 
 
 def chat_answer(rng: random.Random, last_user: str) -> str:
@@ -130,4 +162,5 @@ def chat_answer(rng: random.Random, last_user: str) -> str:
         if not take:
             break
         paragraphs.append(" ".join(t.format(**slots) for t in take))
-    return "\n\n".join(paragraphs)
+    notes = passage(rng, 3)
+    return "\n\n".join([paragraphs[0], notes, *paragraphs[1:]] if notes else paragraphs)

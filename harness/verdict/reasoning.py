@@ -8,7 +8,8 @@ in one of these forms:
   GLM, MiniMax), ``<thinking>...</thinking>``, ``<seed:think>...</seed:think>``, Kimi's
   ``◁think▷...◁/think▷``;
 * the block opened by the chat template (R1, V3.1 thinking mode): the output starts inside
-  the block, so only its closer appears: ``reasoning...</think>answer``;
+  the block, so only its closer appears, at the end of a line: ``reasoning...</think>\n
+  answer`` (a closer glued to text, or after chat-token debris, is debris itself);
 * gpt-oss Harmony channels: ``<|channel|>analysis<|message|>...<|end|>`` messages before the
   final answer or the call (``<|start|>assistant<|channel|>final<|message|>...``).
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 from harness.dialects import registry
 from harness.dialects.markup import mask_fences
+from harness.verdict.salad import SPECIAL
 
 #: (opener, closer) of each think-block family.
 _PAIRS = (
@@ -132,7 +134,7 @@ def split(content: str) -> Split:
     elif (
         word in _CLOSERS
         and not any(t.group(0).lower() in _OPENERS for t in tags)
-        and not _glued(content, first)
+        and _ends_reasoning(content, first)
         and first.start() < _markup_start(content)
     ):
         start = _skip_ws(content, first.end())
@@ -167,6 +169,16 @@ _PARENS = str.maketrans("<>\u25c1\u25b7", "()()")
 
 def _tags_possible(text: str) -> bool:
     return "hink" in text or "HINK" in text
+
+
+def _ends_reasoning(text: str, closer: re.Match[str]) -> bool:
+    """Whether a closer with no opener can end reasoning the template opened: followed by a
+    line break or the end (``...</think>\n\nanswer``), not glued into a word, and no
+    special-token debris before it (a closer among chat tokens is debris, not a block)."""
+    after = text[closer.end() : closer.end() + 1]
+    if after not in ("", "\n", "\r") or _glued(text, closer):
+        return False
+    return SPECIAL.search(text, 0, closer.start()) is None
 
 
 def _what(tag: re.Match[str]) -> str:

@@ -171,3 +171,11 @@ def test_salad_in_the_reasoning_or_the_answer_is_still_salad() -> None:
     assert field.label == L.TOKEN_SALAD
     assert field.evidence["in_reasoning"] is True
     assert field.evidence["offset"] > len(THOUGHT) - 5
+
+
+def test_a_closer_among_chat_token_debris_is_debris_not_reasoning() -> None:
+    text = "I'll read the file <｜User｜><｜Assistant｜></think>\ndtype데이터 <｜User｜>(\" الم"
+    assert split(text).form == ""
+    assert classify_turn(text, source="server").corrupted
+    glued = "I'll read the file</think>dtype and then"
+    assert split(glued).form == ""
