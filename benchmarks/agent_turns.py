@@ -9,7 +9,9 @@ TURNS.jsonl holds real, healthy assistant turns of agent sessions, one a line:
 part before ``:``, a whole source at a time). Every turn is classified as a server's answer
 (its calls as the server parsed them, ``classify_turn(source="server")``), so:
 
-- ``suspect``: turns the text detector flagged (salad, a loop): its false alarms;
+- ``suspect``: turns the text detector flagged (salad, a loop): its false alarms; of them,
+  ``exact``: the loops the text itself confirms (a span repeated back to back to the end),
+  which the headline counts without the judge;
 - ``structural``: turns the parsers found broken (a malformed or invalid call, markup where
   none can be): the exact tier's false alarms on these real calls.
 
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corruptgen  # noqa: E402
 
 from harness.analysis.stats import wilson  # noqa: E402
-from harness.verdict import STRUCTURAL, SUSPECT, classify_turn  # noqa: E402
+from harness.verdict import CONFIRMED, STRUCTURAL, SUSPECT, classify_turn  # noqa: E402
 
 
 def server_calls(calls: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
@@ -75,7 +77,8 @@ def healthy(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, 
         by[g]["turns"] += 1
         by[g]["calls"] += bool(r.get("tool_calls"))
         if v.corrupted:
-            by[g][v.tier] += 1
+            by[g][SUSPECT if v.tier == CONFIRMED else v.tier] += 1
+            by[g]["exact"] += v.tier == CONFIRMED
             alarms.append({"id": r.get("id"), "source": g, "label": v.label, "tier": v.tier,
                            "evidence": v.evidence, "text": text[:400]})  # fmt: skip
     out: dict[str, Any] = {}
@@ -83,10 +86,11 @@ def healthy(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, 
     for g, c in sorted(by.items()):
         total.update(c)
         out[g] = {"turns": c["turns"], "turns_with_calls": c["calls"],
-                  "suspect": rate(c[SUSPECT], c["turns"]),
+                  "suspect": rate(c[SUSPECT], c["turns"]), "exact": rate(c["exact"], c["turns"]),
                   "structural": rate(c[STRUCTURAL], c["turns"])}  # fmt: skip
     out["all"] = {"turns": total["turns"], "turns_with_calls": total["calls"],
                   "suspect": rate(total[SUSPECT], total["turns"]),
+                  "exact": rate(total["exact"], total["turns"]),
                   "structural": rate(total[STRUCTURAL], total["turns"])}  # fmt: skip
     return out, alarms
 
@@ -136,7 +140,8 @@ def main() -> None:
     for g, c in clean.items():
         s, st = c["suspect"], c["structural"]
         print(f"{g:32s} turns {c['turns']:6d}  suspect {s['k']:4d} {100 * s['rate']:.2f}% "
-              f"[{100 * s['ci'][0]:.2f}, {100 * s['ci'][1]:.2f}]  structural {st['k']:3d} "
+              f"[{100 * s['ci'][0]:.2f}, {100 * s['ci'][1]:.2f}] (exact {c['exact']['k']})  "
+              f"structural {st['k']:3d} "
               f"{100 * st['rate']:.3f}% of {c['turns_with_calls']} with calls")  # fmt: skip
     for g, r in (result.get("corrupted") or {}).items():
         if g != "by_kind" and r["n"]:

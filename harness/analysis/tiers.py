@@ -5,7 +5,8 @@ Each corrupted turn was found in one of three ways (``harness.verdict.turn``):
 - ``structural``: an envelope, schema or markup failure, found exactly by the parsers;
 - ``suspect``: the text detector's guess (salad, a loop);
 - ``confirmed``: a suspect that an oracle confirmed after the load: the model judge
-  (``judge_confirmed``, analysis/judge.py) or an exact oracle (``oracle_confirmed``).
+  (``judge_confirmed``, analysis/judge.py) or an exact oracle (``oracle_confirmed``); or that
+  the text itself proves (a loop to the end of the output, tier ``confirmed`` on the record).
 
 Per variant, when its suspects were judged (the server could score them), the headline
 counts ``structural + confirmed`` and the suspects the judge acquitted or could not score are
@@ -50,21 +51,25 @@ def _tier_of_label(label: str) -> str:
 
 def mark(df: pd.DataFrame) -> None:
     """Add ``tier`` (filled from the label for records written before tiers), the booleans
-    ``is_structural``, ``is_suspect`` (all the detector flagged), ``is_judged`` and
+    ``is_structural``, ``is_suspect`` (all the detector flagged), ``is_scored`` (judged by an
+    oracle after the load), ``is_judged`` (that, or confirmed by its own text) and
     ``is_confirmed``, and set ``is_corrupted`` to what the headline counts (in place).
     Needs ``is_corrupted`` as flagged (``summary.prepare``)."""
     flagged = df["is_corrupted"].astype(bool)
     tier = df["tier"] if "tier" in df else pd.Series([None] * len(df), index=df.index)
     tier = tier.where(tier.notna() & (tier.astype(str) != ""), df["label"].map(_tier_of_label))
-    tier = tier.replace(CONFIRMED, SUSPECT)  # a frame marked before: confirmed again below
     df["tier"] = tier.where(flagged, "").astype(str)
     df["is_structural"] = flagged & (df["tier"] == STRUCTURAL)
-    df["is_suspect"] = flagged & (df["tier"] == SUSPECT)
+    # the verdict confirmed some itself (a loop to the end); the detector flagged them all
+    exact = flagged & (df["tier"] == CONFIRMED)
+    df["is_suspect"] = flagged & ((df["tier"] == SUSPECT) | exact)
     judge = _bool_column(df, "judge_confirmed")
     oracle = _bool_column(df, "oracle_confirmed")
-    df["is_judged"] = df["is_suspect"] & (judge.notna() | oracle.notna())
-    df["is_confirmed"] = df["is_suspect"] & ((judge == True) | (oracle == True))  # noqa: E712
-    judged_variants = set(df.loc[df["is_judged"], "variant"])
+    scored = df["is_suspect"] & (judge.notna() | oracle.notna())
+    df["is_scored"] = scored  # judged by an oracle after the load
+    df["is_judged"] = scored | exact
+    df["is_confirmed"] = exact | (df["is_suspect"] & ((judge == True) | (oracle == True)))  # noqa: E712
+    judged_variants = set(df.loc[scored, "variant"])
     by_detector = ~df["variant"].isin(judged_variants)
     df.loc[df["is_confirmed"], "tier"] = CONFIRMED
     df["is_corrupted"] = df["is_structural"] | df["is_confirmed"] | (df["is_suspect"] & by_detector)
@@ -95,7 +100,7 @@ def _bool_column(df: pd.DataFrame, name: str) -> pd.Series:
 def variant_tiers(ok: pd.DataFrame) -> dict[str, Any]:
     """The tier counts of one variant's classified turns, and the basis of its headline."""
     suspects = ok[ok["is_suspect"]]
-    judged = bool(suspects["is_judged"].any()) if len(suspects) else False
+    judged = bool(suspects["is_scored"].any()) if len(suspects) else False
     acquitted = suspects[suspects["is_judged"] & ~suspects["is_confirmed"]]
     unjudged = suspects[~suspects["is_judged"]]
     out: dict[str, Any] = {

@@ -5,6 +5,7 @@ of its parts; it never reads the simulator's ground truth."""
 from __future__ import annotations
 
 from harness.verdict.turn import (
+    CONFIRMED,
     SCORE_MAX_CHARS,
     STRUCTURAL,
     SUSPECT,
@@ -15,6 +16,7 @@ from harness.verdict.turn import (
 )
 
 __all__ = [
+    "CONFIRMED",
     "SCORE_MAX_CHARS",
     "STRUCTURAL",
     "SUSPECT",

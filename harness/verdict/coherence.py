@@ -22,6 +22,10 @@ as a neutral symbol, for the detector to read.
 A loop is a fact one can point to: a ``repetition`` finding in whose window the rules found
 no repetition at all (no loop, drift, run) is the fitted model's guess from the text's look,
 and on agent text that look is a list (file names, test names, one per line): acquitted.
+And the other way round, ``loop_to_the_end`` confirms one exactly: the same span written four
+times or more back to back until the output ends (a model stuck in a loop until the token
+limit cut it). The model judge cannot confirm loops: once a loop has started, the model
+finds each next copy likely.
 """
 
 from __future__ import annotations
@@ -73,6 +77,27 @@ def one_script_family(text: str) -> bool:
         return False
     pos, _ = S.switch_events_near(ids, ch.wide)
     return not pos.size
+
+
+#: A span of 8-200 characters, then at least three more copies of it (whitespace between),
+#: up to the end of the output.
+_LOOP_TO_END = re.compile(r"(\S.{7,199}?)(?:\s*\1){3,}\s*\Z", re.S)
+_LOOP_TAIL = 4000  # the characters of the end searched (a loop cut by the limit is there)
+
+
+def loop_to_the_end(text: str) -> dict[str, object] | None:
+    """The span and how many times it repeats when ``text`` ends in a loop of one span
+    written back to back four times or more (with letters in it: not a rule line of one
+    character), else None."""
+    tail = text[-_LOOP_TAIL:]
+    m = _LOOP_TO_END.search(tail)
+    if m is None:
+        return None
+    span = m.group(1)
+    if sum(c.isalpha() for c in span) < 2 or len(set(span.strip())) < 2:
+        return None
+    copies = len(re.findall(re.escape(span), m.group(0)))
+    return {"span": span[:80], "copies": copies}
 
 
 def second_look(text: str, label: str, signals: Mapping[str, float]) -> str | None:

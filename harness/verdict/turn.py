@@ -44,7 +44,9 @@ _ALIGN_CHARS = 200  # a window starts after a line break or space this close, wh
 #: How a corrupted verdict was reached (``Verdict.tier``; "" for a healthy turn).
 STRUCTURAL = "structural"  # found exactly: an envelope, a schema, markup where it cannot be
 SUSPECT = "suspect"  # the text detector's guess (salad, a loop), until an oracle confirms it
-CONFIRMED = "confirmed"  # a suspect an oracle confirmed (set after the load, never here)
+#: a suspect an oracle confirmed: after the load (the judge, analysis.tiers), or here when
+#: the text itself proves it (a span looping back to back to the end, coherence.py)
+CONFIRMED = "confirmed"
 TIERS = (STRUCTURAL, CONFIRMED, SUSPECT)
 
 
@@ -55,7 +57,7 @@ class Verdict:
     noncanonical: bool = False
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
-    tier: str = ""  # STRUCTURAL | SUSPECT for a corrupted turn, "" otherwise
+    tier: str = ""  # STRUCTURAL | SUSPECT | CONFIRMED for a corrupted turn, "" otherwise
 
 
 def _parse_markup(
@@ -230,6 +232,11 @@ def _score_one(
         evidence["json_answer"] = True
         text = prose
     found, windowed = score_bounded(coherence.emoji_fffd(text), context)
+    if found.label == L.REPETITION:
+        loop = coherence.loop_to_the_end(text)
+        if loop is not None:  # exact: the text itself confirms it
+            evidence["loop_to_the_end"] = loop
+            return found, windowed
     if found.label is not None:
         why = coherence.second_look(text, found.label, found.signals)
         if why is not None:
@@ -314,8 +321,9 @@ def classify_turn(
             elif at >= field_len:
                 at = part.reasoning_start + at - field_len
             evidence["offset"] = at
+        tier = CONFIRMED if "loop_to_the_end" in evidence else SUSPECT
         return _verdict(
-            finding.label, server_calls_as_dicts(server_calls), evidence, noncanonical, SUSPECT
+            finding.label, server_calls_as_dicts(server_calls), evidence, noncanonical, tier
         )
 
     reasoning_markup = _parse_markup(reasoning, dialect, True, tools) if reasoning else None

@@ -10,7 +10,7 @@ import pytest
 from harness import labels as L
 from harness.dialects import dsml
 from harness.dialects.base import ToolCall
-from harness.verdict import STRUCTURAL, SUSPECT, classify_text, classify_turn
+from harness.verdict import CONFIRMED, STRUCTURAL, SUSPECT, classify_text, classify_turn, coherence
 from harness.verdict.reasoning import HARMONY, OPEN_BY_TEMPLATE, THINK, split
 
 THOUGHT = (
@@ -179,3 +179,16 @@ def test_a_closer_among_chat_token_debris_is_debris_not_reasoning() -> None:
     assert classify_turn(text, source="server").corrupted
     glued = "I'll read the file</think>dtype and then"
     assert split(glued).form == ""
+
+
+def test_a_loop_to_the_end_is_confirmed_by_its_own_text() -> None:
+    looped = "Here is the plan. " + "I will check the file again. " * 12
+    v = classify_text(looped)
+    assert v.label == L.REPETITION
+    assert v.tier == CONFIRMED
+    assert v.evidence["loop_to_the_end"]["copies"] == 12
+    # a loop that the answer leaves again is left to the judge
+    left = looped + "Then the work is done, and here is the summary you asked for."
+    assert classify_text(left).tier in (SUSPECT, "")
+    # a rule line is no loop
+    assert coherence.loop_to_the_end("Results:\n" + "-" * 80) is None

@@ -1,0 +1,51 @@
+"""What the headline counts, by tier: structural + confirmed where suspects were judged,
+structural + suspect where none could be."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from harness.analysis.summary import summarize
+
+
+def _turn(variant: str, session: int, label: str, tier: str = "", **extra: Any) -> dict[str, Any]:
+    bad = label in ("token_salad", "repetition", "malformed_tool_call", "invalid_tool_call")
+    return {"variant": variant, "session": session, "turn": 0, "label": label,
+            "corrupted": bad, "tier": tier, "content": f"text of {session}", **extra}  # fmt: skip
+
+
+def test_the_headline_counts_structural_and_confirmed_where_the_judge_ran() -> None:
+    rows = [
+        _turn("a", 0, "ok_text"),
+        _turn("a", 1, "malformed_tool_call", "structural"),
+        _turn("a", 2, "token_salad", "suspect", judge_confirmed=True),
+        _turn("a", 3, "token_salad", "suspect", judge_confirmed=False),
+        _turn("a", 4, "repetition", "suspect"),  # the judge could not score it
+        _turn("a", 5, "repetition", "confirmed"),  # a loop to the end: its own proof
+        _turn("b", 0, "token_salad", "suspect"),  # no judge in b: the detector alone
+        _turn("b", 1, "ok_text"),
+        _turn("b", 2, "invalid_tool_call", "structural"),
+    ]
+    s = summarize(pd.DataFrame(rows), "r")
+    a, b = s["variants"]
+    assert a["headline_basis"] == "structural+confirmed"
+    assert (a["structural_turns"], a["confirmed_turns"], a["suspect_turns"]) == (1, 2, 4)
+    assert a["corrupted_turns"] == 3
+    assert a["tiers"]["suspect_acquitted"] == 1
+    assert a["tiers"]["suspect_not_judged"] == 1
+    assert {e["session"] for e in a["suspect_examples"]} == {3, 4}
+    assert b["headline_basis"] == "structural+suspect"
+    assert b["corrupted_turns"] == 2
+    assert s["headline"]["counts"] == "structural+suspect"
+    assert s["headline"]["text_detector_alone"] == ["b"]
+
+
+def test_records_from_before_the_tiers_get_them_from_their_label() -> None:
+    rows = [_turn("a", 0, "token_salad"), _turn("a", 1, "malformed_tool_call")]
+    for r in rows:
+        del r["tier"]
+    [v] = summarize(pd.DataFrame(rows), "r")["variants"]
+    assert (v["structural_turns"], v["suspect_turns"], v["corrupted_turns"]) == (1, 1, 2)
+    assert v["headline_basis"] == "structural+suspect"
