@@ -154,7 +154,7 @@ class VariantOutcome:
 def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
     if opts.endpoint or opts.target is None:
         assert opts.endpoint is not None
-        return EndpointTarget(opts.endpoint)
+        return EndpointTarget(opts.endpoint, api_key=opts.api_key)
     extra = opts.sim_args if opts.target.name == "sim" else ()
     return make_target(opts.target, variant, opts.out_dir, extra_args=extra, repeat=repeat)
 

@@ -29,7 +29,10 @@ ONE = ["--sessions", "4", "--turns", "2", "--max-context", "12000", "--no-progre
 
 
 def harness(
-    *args: str, timeout: float = 180, preexec: Callable[[], None] | None = None
+    *args: str,
+    timeout: float = 180,
+    preexec: Callable[[], None] | None = None,
+    key: str = "",
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args],
@@ -37,7 +40,7 @@ def harness(
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env={**os.environ, "OPENAI_API_KEY": ""},
+        env={**os.environ, "OPENAI_API_KEY": key},
         preexec_fn=preexec,
     )
 
@@ -133,6 +136,79 @@ def test_a_server_that_is_not_an_openai_server_is_said_at_once(tmp_path: Path) -
     assert "answered HTTP 404" in proc.stderr
     assert "not ready after" not in proc.stderr  # said at once, not after the readiness wait
     assert last_json(proc)["passed"] is False
+
+
+def timed(*args: str, key: str = "") -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    proc = harness(*args, key=key)
+    return proc, time.monotonic() - t0
+
+
+def test_a_web_page_on_every_path_is_not_an_openai_api_said_at_once(tmp_path: Path) -> None:
+    with OpenAIStandin(html=True) as server:
+        proc, took = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+        chats = len(server.arrivals)
+    assert proc.returncode == 2, proc.stderr
+    error = [x for x in proc.stderr.splitlines() if x.startswith("harness: error")]
+    assert len(error) == 1
+    assert "is not an OpenAI-compatible API" in error[0]
+    assert "text/html" in error[0]
+    assert "<!DOCTYPE html>" in error[0]
+    assert "discovered" not in proc.stderr  # no false model line
+    assert chats == 0
+    assert took < 8
+    assert last_json(proc)["exit_code"] == 2
+
+
+def test_401_on_every_path_is_the_key_advice_at_once(tmp_path: Path) -> None:
+    with OpenAIStandin(key="sesame") as server:
+        proc, took = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+        right, _ = timed(
+            "run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "k"), key="sesame"
+        )
+        wrong, _ = timed(
+            "run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "w"), key="nope"
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert took < 8
+    assert "not ready after" not in proc.stderr
+    assert "HTTP 401" in proc.stderr
+    assert "OPENAI_API_KEY" in proc.stderr
+    assert "wants an API key" in proc.stderr
+    assert proc.stderr.count("OPENAI_API_KEY") == 1  # said once
+    assert wrong.returncode == 2
+    assert "key sent was refused" in wrong.stderr
+    assert right.returncode == 0, right.stderr  # the key given: the run goes on
+
+
+def test_a_401_on_v1_models_alone_is_the_key_advice_not_a_discovered_model(
+    tmp_path: Path,
+) -> None:
+    # vLLM --api-key: /health is open, /v1/models is not
+    with OpenAIStandin(key="sesame", open_paths=("/health", "/health_generate")) as server:
+        proc, took = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2, proc.stderr
+    assert "GET /v1/models with HTTP 401" in proc.stderr
+    assert "OPENAI_API_KEY" in proc.stderr
+    assert "discovered" not in proc.stderr
+    assert took < 8
+
+
+def test_a_500_on_every_request_fails_fast_showing_the_servers_error(tmp_path: Path) -> None:
+    with OpenAIStandin(broken=(500, "CUDA error: an illegal memory access")) as server:
+        proc, took = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 3, proc.stderr
+    assert "HTTP 500: CUDA error: an illegal memory access" in proc.stderr
+    assert "not ready after" not in proc.stderr
+    assert took < 8
+
+
+def test_a_closed_port_asks_whether_the_server_is_up(tmp_path: Path) -> None:
+    port = free_port()
+    proc = harness("run", "--endpoint", f"127.0.0.1:{port}", *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 3, proc.stderr
+    assert "connection refused" in proc.stderr
+    assert "is the server up on that port?" in proc.stderr
 
 
 def _sim(port: int, seed: str) -> subprocess.Popen[bytes]:
