@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.analysis import stats
 from harness.errors import UsageError
+from harness.record import safejson
 
 FORM = "METRIC OP NUMBER or METRIC[VARIANT] OP NUMBER, e.g. 'session_corruption_rate > 0.01'"
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -208,6 +209,9 @@ def write_junit(
     results = list(results)
     if run_failure is not None:
         results.append(GateResult(RUN_CASE, "run", False, None, run_failure))
+    # text from a server (a model's name, a message) may hold a lone surrogate: XML needs UTF-8
+    results = [GateResult(**safejson.printable(asdict(r))) for r in results]
+    properties = [(safejson.printable(n), safejson.printable(v)) for n, v in properties]
     failures = sum(not r.passed for r in results)
     skipped = sum(r.skipped for r in results)
     root = ET.Element("testsuites", name=suite, tests=str(len(results)), failures=str(failures))
@@ -261,6 +265,7 @@ def result_line(
         },
         "gates": [{**asdict(r), "value": _clean(r.value)} for r in results],
     }
+    doc = safejson.printable(doc)  # a line for a terminal: UTF-8 whatever the server said
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 

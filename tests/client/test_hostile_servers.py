@@ -126,6 +126,21 @@ async def test_a_lone_surrogate_in_arguments_is_stored_and_the_session_goes_on(
     assert seen["chat"] == 4  # the tool result went back: the second turn was sent
 
 
+def test_a_lone_surrogate_in_arguments_reaches_every_writer_of_a_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    junit = tmp_path / "junit.xml"
+    with running_hostile("surrogate") as url:
+        done = harness("run", "--endpoint", url, "--model", "m", "--sessions", "2",
+                       "--turns", "2", "--out", str(out), "--workers", "1",
+                       "--junit", str(junit))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    for name in ("turns.parquet", "report.md", "report.html", "summary.json"):
+        assert (out / name).is_file(), name
+    assert junit.is_file()
+    assert json.loads(done.stdout.strip().splitlines()[-1])["exit_code"] == 0
+
+
 async def test_an_exception_of_the_harness_in_the_client_is_not_the_servers_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
