@@ -302,12 +302,13 @@ async def _run_with_progress(
     skip: set[tuple[str, int, int]],
     stop: StopSignals,
     interval_s: float = 30.0,
+    said: set[str] | None = None,
 ) -> list[VariantOutcome]:
     task = asyncio.current_task()
     assert task is not None
     stop.attach(task)  # SIGTERM and SIGHUP cancel this task, as Ctrl-C does
     try:
-        return await _progress(opts, run_id, show, skip, interval_s)
+        return await _progress(opts, run_id, show, skip, interval_s, said)
     finally:
         stop.detach()
 
@@ -318,14 +319,21 @@ async def _progress(
     show: str,
     skip: set[tuple[str, int, int]],
     interval_s: float = 30.0,
+    said: set[str] | None = None,
 ) -> list[VariantOutcome]:
     """Run under the live display (``show`` "live", a terminal), with a progress line every
-    ``interval_s`` ("lines"), or with the announcements alone ("none")."""
+    ``interval_s`` ("lines"), or with the announcements alone ("none"); every announcement
+    is kept in ``said``."""
     counts = Progress()
     console = Console(stderr=True, highlight=False)
+    kept = said if said is not None else set()
 
     def work(announce: Any) -> Any:
-        return execute(opts, run_id, counts, announce=announce, skip=skip)
+        def say(line: str) -> None:
+            kept.add(line)
+            announce(line)
+
+        return execute(opts, run_id, counts, announce=say, skip=skip)
 
     if show == "live":
         return await cli_progress.live(counts, work, console)
@@ -429,10 +437,13 @@ def _drive_and_report(
     show = "none" if args.no_progress else "live" if sys.stderr.isatty() else "lines"
     interrupted = infra = None
     outcomes: list[VariantOutcome] = []
+    said: set[str] = set()
     with StopSignals() as stop:
         try:
             interval = getattr(args, "progress_interval", 30.0)
-            outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip, stop, interval))
+            outcomes = asyncio.run(
+                _run_with_progress(opts, run_id, show, skip, stop, interval, said)
+            )
         except KeyboardInterrupt:
             interrupted = "SIGINT"
         except asyncio.CancelledError:
@@ -451,4 +462,4 @@ def _drive_and_report(
             infra = str(exc)
         if stop.received is not None:
             interrupted = stopsignals.name(stop.received)
-        return finish_run(args, opts, run_id, outcomes, interrupted, infra, t0)
+        return finish_run(args, opts, run_id, outcomes, interrupted, infra, t0, said)

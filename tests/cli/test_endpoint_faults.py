@@ -294,3 +294,22 @@ def test_the_soft_open_file_limit_is_raised_when_the_hard_one_allows(tmp_path: P
     rows = read_turns(tmp_path / "r" / "turns.jsonl")
     assert len(rows) == 120
     assert not any(r["transport_error"] for r in rows)
+
+
+def test_after_a_fatal_error_no_table_of_zeros_and_the_error_comes_last(tmp_path: Path) -> None:
+    with OpenAIStandin(refuse=(401, "Invalid API key")) as server:
+        proc = harness("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2, proc.stderr
+    assert "verdict:" not in proc.stdout
+    assert "transport err" not in proc.stdout  # no table
+    err = proc.stderr.strip().splitlines()
+    assert "Invalid API key" in err[-1]  # the last thing said
+    assert proc.stderr.count("Invalid API key") == 1  # once
+    assert last_json(proc)["exit_code"] == 2  # and stdout still ends with the result line
+
+
+def test_a_warning_said_during_the_run_is_not_said_again(tmp_path: Path) -> None:
+    with OpenAIStandin() as server:  # its usage has no cached tokens
+        proc = harness("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("reports no cached prompt tokens") == 1
