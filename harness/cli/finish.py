@@ -101,6 +101,7 @@ def finish_run(
             "no variant; the tracebacks are in the log above)",
             file=sys.stderr,
         )
+    print_replays(summary)
     print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
     if interrupted or infra:
         errors.append(
@@ -109,6 +110,22 @@ def finish_run(
         )
     _say(errors)
     return apply_gates(args, summary, run_code=code, run_problem=problem, interrupted=interrupted)
+
+
+#: How many replay lines the terminal shows (report.md lists more).
+SHOWN_REPLAYS = 3
+
+
+def print_replays(summary: Any) -> None:
+    """The first corrupted sessions, each as a ready-to-run ``harness replay`` line."""
+    replays = summary.get("replays") or {}
+    lines = (replays.get("lines") or [])[:SHOWN_REPLAYS]
+    if not lines:
+        return
+    more = replays.get("count", 0) - len(lines)
+    print("reproduce a corrupted session" + (f" ({more} more in report.md):" if more > 0 else ":"))
+    for line in lines:
+        print(f"  {line}")
 
 
 def _say(lines: list[str]) -> None:

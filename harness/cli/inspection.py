@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.argtypes import api_key_from_env
+from harness.cli.finish import print_replays
 from harness.cli.gates import (
     EXIT_GATE,
     EXIT_INFRA,
@@ -47,6 +48,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     check_gate_args(args, _planned_variants(_run_dir(args.run_dir)))  # before the rebuild
     summary = write_report(args.run_dir)
     print(format_table(summary))
+    print_replays(summary)
     print(f"report: {args.run_dir / 'report.md'} and {args.run_dir / 'report.html'}")
     interrupted = summary.get("interrupted")
     if interrupted:

@@ -35,7 +35,7 @@ from harness.run.execute import (
     new_run_id,
     write_run_json,
 )
-from harness.run.options import RunOptions
+from harness.run.options import DEMO_FAULT_SCALE, RunOptions
 from harness.run.plan import format_plan
 from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.run.stopsignals import StopSignals
@@ -113,7 +113,6 @@ def _cluster(asked: int | str | None) -> str | None:
 DEMO_AB = "index_k=fp8,bf16"
 DEMO_SESSIONS = 48
 DEMO_SPEED = 4.0
-DEMO_FAULT_SCALE = 4.0
 
 
 def _demo(args: argparse.Namespace) -> list[str]:

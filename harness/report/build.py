@@ -30,7 +30,7 @@ from harness.record.rundir import (
 )
 from harness.report import facts as report_facts
 from harness.report import html as report_html
-from harness.report import plots
+from harness.report import plots, replays
 from harness.report import servers as report_servers
 from harness.report.canary import markdown as canary_markdown
 from harness.report.canary import plot_canary
@@ -226,7 +226,8 @@ def render_markdown(
 def shared_sections(summary: Summary) -> list[str]:
     """The sections after the comparisons, as Markdown: report.md has them as they are,
     report.html renders the same Markdown."""
-    out = list(confirm_markdown(summary))
+    out = replays.markdown(summary)
+    out += list(confirm_markdown(summary))
     out += list(canary_markdown(summary))
     out += report_facts.sim_accuracy_markdown(summary["variants"])
     out += cache_markdown(summary)
@@ -337,6 +338,7 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
     run_dir = Path(run_dir)
     run = analysis.load_run(run_dir)
     summary = build_summary(run, alpha)
+    summary["replays"] = replays.replay_lines(run.turns, run_dir)
     made = plots.make_plots(run, summary, run_dir / PLOTS_DIR)
     if any("canary" in v for v in summary["variants"]):
         order = [v["label"] for v in summary["variants"]]

@@ -104,6 +104,9 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "python": sys.version.split()[0],
         "plan_id": plan_id(opts),
         "shard": opts.shard.to_dict() if opts.shard is not None else None,
+        # the simulator's own flags (seed, speed, the demo's --fault-scale): a replay
+        # launches it exactly as the run did
+        "sim_args": list(opts.sim_args) if opts.target and opts.target.name == "sim" else None,
     }
     RunDir(opts.out_dir).write_meta(meta, opts.target.path if opts.target else None)
 

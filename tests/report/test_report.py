@@ -245,3 +245,18 @@ def test_compare_table_names_every_column(tmp_path: Path) -> None:
                 if line.startswith("| variant"))  # fmt: skip
     assert all(cell.strip() for cell in head.strip("|").split("|"))
     assert head.rstrip(" |").endswith("regression")
+
+
+def test_report_lists_a_replay_line_per_corrupted_session(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", [
+        turn("k=a", 0), turn("k=b", 0), turn("k=b", 3, "token_salad", "salad"),
+        turn("k=b", 3, "token_salad", "salad", turn=1),
+    ])  # fmt: skip
+    summary = report.write_report(run)
+    assert summary["replays"] == {
+        "count": 1,
+        "lines": [f"harness replay {run} --session 3 --variant k=b"],
+    }
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert f"harness replay {run} --session 3 --variant k=b" in md
+    assert "harness replay" in (run / "report.html").read_text(encoding="utf-8")
