@@ -25,6 +25,7 @@ Api = Literal["chat", "completions", "generate"]  # who parses the tool calls
 #: replay of a demo run launches the simulator with them too.
 DEMO_FAULT_SCALE = 4.0
 
+
 @dataclass(frozen=True)
 class RunOptions:
     scenario: Scenario
