@@ -83,7 +83,18 @@ def finish_run(
         print_failure_line(run_id, code or 3, problem, interrupted)
         return code or 3
     RunDir(opts.out_dir).mark_meta(interrupted=interrupted)
-    summary = write_report(opts.out_dir)
+    print(f"writing the report in {opts.out_dir} ...", file=sys.stderr, flush=True)
+    try:
+        summary = write_report(opts.out_dir)
+    except KeyboardInterrupt:  # Ctrl-C while the report is written: the turns are all kept
+        problem = "interrupted by SIGINT while the report was written"
+        errors.append(
+            f"harness: {problem}; every turn done is in {turns_path}: write the report "
+            f"with: harness report {opts.out_dir}"
+        )
+        _say(errors)
+        print_failure_line(run_id, _interrupted_code("SIGINT"), problem, "SIGINT")
+        return _interrupted_code("SIGINT")
     for warning in summary.get("server_warnings") or []:
         if f"warning: {warning}" not in said:  # said during the run already: not twice
             print(f"harness: warning: {warning}", file=sys.stderr)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.argtypes import api_key_from_env
-from harness.cli.finish import print_replays
 from harness.cli.gates import (
     EXIT_GATE,
     EXIT_INFRA,
@@ -43,6 +42,7 @@ def _planned_variants(run_dir: Path) -> list[str] | None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from harness.cli.finish import print_replays
     from harness.report.build import format_table, write_report
 
     check_gate_args(args, _planned_variants(_run_dir(args.run_dir)))  # before the rebuild

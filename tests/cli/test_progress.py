@@ -59,6 +59,20 @@ def test_corrupted_sessions_rate_and_cancelled_apart() -> None:
     assert v.finished is not None
 
 
+def test_a_stopped_variant_says_stopped_with_what_was_planned_not_done() -> None:
+    p = Progress()
+    p.begin("a", 0, plans(2))  # 8 turns planned
+    p.count(False, False, (0, 0))
+    p.count(False, False, (0, 1), cancelled=True)  # Ctrl-C: the turn in flight cancelled
+    p.session_ended(0)
+    p.session_ended(1)
+    p.end()
+    line = cli_progress.variant_line(p.variants["a"], time.monotonic())
+    assert "2/8 turns" in line
+    assert "stopped after" in line
+    assert "done" not in line.replace("sessions done", "")
+
+
 def _counts() -> Any:
     p = Progress()
     p.begin("index_k=bf16,hicache=on", 0, plans(80, steps=26))
