@@ -132,20 +132,44 @@ def table_rows(summary: Summary) -> list[list[str]]:
     ]  # fmt: skip
 
 
+#: The terminal's table: narrow enough for 80 columns (report.md has the full one).
+TERMINAL_COLS = ("variant", "sessions", "corrupt", "rate [95% CI]", "turns", "turn rate",
+                 "transport")  # fmt: skip
+DEMO_NOTE = "demo: the simulator's fault odds are x4, so rates show the effect, not its size"
+
+
+def short_rate_ci(rate: float | None, ci: list[float]) -> str:
+    """``3.2% [1.1–8.9]``: the rate and its interval in the rate's unit, short."""
+    if rate is None:
+        return "n/a"
+    return f"{fmt_pct(rate)} [{100 * ci[0]:.1f}–{100 * ci[1]:.1f}]"
+
+
 def format_table(summary: Summary) -> str:
-    """Plain-text per-variant table for the terminal (first line: the verdict)."""
-    rows = [list(TABLE_COLS), *table_rows(summary)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLS))]
+    """Plain-text per-variant table for the terminal (first line: the verdict), within 80
+    columns for the demo's labels: the session rate with its interval, the turn rate alone
+    (report.md has both intervals and the corrupted turns)."""
+    rows = [list(TERMINAL_COLS)]
+    rows += [
+        [v["label"], str(v["sessions"]), str(v["corrupted_sessions"]),
+         short_rate_ci(v["session_corruption_rate"], v["session_corruption_ci"]),
+         str(v["classified_turns"]), fmt_pct(v["turn_corruption_rate"]),
+         str(v["transport_errors"])]
+        for v in summary["variants"]
+    ]  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TERMINAL_COLS))]
     lines = [
         "  ".join(
             c.ljust(w) if i == 0 else c.rjust(w)
             for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
+        ).rstrip()
         for r in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     said = [*coverage.dialect_lines(summary)]
     said += [f"warning: {w}" for w in summary.get("warnings", ())]
+    if (summary.get("run") or {}).get("demo"):
+        said.append(DEMO_NOTE)
     return "\n".join([f"verdict: {summary['verdict']}", *said, *lines])
 
 

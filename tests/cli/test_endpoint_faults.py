@@ -301,7 +301,7 @@ def test_after_a_fatal_error_no_table_of_zeros_and_the_error_comes_last(tmp_path
         proc = harness("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
     assert proc.returncode == 2, proc.stderr
     assert "verdict:" not in proc.stdout
-    assert "transport err" not in proc.stdout  # no table
+    assert "rate [95% CI]" not in proc.stdout  # no table
     err = proc.stderr.strip().splitlines()
     assert "Invalid API key" in err[-1]  # the last thing said
     assert proc.stderr.count("Invalid API key") == 1  # once

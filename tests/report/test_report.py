@@ -138,12 +138,22 @@ def test_format_table(sample_run: tuple[Path, dict[str, Any]]) -> None:
     text = report.format_table(summary)
     lines = text.splitlines()
     assert lines[0].startswith("verdict: ")
-    assert "session rate [95% CI]" in lines[1]
+    assert "rate [95% CI]" in lines[1]
     assert set(lines[2]) <= {"-", " "}
     row = next(line for line in lines if line.startswith("index_k=bf16,hicache=on"))
     assert row.split()[1:3] == ["20", "9"]
-    assert "45.0% [25.8%, 65.8%]" in row
+    assert "45.0% [25.8–65.8]" in row
     assert len(lines) == 3 + len(summary["variants"])
+
+
+def test_the_terminal_table_fits_80_columns_and_says_the_demo_odds(tmp_path: Path) -> None:
+    rows = [turn(v, i, "token_salad" if i < 5 else "ok_text", "salad" if i < 5 else "fine")
+            for v in ("index_k=fp8", "index_k=bf16") for i in range(48)]  # fmt: skip
+    run = make_run(tmp_path / "run", rows)
+    (run / "run.json").write_text(json.dumps({"run_id": "d", "args": {"demo": True}}))
+    text = report.format_table(report.write_report(run))
+    assert max(len(line) for line in text.splitlines() if "verdict" not in line) <= 80
+    assert "fault odds are x4" in text
 
 
 def test_compare_runs_flags_regression(tmp_path: Path) -> None:
