@@ -326,11 +326,13 @@ class _VariantRun:
         """The variant's dialect, from the option, the scenario or the served model's name
         (harness.workload.dialect); announced, in run.json, and the one its sessions use."""
         opts = self.opts
-        choice = choose(
-            opts.scenario.dialect,
-            await model_names(base_url, model, opts.api_key),
-            from_option=opts.dialect_from_option,
-        )
+        names = await model_names(base_url, model, opts.api_key)
+        choice = choose(opts.scenario.dialect, names, from_option=opts.dialect_from_option)
+        if names[0] != model:  # both said: the name the requests carry, what is served
+            self.announce(
+                f"{self.name}: the server does not list {model} (the requests' model); it "
+                f"serves {names[0]}: the dialect follows what it serves"
+            )
         self.announce(f"{self.name}: dialect {choice.describe()}")
         record_dialect(opts, self.variant.label, choice)
         self.dialect_from = choice.source

@@ -313,3 +313,15 @@ def test_a_warning_said_during_the_run_is_not_said_again(tmp_path: Path) -> None
         proc = harness("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("reports no cached prompt tokens") == 1
+
+
+def test_a_model_flag_the_server_does_not_serve_says_both_and_follows_the_server(
+    tmp_path: Path,
+) -> None:
+    served = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+    with OpenAIStandin(model=served) as server:
+        proc = harness("run", "--endpoint", server.url, *ONE, "--model", "DeepSeek-V3",
+                       "--out", str(tmp_path / "r"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"does not list DeepSeek-V3 (the requests' model); it serves {served}" in proc.stderr
+    assert "dialect qwen3-coder" in proc.stderr

@@ -9,7 +9,8 @@ UI); ``key`` answers 401 on every path but ``open_paths`` to a request without
 ``Authorization: Bearer KEY`` (an auth gateway; vLLM's ``--api-key`` leaves ``/health``
 open); ``broken=(status, message)`` answers every request, GET or POST, with that status and
 body (a failing server).
-``arrivals`` keeps when each chat request arrived (``time.monotonic()``).
+``model``: the id ``/v1/models`` lists. ``arrivals`` keeps when each chat request arrived
+(``time.monotonic()``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ class OpenAIStandin:
         key: str | None = None,
         broken: tuple[int, str] | None = None,
         open_paths: tuple[str, ...] = (),
+        model: str = "m",
     ) -> None:
+        self.model = model
         self.open_paths = open_paths
         self.html = html
         self.key = key
@@ -107,7 +110,8 @@ class OpenAIStandin:
                 if standin.not_openai:
                     self._send(404, b"<html>Not Found</html>", "text/html")
                 elif self.path in ("/health", "/v1/models"):
-                    self._send(200, b'{"data": [{"id": "m"}]}', "application/json")
+                    doc = {"data": [{"id": standin.model}]}
+                    self._send(200, json.dumps(doc).encode(), "application/json")
                 else:
                     self._send(404, b"not found", "text/plain")
 
