@@ -97,13 +97,22 @@ KNOWN_METRICS = (
 )  # fmt: skip
 
 
+def _guess(word: str, names: Sequence[str]) -> str:
+    """ " (did you mean X?)" for a mistyped name, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(names), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def check_exprs(exprs: Sequence[str], variants: Sequence[str] | None = None) -> list[Gate]:
     """Validate ``--fail-if`` expressions before a run starts: syntax, metric name and, given
     the planned ``variants``' labels, the variant a gate names."""
     gates = [parse_gate(e) for e in exprs]
     for g in gates:
         if g.metric not in KNOWN_METRICS:
-            raise UsageError(f"--fail-if {g.expr!r}: unknown metric {g.metric!r}; per-variant "
+            raise UsageError(f"--fail-if {g.expr!r}: unknown metric {g.metric!r}"
+                             f"{_guess(g.metric, KNOWN_METRICS)}; per-variant "
                              f"metrics are: {', '.join(KNOWN_METRICS)}")  # fmt: skip
         if variants is not None and g.variant is not None and g.variant not in variants:
             raise UsageError(f"--fail-if {g.expr!r}: no variant {g.variant!r} is planned; the "
@@ -124,7 +133,8 @@ def _check_gate(gate: Gate, summary: Mapping[str, Any]) -> None:
     fields = numeric_fields(summary)
     labels = [v["label"] for v in summary.get("variants", [])]
     if gate.metric not in fields and not any(gate.metric in v for v in summary.get("variants", [])):
-        raise UsageError(f"--fail-if {gate.expr!r}: unknown metric {gate.metric!r}; numeric "
+        raise UsageError(f"--fail-if {gate.expr!r}: unknown metric {gate.metric!r}"
+                         f"{_guess(gate.metric, fields)}; numeric "
                          f"per-variant metrics are: {', '.join(fields)}")  # fmt: skip
     if gate.variant is not None and gate.variant not in labels:
         raise UsageError(f"--fail-if {gate.expr!r}: no variant {gate.variant!r} in this run; "

@@ -74,7 +74,14 @@ def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
     if unknown:
         guesses, misplaced = [], []
         known = _options(parser)
-        for word in unknown.group(1).split():
+        words = unknown.group(1).split()
+        argv: list[str] = getattr(parser, "argv", [])
+        for i, word in enumerate(argv[1:-1], 1):  # --ab FACTOR LEVELS: the '=' left out
+            if argv[i - 1] == "--ab" and "=" not in word and argv[i + 1] in words:
+                return (
+                    f"; --ab takes FACTOR=LEVELS with '=': did you mean --ab {word}={argv[i + 1]}?"
+                )
+        for word in words:
             flag = word.split("=", 1)[0]
             if flag in known:  # right name, wrong place (e.g. -v after the command)
                 misplaced.append(flag)
@@ -252,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return sim_main(argv[1:])
     parser = build_parser()
+    parser.argv = argv  # type: ignore[attr-defined]  # the hints read the command line
     try:
         args = parser.parse_args(argv)
     except UsageExit as exc:  # CI reads the last line: it says the command failed

@@ -140,6 +140,14 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         dialect=dialect,
     )  # fmt: skip
     factors = parse_ab(args.ab)
+    for name, levels in factors:
+        if len(levels) == 1:  # it picks a server setting; a comparison needs two levels
+            print(
+                f"harness: note: --ab {name}={levels[0]} has one level: every variant runs "
+                f"with it, and nothing is compared on {name} (to compare, give two: "
+                f"--ab {name}={levels[0]},OTHER)",
+                file=sys.stderr,
+            )
     vs = tuple(variants(factors))
     target = None
     if args.endpoint:
