@@ -238,10 +238,9 @@ def render_markdown(
             body = ("…" if e["cut_before"] else "") + e["pre"]
             body += f"⟦{e['span']}⟧" if e["offset"] is not None else ""
             body += e["post"] + ("…" if e["cut_after"] else "")
-            if ex["tool_calls"]:
+            if report_facts.has_calls(ex["tool_calls"]):
                 body += f"\n[tool_calls] {ex['tool_calls']}"
-            if ex["evidence"]:
-                body += f"\n[evidence] {json.dumps(ex['evidence'], ensure_ascii=False)[:400]}"
+            body += "".join(f"\n{line}" for line in report_facts.evidence_lines(ex["evidence"]))
             fence = _fence(body)
             out += ["", fence + "text", body, fence, ""]
     return printable("\n".join(out) + "\n")

@@ -270,3 +270,24 @@ def test_report_lists_a_replay_line_per_corrupted_session(tmp_path: Path) -> Non
     md = (run / "report.md").read_text(encoding="utf-8")
     assert f"harness replay {run} --session 3 --variant k=b" in md
     assert "harness replay" in (run / "report.html").read_text(encoding="utf-8")
+
+
+def test_html_shows_cjk_dsml_and_evidence_as_a_person_reads_them(tmp_path: Path) -> None:
+    dsml = '<｜DSML｜invoke name="read_file">读取文件</｜DSML｜invoke>'
+    run = make_run(tmp_path / "run", [
+        turn("k=a", 0),
+        turn("k=b", 0, "token_salad", f"先看看 {dsml} then salad",
+             evidence={"reason": "mixed scripts", "offset": 4, "score": 0.91234}),
+    ])  # fmt: skip
+    report.write_report(run)
+    html = (run / "report.html").read_text(encoding="utf-8")
+    assert "｜DSML｜" in html
+    assert "读取文件" in html
+    # a font stack that covers CJK and full-width forms, body and code alike
+    assert html.count('"Noto Sans CJK SC"') >= 2
+    assert "<li>why: mixed scripts</li>" in html
+    assert "<li>score: 0.912</li>" in html
+    assert "{&quot;reason" not in html  # not raw JSON
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "why: mixed scripts" in md
+    assert "[tool_calls] nan" not in md.lower()
