@@ -83,8 +83,8 @@ def finish_run(
         print_failure_line(run_id, code or 3, problem, interrupted)
         return code or 3
     RunDir(opts.out_dir).mark_meta(interrupted=interrupted)
-    print(f"writing the report in {opts.out_dir} ...", file=sys.stderr, flush=True)
-    try:
+    try:  # (the line inside: a Ctrl-C right after it is printed is caught here too)
+        print(f"writing the report in {opts.out_dir} ...", file=sys.stderr, flush=True)
         summary = write_report(opts.out_dir)
     except KeyboardInterrupt:  # Ctrl-C while the report is written: the turns are all kept
         problem = "interrupted by SIGINT while the report was written"
