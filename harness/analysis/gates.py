@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.analysis import stats
 from harness.errors import UsageError
+from harness.record import safejson
 
 FORM = "METRIC OP NUMBER or METRIC[VARIANT] OP NUMBER, e.g. 'session_corruption_rate > 0.01'"
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -99,13 +100,22 @@ KNOWN_METRICS = (
 )  # fmt: skip
 
 
+def _guess(word: str, names: Sequence[str]) -> str:
+    """ " (did you mean X?)" for a mistyped name, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(names), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def check_exprs(exprs: Sequence[str], variants: Sequence[str] | None = None) -> list[Gate]:
     """Validate ``--fail-if`` expressions before a run starts: syntax, metric name and, given
     the planned ``variants``' labels, the variant a gate names."""
     gates = [parse_gate(e) for e in exprs]
     for g in gates:
         if g.metric not in KNOWN_METRICS:
-            raise UsageError(f"--fail-if {g.expr!r}: unknown metric {g.metric!r}; per-variant "
+            raise UsageError(f"--fail-if {g.expr!r}: unknown metric {g.metric!r}"
+                             f"{_guess(g.metric, KNOWN_METRICS)}; per-variant "
                              f"metrics are: {', '.join(KNOWN_METRICS)}")  # fmt: skip
         if variants is not None and g.variant is not None and g.variant not in variants:
             raise UsageError(f"--fail-if {g.expr!r}: no variant {g.variant!r} is planned; the "
@@ -126,7 +136,8 @@ def _check_gate(gate: Gate, summary: Mapping[str, Any]) -> None:
     fields = numeric_fields(summary)
     labels = [v["label"] for v in summary.get("variants", [])]
     if gate.metric not in fields and not any(gate.metric in v for v in summary.get("variants", [])):
-        raise UsageError(f"--fail-if {gate.expr!r}: unknown metric {gate.metric!r}; numeric "
+        raise UsageError(f"--fail-if {gate.expr!r}: unknown metric {gate.metric!r}"
+                         f"{_guess(gate.metric, fields)}; numeric "
                          f"per-variant metrics are: {', '.join(fields)}")  # fmt: skip
     if gate.variant is not None and gate.variant not in labels:
         raise UsageError(f"--fail-if {gate.expr!r}: no variant {gate.variant!r} in this run; "
@@ -229,6 +240,9 @@ def write_junit(
     results = list(results)
     if run_failure is not None:
         results.append(GateResult(RUN_CASE, "run", False, None, run_failure))
+    # text from a server (a model's name, a message) may hold a lone surrogate: XML needs UTF-8
+    results = [GateResult(**safejson.printable(asdict(r))) for r in results]
+    properties = [(safejson.printable(n), safejson.printable(v)) for n, v in properties]
     failures = sum(not r.passed for r in results)
     skipped = sum(r.skipped for r in results)
     root = ET.Element("testsuites", name=suite, tests=str(len(results)), failures=str(failures))
@@ -282,6 +296,7 @@ def result_line(
         },
         "gates": [{**asdict(r), "value": _clean(r.value)} for r in results],
     }
+    doc = safejson.printable(doc)  # a line for a terminal: UTF-8 whatever the server said
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 

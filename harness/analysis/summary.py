@@ -27,6 +27,7 @@ import pandas as pd
 from harness.analysis import coverage, judge, livecontext, stats, tiers
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
+from harness.record import safejson
 from harness.record.rundir import METRICS_FILE, RUN_FILE, TURNS_FILE
 from harness.record.turns import read_turns
 
@@ -94,7 +95,7 @@ def load_run(run_dir: Path | str) -> RunData:
     if (run_dir / RUN_FILE).is_file():
         try:
             loaded = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-            meta = loaded if isinstance(loaded, dict) else {}
+            meta = safejson.printable(loaded) if isinstance(loaded, dict) else {}
         except json.JSONDecodeError as exc:
             log.warning("%s: unreadable, ignored (%s)", run_dir / RUN_FILE, exc)
     metrics = None
@@ -102,7 +103,7 @@ def load_run(run_dir: Path | str) -> RunData:
         mrows = _read_jsonl(run_dir / METRICS_FILE)
         if mrows:
             metrics = pd.DataFrame.from_records(mrows)
-    frame = pd.DataFrame.from_records(read_turns(turns_path))
+    frame = pd.DataFrame.from_records(read_turns(turns_path, text=True))
     decided, _ = judge.decide(judge.read_rows(run_dir))  # judge.jsonl: the confirmed tier
     turns = prepare(tiers.merge_judge(frame, decided))
     return RunData(run_dir=run_dir, turns=turns, meta=meta, metrics=metrics)

@@ -15,6 +15,7 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +46,19 @@ def finish_run(
     interrupted: str | None,
     infra: str | None,
     t0: float,
+    said: Collection[str] = (),
 ) -> int:
     """After the load: the report, the table, the gates and the one-line JSON result, whose
-    ``passed`` is true exactly when the exit code is 0."""
+    ``passed`` is true exactly when the exit code is 0. ``said``: the lines announced during
+    the run (a warning said there is not said again). After a fatal error (a refused
+    configuration, infrastructure) there is no table of zeros, and the error is the last line
+    before the result line."""
     from harness.report.build import format_table, write_report
 
     turns_path = opts.out_dir / TURNS_FILE
     nothing_ran = not turns_path.exists() or turns_path.stat().st_size == 0
     refused = [o for o in outcomes if o.exit_code == 2]
     died = [o for o in outcomes if o.error and o.exit_code != 2]
-    for o in refused:
-        print(f"harness: error: {o.error}", file=sys.stderr)
-    for o in died:
-        print(f"harness: variant {o.label}: {o.error}", file=sys.stderr)
     if interrupted:
         code = _interrupted_code(interrupted)
     elif refused:
@@ -71,21 +72,39 @@ def finish_run(
         if refused
         else infra or (died[0].error if died else None)
     )
+    # the errors are the last lines a person sees, each said once
+    errors = [f"harness: error: {o.error}" for o in refused]
+    errors += [f"harness: variant {o.label}: {o.error}" for o in died]
     if nothing_ran:
-        print(f"harness: error: {problem or 'no turn was recorded'}", file=sys.stderr)
-        print_failure_line(run_id, code or 3, problem or "no turn was recorded", interrupted)
+        problem = problem or "no turn was recorded"
+        if not any(problem in line for line in errors):
+            errors.append(f"harness: error: {problem}")
+        _say(errors)
+        print_failure_line(run_id, code or 3, problem, interrupted)
         return code or 3
-    if interrupted or infra:
-        print(
-            f"harness: {problem}; the report covers the turns done so far "
-            f"(continue with: harness run --resume {opts.out_dir})",
-            file=sys.stderr,
-        )
     RunDir(opts.out_dir).mark_meta(interrupted=interrupted)
-    summary = write_report(opts.out_dir)
+    try:  # (the line inside: a Ctrl-C right after it is printed is caught here too)
+        print(f"writing the report in {opts.out_dir} ...", file=sys.stderr, flush=True)
+        summary = write_report(opts.out_dir)
+    except KeyboardInterrupt:  # Ctrl-C while the report is written: the turns are all kept
+        problem = "interrupted by SIGINT while the report was written"
+        errors.append(
+            f"harness: {problem}; every turn done is in {turns_path}: write the report "
+            f"with: harness report {opts.out_dir}"
+        )
+        _say(errors)
+        print_failure_line(run_id, _interrupted_code("SIGINT"), problem, "SIGINT")
+        return _interrupted_code("SIGINT")
     for warning in summary.get("server_warnings") or []:
-        print(f"harness: warning: {warning}", file=sys.stderr)
-    print(format_table(summary))
+        if f"warning: {warning}" not in said:  # said during the run already: not twice
+            print(f"harness: warning: {warning}", file=sys.stderr)
+    unjudged = unjudged_variants(summary, opts.out_dir)
+    if unjudged and code in (0, 1):
+        code = 3
+        problem = "cannot judge " + "; ".join(unjudged)
+        errors.append(f"harness: error: {problem}")
+    if not code or any(v.get("sessions") for v in summary["variants"]):
+        print(format_table(summary))  # not a table of zeros after a fatal error
     own = sum(v.get("harness_errors") or 0 for v in summary["variants"])
     if own:
         print(
@@ -93,13 +112,37 @@ def finish_run(
             "no variant; the tracebacks are in the log above)",
             file=sys.stderr,
         )
+    print_replays(summary)
     print(f"run folder: {opts.out_dir}  ({time.perf_counter() - t0:.0f}s)")
-    unjudged = unjudged_variants(summary, opts.out_dir)
-    if unjudged and code in (0, 1):
-        code = 3
-        problem = "cannot judge " + "; ".join(unjudged)
-        print(f"harness: {problem}", file=sys.stderr)
+    if interrupted or infra:
+        errors.append(
+            f"harness: {problem}; the report covers the turns done so far "
+            f"(continue with: harness run --resume {opts.out_dir})"
+        )
+    _say(errors)
     return apply_gates(args, summary, run_code=code, run_problem=problem, interrupted=interrupted)
+
+
+#: How many replay lines the terminal shows (report.md lists more).
+SHOWN_REPLAYS = 3
+
+
+def print_replays(summary: Any) -> None:
+    """The first corrupted sessions, each as a ready-to-run ``harness replay`` line."""
+    replays = summary.get("replays") or {}
+    lines = (replays.get("lines") or [])[:SHOWN_REPLAYS]
+    if not lines:
+        return
+    more = replays.get("count", 0) - len(lines)
+    print("reproduce a corrupted session" + (f" ({more} more in report.md):" if more > 0 else ":"))
+    for line in lines:
+        print(f"  {line}")
+
+
+def _say(lines: list[str]) -> None:
+    sys.stdout.flush()  # after what stdout holds: the errors come last on a terminal
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
 
 
 def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:

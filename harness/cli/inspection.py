@@ -29,12 +29,26 @@ def _run_dir(path: Path) -> Path:
     return path
 
 
+def _planned_variants(run_dir: Path) -> list[str] | None:
+    """The variants run.json planned (None when it does not say)."""
+    import json
+
+    try:
+        meta = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        labels = [str(v["label"]) for v in meta["variants"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return labels or None
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    from harness.cli.finish import print_replays
     from harness.report.build import format_table, write_report
 
-    check_gate_args(args)
-    summary = write_report(_run_dir(args.run_dir))
+    check_gate_args(args, _planned_variants(_run_dir(args.run_dir)))  # before the rebuild
+    summary = write_report(args.run_dir)
     print(format_table(summary))
+    print_replays(summary)
     print(f"report: {args.run_dir / 'report.md'} and {args.run_dir / 'report.html'}")
     interrupted = summary.get("interrupted")
     if interrupted:

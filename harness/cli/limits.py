@@ -9,7 +9,8 @@ from harness.argtypes import positive_float, positive_int
 from harness.client.limits import Limits
 
 
-def add_limit_args(p: argparse.ArgumentParser) -> None:
+def add_limit_args(parser: argparse.ArgumentParser) -> None:
+    p = parser.add_argument_group("response limits (see docs/faults.md)")
     p.add_argument(
         "--total-timeout",
         type=positive_float,

@@ -37,7 +37,25 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hint = did_you_mean(self, message)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{hint} (see: {self.prog} --help)\n")
+        text = f"{self.prog}: error: {message}{hint} (see: {self.prog} --help)"
+        sys.stderr.write(text + "\n")
+        raise UsageExit(text)
+
+
+class UsageExit(SystemExit):
+    """The exit of a usage error, with its one line (``main`` ends a run's stdout with it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+
+#: The commands whose last line on stdout is the one-line JSON result.
+RESULT_COMMANDS = ("run", "report", "merge")
+
+
+def _command(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
@@ -56,7 +74,14 @@ def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
     if unknown:
         guesses, misplaced = [], []
         known = _options(parser)
-        for word in unknown.group(1).split():
+        words = unknown.group(1).split()
+        argv: list[str] = getattr(parser, "argv", [])
+        for i, word in enumerate(argv[1:-1], 1):  # --ab FACTOR LEVELS: the '=' left out
+            if argv[i - 1] == "--ab" and "=" not in word and argv[i + 1] in words:
+                return (
+                    f"; --ab takes FACTOR=LEVELS with '=': did you mean --ab {word}={argv[i + 1]}?"
+                )
+        for word in words:
             flag = word.split("=", 1)[0]
             if flag in known:  # right name, wrong place (e.g. -v after the command)
                 misplaced.append(flag)
@@ -234,7 +259,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return sim_main(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    parser.argv = argv  # type: ignore[attr-defined]  # the hints read the command line
+    try:
+        args = parser.parse_args(argv)
+    except UsageExit as exc:  # CI reads the last line: it says the command failed
+        if _command(argv) in RESULT_COMMANDS:
+            print_failure_line(None, EXIT_USAGE, exc.message)
+        raise
     args.argv = argv  # the command line as typed (run.json, the report)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
@@ -261,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_trace(args)
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
-        if args.command == "run":  # CI reads the last line of a run: it says the run failed
+        if args.command in RESULT_COMMANDS:  # CI reads the last line: it says what failed
             print_failure_line(None, exc.exit_code, str(exc))
         return exc.exit_code
     except OSError as exc:  # the harness's own environment (a full disk, a read-only folder)

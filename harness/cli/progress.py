@@ -37,11 +37,16 @@ def _clock(seconds: float) -> str:
 def fields(v: VariantCounts, now: float) -> list[tuple[int, str]]:
     """(priority, text) of a variant's line, in display order; the lower the priority, the
     later the field is dropped."""
-    planned = v.planned_turns
+    # stopped (Ctrl-C, a signal, the run timeout: its turns in flight cancelled): the turns
+    # done of what was planned at the start, never "done"
+    stopped = v.cancelled > 0 and v.finished is not None and not v.running
+    planned = v.first_planned_turns if stopped else v.planned_turns
     out = [(0, f"{v.turns:,}/{planned:,} turns")]
     if v.running:
         eta = v.eta_s(now)
         out.append((3, "ETA " + ("?" if eta is None else _clock(eta))))
+    elif stopped:
+        out.append((3, f"stopped after {_clock(v.elapsed_s(now))}"))
     elif v.finished is not None:
         out.append((3, f"done in {_clock(v.elapsed_s(now))}"))
     else:

@@ -35,7 +35,7 @@ from harness.run.execute import (
     new_run_id,
     write_run_json,
 )
-from harness.run.options import RunOptions
+from harness.run.options import DEMO_FAULT_SCALE, RunOptions
 from harness.run.plan import format_plan
 from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.run.stopsignals import StopSignals
@@ -113,7 +113,6 @@ def _cluster(asked: int | str | None) -> str | None:
 DEMO_AB = "index_k=fp8,bf16"
 DEMO_SESSIONS = 48
 DEMO_SPEED = 4.0
-DEMO_FAULT_SCALE = 4.0
 
 
 def _demo(args: argparse.Namespace) -> list[str]:
@@ -141,6 +140,14 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         dialect=dialect,
     )  # fmt: skip
     factors = parse_ab(args.ab)
+    for name, levels in factors:
+        if len(levels) == 1:  # it picks a server setting; a comparison needs two levels
+            print(
+                f"harness: note: --ab {name}={levels[0]} has one level: every variant runs "
+                f"with it, and nothing is compared on {name} (to compare, give two: "
+                f"--ab {name}={levels[0]},OTHER)",
+                file=sys.stderr,
+            )
     vs = tuple(variants(factors))
     target = None
     if args.endpoint:
@@ -303,12 +310,13 @@ async def _run_with_progress(
     skip: set[tuple[str, int, int]],
     stop: StopSignals,
     interval_s: float = 30.0,
+    said: set[str] | None = None,
 ) -> list[VariantOutcome]:
     task = asyncio.current_task()
     assert task is not None
     stop.attach(task)  # SIGTERM and SIGHUP cancel this task, as Ctrl-C does
     try:
-        return await _progress(opts, run_id, show, skip, interval_s)
+        return await _progress(opts, run_id, show, skip, interval_s, said)
     finally:
         stop.detach()
 
@@ -319,14 +327,21 @@ async def _progress(
     show: str,
     skip: set[tuple[str, int, int]],
     interval_s: float = 30.0,
+    said: set[str] | None = None,
 ) -> list[VariantOutcome]:
     """Run under the live display (``show`` "live", a terminal), with a progress line every
-    ``interval_s`` ("lines"), or with the announcements alone ("none")."""
+    ``interval_s`` ("lines"), or with the announcements alone ("none"); every announcement
+    is kept in ``said``."""
     counts = Progress()
     console = Console(stderr=True, highlight=False)
+    kept = said if said is not None else set()
 
     def work(announce: Any) -> Any:
-        return execute(opts, run_id, counts, announce=announce, skip=skip)
+        def say(line: str) -> None:
+            kept.add(line)
+            announce(line)
+
+        return execute(opts, run_id, counts, announce=say, skip=skip)
 
     if show == "live":
         return await cli_progress.live(counts, work, console)
@@ -430,10 +445,13 @@ def _drive_and_report(
     show = "none" if args.no_progress else "live" if sys.stderr.isatty() else "lines"
     interrupted = infra = None
     outcomes: list[VariantOutcome] = []
+    said: set[str] = set()
     with StopSignals() as stop:
         try:
             interval = getattr(args, "progress_interval", 30.0)
-            outcomes = asyncio.run(_run_with_progress(opts, run_id, show, skip, stop, interval))
+            outcomes = asyncio.run(
+                _run_with_progress(opts, run_id, show, skip, stop, interval, said)
+            )
         except KeyboardInterrupt:
             interrupted = "SIGINT"
         except asyncio.CancelledError:
@@ -452,4 +470,4 @@ def _drive_and_report(
             infra = str(exc)
         if stop.received is not None:
             interrupted = stopsignals.name(stop.received)
-        return finish_run(args, opts, run_id, outcomes, interrupted, infra, t0)
+        return finish_run(args, opts, run_id, outcomes, interrupted, infra, t0, said)

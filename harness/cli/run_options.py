@@ -168,7 +168,7 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         help="with --until-significant: the most sessions per variant",
     )
 
-    run.add_argument(
+    v.add_argument(
         "--strict-variants",
         action="store_true",
         help="stop (exit 2) when a variant's server does not confirm its levels: a failed "

@@ -68,6 +68,11 @@ class VariantCounts:
         )
 
     @property
+    def first_planned_turns(self) -> int:
+        """The turns planned at the start (what a stopped run did not get to)."""
+        return sum(self._plan.values())
+
+    @property
     def running(self) -> bool:
         return self.started is not None and self.finished is None
 

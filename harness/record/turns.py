@@ -147,7 +147,7 @@ class TurnWriter:
         self.close()
 
 
-def iter_turns(path: Path) -> Iterator[TurnRecord]:
+def iter_turns(path: Path, *, text: bool = False) -> Iterator[TurnRecord]:
     """Yield the records of a turns.jsonl; a torn or invalid line is logged and skipped."""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
@@ -158,11 +158,14 @@ def iter_turns(path: Path) -> Iterator[TurnRecord]:
             except json.JSONDecodeError:
                 log.warning("%s:%d: unreadable line skipped (torn write?)", path, lineno)
                 continue
-            yield rec
+            # an escaped surrogate in the line (a lone one, or a pair: checked in the value)
+            yield safejson.printable(rec) if text and b"\\ud" in raw.lower() else rec
 
 
-def read_turns(path: Path) -> list[TurnRecord]:
-    return list(iter_turns(path))
+def read_turns(path: Path, *, text: bool = False) -> list[TurnRecord]:
+    """The records of a turns.jsonl; ``text``: made printable (safejson.printable) for the
+    writers that need UTF-8 (the report, parquet, JUnit)."""
+    return list(iter_turns(path, text=text))
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import re
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from harness.record.rundir import (
 )
 from harness.report import facts as report_facts
 from harness.report import html as report_html
-from harness.report import plots
+from harness.report import plots, replays
 from harness.report import servers as report_servers
 from harness.report.canary import markdown as canary_markdown
 from harness.report.canary import plot_canary
@@ -132,21 +133,45 @@ def table_rows(summary: Summary) -> list[list[str]]:
     ]  # fmt: skip
 
 
+#: The terminal's table: narrow enough for 80 columns (report.md has the full one).
+TERMINAL_COLS = ("variant", "sessions", "corrupt", "rate [95% CI]", "turns", "turn rate",
+                 "transport")  # fmt: skip
+DEMO_NOTE = "demo: the simulator's fault odds are x4, so rates show the effect, not its size"
+
+
+def short_rate_ci(rate: float | None, ci: list[float]) -> str:
+    """``3.2% [1.1–8.9]``: the rate and its interval in the rate's unit, short."""
+    if rate is None:
+        return "n/a"
+    return f"{fmt_pct(rate)} [{100 * ci[0]:.1f}–{100 * ci[1]:.1f}]"
+
+
 def format_table(summary: Summary) -> str:
-    """Plain-text per-variant table for the terminal (first line: the verdict)."""
-    rows = [list(TABLE_COLS), *table_rows(summary)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLS))]
+    """Plain-text per-variant table for the terminal (first line: the verdict), within 80
+    columns for the demo's labels: the session rate with its interval, the turn rate alone
+    (report.md has both intervals and the corrupted turns)."""
+    rows = [list(TERMINAL_COLS)]
+    rows += [
+        [v["label"], str(v["sessions"]), str(v["corrupted_sessions"]),
+         short_rate_ci(v["session_corruption_rate"], v["session_corruption_ci"]),
+         str(v["classified_turns"]), fmt_pct(v["turn_corruption_rate"]),
+         str(v["transport_errors"])]
+        for v in summary["variants"]
+    ]  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TERMINAL_COLS))]
     lines = [
         "  ".join(
             c.ljust(w) if i == 0 else c.rjust(w)
             for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
+        ).rstrip()
         for r in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     said = [*coverage.dialect_lines(summary)]
     said += [f"warning: {w}" for w in summary.get("warnings", ())]
-    after = [tiers.headline_line(summary)] if summary.get("headline") else []
+    if (summary.get("run") or {}).get("demo"):
+        said.append(DEMO_NOTE)
+    after = textwrap.wrap(tiers.headline_line(summary), 80) if summary.get("headline") else []
     return "\n".join([f"verdict: {summary['verdict']}", *said, *lines, *after])
 
 
@@ -221,10 +246,9 @@ def render_markdown(
             body = ("…" if e["cut_before"] else "") + e["pre"]
             body += f"⟦{e['span']}⟧" if e["offset"] is not None else ""
             body += e["post"] + ("…" if e["cut_after"] else "")
-            if ex["tool_calls"]:
+            if report_facts.has_calls(ex["tool_calls"]):
                 body += f"\n[tool_calls] {ex['tool_calls']}"
-            if ex["evidence"]:
-                body += f"\n[evidence] {json.dumps(ex['evidence'], ensure_ascii=False)[:400]}"
+            body += "".join(f"\n{line}" for line in report_facts.evidence_lines(ex["evidence"]))
             fence = _fence(body)
             out += ["", fence + "text", body, fence, ""]
     return printable("\n".join(out) + "\n")
@@ -233,7 +257,8 @@ def render_markdown(
 def shared_sections(summary: Summary) -> list[str]:
     """The sections after the comparisons, as Markdown: report.md has them as they are,
     report.html renders the same Markdown."""
-    out = list(confirm_markdown(summary))
+    out = replays.markdown(summary)
+    out += list(confirm_markdown(summary))
     out += list(canary_markdown(summary))
     out += report_facts.sim_accuracy_markdown(summary["variants"])
     out += cache_markdown(summary)
@@ -344,6 +369,7 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
     run_dir = Path(run_dir)
     run = analysis.load_run(run_dir)
     summary = build_summary(run, alpha)
+    summary["replays"] = replays.replay_lines(run.turns, run_dir)
     made = plots.make_plots(run, summary, run_dir / PLOTS_DIR)
     if any("canary" in v for v in summary["variants"]):
         order = [v["label"] for v in summary["variants"]]

@@ -175,3 +175,32 @@ def markdown_html(lines: Sequence[str]) -> str:
 
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     return str(md.render("\n".join(lines)))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_shown(v) for v in value[:8]) + (", …" if len(value) > 8 else "")
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k} {_shown(v)}" for k, v in list(value.items())[:8])
+    return str(value)
+
+
+def evidence_lines(evidence: Any, width: int = 160) -> list[str]:
+    """A turn's evidence as a person reads it: why first (its reason), then one fact a line
+    (``offset: 12``, ``signals: a 0.91; b 0.2``), each cut at ``width`` characters."""
+    if not isinstance(evidence, Mapping) or not evidence:
+        return []
+    out = []
+    if evidence.get("reason"):
+        out.append(f"why: {evidence['reason']}")
+    for key, value in evidence.items():
+        if key != "reason" and value not in (None, "", [], {}):
+            out.append(f"{str(key).replace('_', ' ')}: {_shown(value)}")
+    return [line if len(line) <= width else line[: width - 1] + "…" for line in out]
+
+
+def has_calls(tool_calls: Any) -> bool:
+    """A row's tool calls are there (a list with something in it, not a missing value)."""
+    return isinstance(tool_calls, list | tuple) and len(tool_calls) > 0

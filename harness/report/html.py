@@ -7,7 +7,6 @@ through ``html.escape``: the model's output is untrusted text.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from html import escape
 from pathlib import Path
@@ -15,11 +14,16 @@ from typing import Any
 
 from harness.analysis import coverage
 from harness.analysis.summary import fmt_p, fmt_pct
-from harness.report.facts import cancelled_markdown
+from harness.report.facts import cancelled_markdown, evidence_lines, has_calls
 from harness.report.servers import html as servers_html
 
 CSS = """
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+body{font-family:system-ui,-apple-system,"Segoe UI","Noto Sans","Noto Sans CJK SC",
+ "Noto Sans SC","Source Han Sans SC","PingFang SC","Hiragino Sans GB","Microsoft YaHei",
+ "WenQuanYi Micro Hei","Noto Sans Symbols 2",sans-serif;
+ max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+pre,code{font-family:ui-monospace,"DejaVu Sans Mono","Noto Sans Mono","Noto Sans Mono CJK SC",
+ "Sarasa Mono SC","Source Han Mono","Noto Sans CJK SC","Microsoft YaHei",monospace}
 h1{font-size:1.5em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:.92em} td,th{border:1px solid #ccc;padding:.3em .6em}
 th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -119,11 +123,12 @@ def _example(ex: Mapping[str, Any]) -> str:
         text += f'<mark class="bad">{_e(e["span"])}</mark>'
     text += _e(e["post"]) + ("…" if e["cut_after"] else "")
     extra = ""
-    if ex["tool_calls"]:
+    if has_calls(ex["tool_calls"]):
         extra += f"<div class='meta'>tool_calls: <code>{_e(ex['tool_calls'])}</code></div>"
-    if ex["evidence"]:
-        ev = json.dumps(ex["evidence"], ensure_ascii=False)[:400]
-        extra += f"<div class='meta'>evidence: <code>{_e(ev)}</code></div>"
+    lines = evidence_lines(ex["evidence"])
+    if lines:
+        items = "".join(f"<li>{_e(line)}</li>" for line in lines)
+        extra += f"<ul class='meta evidence'>{items}</ul>"
     return (f"<h4>{_e(ex['label'])}</h4><div class='meta'>{_e(meta)}</div>"
             f'<pre class="excerpt">{text}</pre>{extra}')  # fmt: skip
 

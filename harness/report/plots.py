@@ -50,6 +50,11 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def rate_axis_top(cis: Sequence[Sequence[float]]) -> float:
+    """The right end of a rate axis: 1.3 times the highest interval bound, within 100%."""
+    return min(1.0, 1.3 * max((hi for _, hi in cis), default=1.0)) or 0.01
+
+
 def plot_rates(summary: analysis.Summary, path: Path) -> Path:
     """Session and turn corruption rate per variant, with Wilson intervals."""
     variants = summary["variants"]
@@ -68,9 +73,12 @@ def plot_rates(summary: analysis.Summary, path: Path) -> Path:
                         [hi - r for r, (_, hi) in zip(rates, cis, strict=True)]])  # fmt: skip
         colors = ["#d1495b" if v[kkey] else "#4c9f70" for v in variants]
         ax.barh(y, rates, xerr=err, color=colors, capsize=4, height=0.6)
+        # the axis follows the data (a turn rate of 1% is not drawn on a 13% axis), with
+        # room for the counts right of the intervals
+        top = rate_axis_top(cis)
         for yi, v, (_, hi) in zip(y, variants, cis, strict=True):
-            ax.text(hi + 0.01, yi, f"{v[kkey]}/{v[nkey]}", va="center", fontsize=9)
-        ax.set_xlim(0, min(1.0, max(hi for _, hi in cis) + 0.12) if cis else 1.0)
+            ax.text(hi + 0.02 * top, yi, f"{v[kkey]}/{v[nkey]}", va="center", fontsize=9)
+        ax.set_xlim(0, top)
         ax.xaxis.set_major_formatter(PercentFormatter(1.0))
         ax.set_xlabel(f"corrupted {unit}s (% of {unit}s, 95% Wilson CI)")
         ax.set_title(f"{unit.capitalize()} corruption rate")
@@ -251,14 +259,29 @@ METRIC_UNITS: dict[str, tuple[str, str, bool]] = {
     "sglang:cached_tokens_total": ("Cached prompt tokens (cumulative)", "tokens", False),
     "sglang:num_used_tokens": ("KV tokens in use", "tokens", False),
     "sglang:gen_throughput": ("Generation throughput", "tokens/s", False),
+    "spec_accept_rate": ("Speculative acceptance rate", "accepted share of draft tokens", True),
+    "hicache_host_used_tokens": ("HiCache host tokens in use", "tokens", False),
+    "sglang:hicache_host_total_tokens": ("HiCache host capacity", "tokens", False),
 }
 
 
+def metric_title(name: str) -> tuple[str, str, bool]:
+    """(title, y-axis label, shown as percent) of a metric; its own name when unknown."""
+    return METRIC_UNITS.get(name, (name, "", False))
+
+
+def far_from_zero(values: pd.Series) -> bool:
+    """A series whose changes would be flattened on an axis from 0 (an acceptance rate
+    between 0.65 and 0.70): its lowest value is above half its highest."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return bool(len(v)) and float(v.min()) > 0.5 * float(v.max()) > 0
+
+
 def metric_panels(metrics: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(metrics to draw, metrics left out because every value is zero). A series that repeats
-    another one value for value (the server's ``sglang:num_running_reqs`` beside the
-    harness's ``running`` for it) is drawn once, under the harness's name: one panel per
-    quantity."""
+    """(metrics to draw, metrics left out: zero or one value throughout, said as
+    ``name = value``). A series that repeats another one value for value (the server's
+    ``sglang:num_running_reqs`` beside the harness's ``running`` for it) is drawn once,
+    under the harness's name: one panel per quantity."""
     names = sorted((str(n) for n in pd.unique(metrics["name"])), key=lambda n: ":" in n)
     keys = [c for c in ("variant", "repeat", "t") if c in metrics]
     seen: set[tuple[Any, ...]] = set()
@@ -272,7 +295,12 @@ def metric_panels(metrics: pd.DataFrame) -> tuple[list[str], list[str]]:
         if series in seen:
             continue
         seen.add(series)
-        (keep if values.fillna(0).abs().max() > 0 else zero).append(name)
+        present = values.dropna()
+        if present.nunique() > 1:
+            keep.append(name)
+        else:  # a constant is a fact, not a curve
+            value = float(present.iloc[0]) if len(present) else 0.0
+            zero.append(name if value == 0 else f"{name} = {value:,.6g}")
     order = [str(n) for n in pd.unique(metrics["name"])]
     keep.sort(key=order.index)
     return keep[:MAX_METRICS], zero
@@ -284,7 +312,7 @@ def plot_metrics(metrics: pd.DataFrame, path: Path, events: pd.DataFrame | None 
     each corrupted turn was sent, in its variant's colour."""
     names, zero = metric_panels(metrics)
     if not names:
-        raise ValueError("every scraped metric is zero")
+        raise ValueError("every scraped metric is constant (zero or one value throughout)")
     cols = 2 if len(names) > 1 else 1
     rows = (len(names) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(11, 2.9 * rows + 0.6), squeeze=False)
@@ -293,7 +321,7 @@ def plot_metrics(metrics: pd.DataFrame, path: Path, events: pd.DataFrame | None 
     repeats = "repeat" in metrics and metrics["repeat"].nunique() > 1
     for ax, name in zip(axes.flat, names, strict=False):
         sub = metrics[metrics["name"] == name]
-        title, unit, percent = METRIC_UNITS.get(name, (name, "value", False))
+        title, unit, percent = metric_title(name)
         for key, g in sub.groupby(["variant", "repeat"] if repeats else "variant", sort=False):
             g = g.sort_values("t")
             variant = key[0] if isinstance(key, tuple) else key
@@ -302,14 +330,16 @@ def plot_metrics(metrics: pd.DataFrame, path: Path, events: pd.DataFrame | None 
                     color=colors.get(variant))  # fmt: skip
         if events is not None and len(events):
             for variant, g in events.groupby("variant", sort=False):
-                ax.plot(g["t"], np.full(len(g), 0.96), ls="none", marker="v", ms=6,
+                # above the plot area: the marks never cover the lines
+                ax.plot(g["t"], np.full(len(g), 1.04), ls="none", marker="v", ms=6,
                         color=colors.get(variant, "#b00020"), markeredgecolor="#b00020",
                         transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=10, pad=18)
         ax.set_ylabel(unit)
         if percent:
             ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-        ax.set_ylim(bottom=0)
+        if not far_from_zero(sub["value"]):
+            ax.set_ylim(bottom=0)
         ax.set_xlabel("seconds since the variant's load began")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names) :]:
@@ -319,7 +349,7 @@ def plot_metrics(metrics: pd.DataFrame, path: Path, events: pd.DataFrame | None 
     if events is not None and len(events):
         sub_title += " (▼: a corrupted turn was sent)"
     if zero:
-        sub_title += f"\nzero throughout, not drawn: {', '.join(zero)}"
+        sub_title += f"\nconstant throughout, not drawn: {', '.join(zero)}"
     fig.suptitle(sub_title, fontsize=11)
     return _save(fig, path)
 
@@ -353,8 +383,10 @@ def plot_pressure(live: pd.DataFrame, corruption: pd.DataFrame, path: Path) -> P
 def plot_metrics_vs_corruption(frame: pd.DataFrame, path: Path) -> Path:
     """The watched server metrics over time, each above the turn corruption rate, per variant
     (harness.analysis.metrics_vs_corruption)."""
-    present = set(frame.dropna(subset=["value"])["metric"])
-    names = [n for n in metrics_vs_corruption.WATCHED if n in present]
+    values = frame.dropna(subset=["value"])
+    # a series that never changes says nothing beside the rate: left out, as in server_metrics
+    changing = {str(n) for n, g in values.groupby("metric") if g["value"].nunique() > 1}
+    names = [n for n in metrics_vs_corruption.WATCHED if n in changing]
     fig, axes = plt.subplots(len(names) + 1, 1, figsize=(11, 2.4 * (len(names) + 1)),
                              sharex=True, squeeze=False)  # fmt: skip
     several = frame["repeat"].nunique() > 1
@@ -363,7 +395,11 @@ def plot_metrics_vs_corruption(frame: pd.DataFrame, path: Path) -> Path:
         for (variant, repeat), g in sub.groupby(["variant", "repeat"], sort=False):
             label = f"{variant} #{repeat}" if several else str(variant)
             ax.plot(g["t"], g["value"], marker=".", lw=1.2, label=label)
-        ax.set_title(name, fontsize=10)
+        title, unit, percent = metric_title(name)  # the names of the server_metrics plot
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit, fontsize=8)
+        if percent:
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.grid(alpha=0.3)
     bx = axes.flat[-1]
     rates = frame.drop_duplicates(["variant", "repeat", "t"])
@@ -406,7 +442,7 @@ def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) 
     if (
         metrics is not None
         and {"variant", "t", "name", "value"} <= set(metrics.columns)
-        and metric_panels(metrics)[0]  # not when every series is zero
+        and metric_panels(metrics)[0]  # not when every series is constant
     ):
         events = frames.corruption_events(df) if len(df) else None
         jobs.append(("server_metrics", lambda p: plot_metrics(metrics, p, events)))

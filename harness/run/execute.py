@@ -104,6 +104,9 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "python": sys.version.split()[0],
         "plan_id": plan_id(opts),
         "shard": opts.shard.to_dict() if opts.shard is not None else None,
+        # the simulator's own flags (seed, speed, the demo's --fault-scale): a replay
+        # launches it exactly as the run did
+        "sim_args": list(opts.sim_args) if opts.target and opts.target.name == "sim" else None,
     }
     RunDir(opts.out_dir).write_meta(meta, opts.target.path if opts.target else None)
 
@@ -154,7 +157,7 @@ class VariantOutcome:
 def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
     if opts.endpoint or opts.target is None:
         assert opts.endpoint is not None
-        return EndpointTarget(opts.endpoint)
+        return EndpointTarget(opts.endpoint, api_key=opts.api_key)
     extra = opts.sim_args if opts.target.name == "sim" else ()
     return make_target(opts.target, variant, opts.out_dir, extra_args=extra, repeat=repeat)
 
@@ -323,11 +326,13 @@ class _VariantRun:
         """The variant's dialect, from the option, the scenario or the served model's name
         (harness.workload.dialect); announced, in run.json, and the one its sessions use."""
         opts = self.opts
-        choice = choose(
-            opts.scenario.dialect,
-            await model_names(base_url, model, opts.api_key),
-            from_option=opts.dialect_from_option,
-        )
+        names = await model_names(base_url, model, opts.api_key)
+        choice = choose(opts.scenario.dialect, names, from_option=opts.dialect_from_option)
+        if names[0] != model:  # both said: the name the requests carry, what is served
+            self.announce(
+                f"{self.name}: the server does not list {model} (the requests' model); it "
+                f"serves {names[0]}: the dialect follows what it serves"
+            )
         self.announce(f"{self.name}: dialect {choice.describe()}")
         record_dialect(opts, self.variant.label, choice)
         self.dialect_from = choice.source

@@ -21,6 +21,11 @@ Pace = Literal["recorded", "fast"]  # a trace's turns at their offsets, or at on
 Api = Literal["chat", "completions", "generate"]  # who parses the tool calls
 
 
+#: --demo's fault odds on the simulator (x4: a demo shows corruption within a minute); a
+#: replay of a demo run launches the simulator with them too.
+DEMO_FAULT_SCALE = 4.0
+
+
 @dataclass(frozen=True)
 class RunOptions:
     scenario: Scenario

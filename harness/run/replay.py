@@ -35,6 +35,7 @@ from harness.errors import UsageError
 from harness.record.rundir import TRANSCRIPTS_FILE, RunDir, unmasked_target_vars
 from harness.record.transcripts import Transcript, load_transcripts
 from harness.record.turns import TurnWriter
+from harness.run.options import DEMO_FAULT_SCALE
 from harness.target.launch import Target, make_target, safe_label
 from harness.target.readiness import EndpointTarget
 from harness.target.targetfile import load_target
@@ -149,6 +150,21 @@ def pick_row(t: Transcript, turn: int | None, attempt: int | None) -> int:
     return int(row["seq"])
 
 
+def sim_args_of(meta: dict[str, Any]) -> list[str]:
+    """The simulator's flags as the run launched it: run.json's ``sim_args``; a run folder
+    from before they were kept: its seed, speed and (``--demo``) the demo's fault scale."""
+    kept = meta.get("sim_args")
+    if isinstance(kept, list):
+        return [str(a) for a in kept]
+    args = meta.get("args") or {}
+    extra = ["--seed", str(meta.get("seed", 1))]
+    if args.get("speed") is not None:
+        extra += ["--speed", str(args["speed"])]
+    if args.get("demo"):
+        extra += ["--fault-scale", str(DEMO_FAULT_SCALE)]
+    return extra
+
+
 def target_for_replay(
     run_dir: Path,
     meta: dict[str, Any],
@@ -175,9 +191,7 @@ def target_for_replay(
         variant = Variant(tuple(factors.items()))
         extra: list[str] = []
         if spec.name == "sim":
-            extra = ["--seed", str(meta.get("seed", 1))]
-            if args.get("speed") is not None:
-                extra += ["--speed", str(args["speed"])]
+            extra = sim_args_of(meta)
         return make_target(spec, variant, run_dir / REPLAYS_DIR, extra_args=extra)
     if meta.get("endpoint"):
         return EndpointTarget(str(meta["endpoint"]))

@@ -91,10 +91,13 @@ async def first_contact(c: Contact, say: Callable[[str], None]) -> dict[str, Any
         config["launch"] = {"command": c.described.get("command"), "env": c.described.get("env")}
     card = config.get("models") or {}
     served = str(card["id"]) if card.get("id") is not None else None
+    source = c.model_source
     model = c.model or served or await served_model(c.base_url, c.api_key)
+    if model is None:  # the server named none: the requests say "default"
+        model, source = "default", "the server's /v1/models named no model"
     earlier = variantcheck.load(c.run_dir)
     if not any(r.get("model") == model for r in earlier):
-        say(f"model: {model} ({c.model_source})")
+        say(f"model: {model} ({source})")
         if served is not None and served != model:
             say(f"note: the server lists the model as {served}")
         _note_model(c.run_dir, model)

@@ -62,6 +62,68 @@ def normalize_endpoint(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+#: The advice for a 401 or 403, with and without a key sent.
+KEY_ADVICE = (
+    "the server wants an API key: put it in OPENAI_API_KEY (or in the variable --api-key-env names)"
+)
+KEY_REFUSED = (
+    "the API key sent was refused: check the key in OPENAI_API_KEY (or in the variable "
+    "--api-key-env names)"
+)
+#: Statuses of a server that answers but fails, whatever the wait (not 502/503/504: a proxy
+#: or a server still starting answers those).
+FAILING = frozenset({500, 501})
+
+
+def key_advice(status: int, api_key: str | None) -> str:
+    """What to do about a 401 or 403, said once."""
+    if status == 403:
+        return "the API key is not allowed to use this endpoint or model"
+    return KEY_REFUSED if api_key else KEY_ADVICE
+
+
+def seen(resp: httpx.Response) -> str:
+    """What came back, as a person checks it: the status, the content type, the first bytes."""
+    ctype = resp.headers.get("content-type", "no content type").split(";")[0].strip()
+    head = resp.content[:60].decode("utf-8", "replace").strip()
+    return (
+        f"HTTP {resp.status_code}, {ctype}, starting {head!r}"
+        if head
+        else (f"HTTP {resp.status_code}, {ctype}, empty")
+    )
+
+
+def _html(resp: httpx.Response) -> bool:
+    ctype = resp.headers.get("content-type", "").lower()
+    return "html" in ctype or resp.content[:200].lstrip().startswith(b"<")
+
+
+def _error_text(resp: httpx.Response) -> str:
+    """The server's error message (OpenAI's ``{"error": {"message": ...}}``), else its body."""
+    try:
+        doc = resp.json()
+        err = doc.get("error") if isinstance(doc, dict) else None
+        msg = err.get("message") if isinstance(err, dict) else err
+        if isinstance(msg, str) and msg:
+            return msg[:300]
+        if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+            return str(doc["message"])[:300]
+    except ValueError:
+        pass
+    return resp.content[:300].decode("utf-8", "replace").strip() or "(empty body)"
+
+
+def not_openai(base_url: str, path: str, resp: httpx.Response) -> UsageError:
+    return UsageError(
+        f"{base_url} is not an OpenAI-compatible API: GET {path} answered {seen(resp)} "
+        "(a web page, such as a proxy's login page or a web UI); check the --endpoint URL"
+    )
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 async def wait_ready(
     base_url: str,
     *,
@@ -70,21 +132,31 @@ async def wait_ready(
     alive: Any = None,
     interval_s: float = 0.2,
     up_already: bool = False,
+    api_key: str | None = None,
 ) -> str:
     """Poll the readiness paths until one answers 200; return it. ``alive()`` False fails fast.
 
-    ``up_already`` (a server the harness did not start): when every path answers 404, or the
-    answer is not HTTP, something else listens there; that is said at once rather than
-    waited on (a server still starting answers 503, or does not listen yet)."""
+    ``up_already`` (a server the harness did not start): an answer that no wait can change is
+    said at once rather than waited on: every path 404, or an answer that is not HTTP
+    (something else listens there), a web page (HTML), 401/403 (a key is needed: exit 2), 500
+    or 501 on every path (the server is up and failing: its error said). A server still
+    starting answers 503, or does not listen yet; a closed port is waited on, then said with a
+    hint."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
+    refused = False
     async with httpx.AsyncClient(
-        base_url=base_url, timeout=5.0, trust_env=False, verify=verify_context()
+        base_url=base_url,
+        timeout=5.0,
+        trust_env=False,
+        verify=verify_context(),
+        headers=_headers(api_key),
     ) as http:
         while time.monotonic() < deadline:
             if alive is not None and not alive():
                 raise InfrastructureError(f"server at {base_url} exited while starting ({last})")
             missing = 0
+            failing: list[tuple[str, httpx.Response]] = []
             for path in paths:
                 try:
                     resp = await http.get(path)
@@ -103,9 +175,20 @@ async def wait_ready(
                     )
                     last = f"{path}: connection refused" if refused else f"{path}: {exc!r}"
                     break  # not listening yet: no point trying the other paths
+                refused = False
+                if up_already and resp.status_code == 200 and _html(resp):
+                    raise not_openai(base_url, path, resp)
                 if resp.status_code == 200:
                     return path
                 last = f"{path}: HTTP {resp.status_code}"
+                if up_already and resp.status_code in (401, 403):
+                    raise UsageError(
+                        f"{base_url} answered GET {path} with HTTP {resp.status_code} "
+                        f"({_error_text(resp)}): {key_advice(resp.status_code, api_key)}"
+                    )
+                if up_already and resp.status_code in FAILING:
+                    failing.append((path, resp))
+                    continue
                 if resp.status_code != 404:
                     break
                 missing += 1
@@ -115,19 +198,71 @@ async def wait_ready(
                     f"{', '.join(paths)} all answered HTTP 404 (an OpenAI server serves "
                     "/v1/models); check the --endpoint URL and port"
                 )
+            if up_already and failing and len(failing) + missing == len(paths):
+                path, resp = failing[0]
+                raise InfrastructureError(
+                    f"{base_url} is up but failing: GET {path} answered HTTP "
+                    f"{resp.status_code}: {_error_text(resp)} (every readiness path answered "
+                    "an error; the server's log says why)"
+                )
             await asyncio.sleep(interval_s)
+    if up_already and refused:
+        raise InfrastructureError(
+            f"nothing answers at {base_url} (connection refused for {timeout_s:.0f}s): is the "
+            "server up on that port?"
+        )
     raise InfrastructureError(f"server at {base_url} not ready after {timeout_s:.0f}s ({last})")
+
+
+async def check_api(base_url: str, api_key: str | None = None) -> None:
+    """A server the harness did not start, once ready: does ``/v1/models`` answer as an
+    OpenAI API does? A web page or a 401/403 there is said at once (exit 2); other answers
+    are left to the run (some servers do not list models)."""
+    async with httpx.AsyncClient(
+        base_url=base_url,
+        timeout=10.0,
+        trust_env=False,
+        verify=verify_context(),
+        headers=_headers(api_key),
+    ) as http:
+        try:
+            resp = await http.get("/v1/models")
+        except httpx.HTTPError:
+            return
+    if resp.status_code in (401, 403):
+        raise UsageError(
+            f"{base_url} answered GET /v1/models with HTTP {resp.status_code} "
+            f"({_error_text(resp)}): {key_advice(resp.status_code, api_key)}"
+        )
+    if resp.status_code == 200:
+        if _html(resp):
+            raise not_openai(base_url, "/v1/models", resp)
+        try:
+            doc = resp.json()
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+            raise UsageError(
+                f"{base_url} is not an OpenAI-compatible API: GET /v1/models answered "
+                f"{seen(resp)}, not a model list; check the --endpoint URL"
+            )
 
 
 class EndpointTarget:
     """A server that is already up."""
 
-    def __init__(self, base_url: str, ready_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, base_url: str, ready_timeout_s: float = 10.0, api_key: str | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.ready_timeout_s = ready_timeout_s
+        self.api_key = api_key
 
     async def start(self) -> str:
-        await wait_ready(self.base_url, timeout_s=self.ready_timeout_s, up_already=True)
+        await wait_ready(
+            self.base_url, timeout_s=self.ready_timeout_s, up_already=True, api_key=self.api_key
+        )
+        await check_api(self.base_url, self.api_key)
         return self.base_url
 
     async def stop(self) -> None:
@@ -155,8 +290,9 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
         os.killpg(pgid, signal.SIGKILL)  # stragglers of the group
 
 
-async def served_model(base_url: str, api_key: str | None = None) -> str:
-    """The first model id in the server's /v1/models ("default" when it lists none)."""
+async def served_model(base_url: str, api_key: str | None = None) -> str | None:
+    """The first model id in the server's /v1/models (None when it lists none, or could not
+    be read)."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with httpx.AsyncClient(
@@ -168,8 +304,8 @@ async def served_model(base_url: str, api_key: str | None = None) -> str:
         ) as http:
             data = (await http.get("/v1/models")).json().get("data") or []
         return str(data[0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
-        return "default"
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError, TypeError):
+        return None
 
 
 #: Where servers say their version: SGLang's /server_info ("version"), vLLM's /version,

@@ -91,10 +91,12 @@ def choose(setting: str, model_names: Sequence[str], *, from_option: bool = Fals
 
 
 async def model_names(base_url: str, model: str, api_key: str | None = None) -> list[str]:
-    """``model`` and, when the server lists it in ``/v1/models``, its ``root`` (vLLM's path)."""
+    """The names that tell the dialect, first first: ``model`` and, when the server lists it
+    in ``/v1/models``, its ``root`` (vLLM's path). When the server lists models but not
+    ``model`` (a ``--model`` the server ignores: SGLang serves whatever it loaded), what it
+    serves comes first (its id, then its root), ``model`` last."""
     import httpx  # (lazily: the scenario loader imports this module)
 
-    names = [model]
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with httpx.AsyncClient(
@@ -106,13 +108,17 @@ async def model_names(base_url: str, model: str, api_key: str | None = None) -> 
         ) as http:
             data = (await http.get("/v1/models")).json().get("data") or []
     except (httpx.HTTPError, ValueError, AttributeError):
-        return names
-    for entry in data if isinstance(data, list) else ():
-        if isinstance(entry, Mapping) and entry.get("id") == model:
-            root = entry.get("root")
-            if isinstance(root, str) and root and root != model:
-                names.append(root)
-    return names
+        return [model]
+    entries = [e for e in (data if isinstance(data, list) else ())
+               if isinstance(e, Mapping) and isinstance(e.get("id"), str) and e["id"]]  # fmt: skip
+    mine = next((e for e in entries if e["id"] == model), None)
+    if mine is None and entries:  # the server serves another model than the one named
+        mine = entries[0]
+    names = [str(mine["id"])] if mine is not None else []
+    root = mine.get("root") if mine is not None else None
+    if isinstance(root, str) and root and root not in names:
+        names.append(root)
+    return names + ([model] if model not in names else [])
 
 
 class DialectLock:

@@ -33,7 +33,8 @@ def parse_ab(specs: list[str]) -> list[tuple[str, tuple[str, ...]]]:
         name = name.strip()
         if not sep or not _NAME.match(name):
             raise UsageError(
-                f"--ab {spec!r}: expected FACTOR=LEVEL1,LEVEL2 (e.g. index_k=fp8,bf16)"
+                f"--ab {spec!r}: expected FACTOR=LEVEL1,LEVEL2 with '=' between the factor and "
+                "its levels (e.g. --ab index_k=fp8,bf16)"
             )
         levels = tuple(level.strip() for level in levels_text.split(",") if level.strip())
         if not levels:

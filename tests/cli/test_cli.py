@@ -149,7 +149,7 @@ def test_unreachable_endpoint_is_an_infrastructure_error(tmp_path: Path) -> None
         "--no-progress",
     )
     assert proc.returncode == 3, proc.stderr
-    assert "not ready" in proc.stderr
+    assert "is the server up on that port?" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -29,7 +29,10 @@ ONE = ["--sessions", "4", "--turns", "2", "--max-context", "12000", "--no-progre
 
 
 def harness(
-    *args: str, timeout: float = 180, preexec: Callable[[], None] | None = None
+    *args: str,
+    timeout: float = 180,
+    preexec: Callable[[], None] | None = None,
+    key: str = "",
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args],
@@ -37,7 +40,7 @@ def harness(
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env={**os.environ, "OPENAI_API_KEY": ""},
+        env={**os.environ, "OPENAI_API_KEY": key},
         preexec_fn=preexec,
     )
 
@@ -135,6 +138,79 @@ def test_a_server_that_is_not_an_openai_server_is_said_at_once(tmp_path: Path) -
     assert last_json(proc)["passed"] is False
 
 
+def timed(*args: str, key: str = "") -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    proc = harness(*args, key=key)
+    return proc, time.monotonic() - t0
+
+
+def test_a_web_page_on_every_path_is_not_an_openai_api_said_at_once(tmp_path: Path) -> None:
+    with OpenAIStandin(html=True) as server:
+        proc, took = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+        chats = len(server.arrivals)
+    assert proc.returncode == 2, proc.stderr
+    error = [x for x in proc.stderr.splitlines() if x.startswith("harness: error")]
+    assert len(error) == 1
+    assert "is not an OpenAI-compatible API" in error[0]
+    assert "text/html" in error[0]
+    assert "<!DOCTYPE html>" in error[0]
+    assert "discovered" not in proc.stderr  # no false model line
+    assert chats == 0
+    assert took < 8
+    assert last_json(proc)["exit_code"] == 2
+
+
+def test_401_on_every_path_is_the_key_advice_at_once(tmp_path: Path) -> None:
+    with OpenAIStandin(key="sesame") as server:
+        proc, took = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+        right, _ = timed(
+            "run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "k"), key="sesame"
+        )
+        wrong, _ = timed(
+            "run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "w"), key="nope"
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert took < 8
+    assert "not ready after" not in proc.stderr
+    assert "HTTP 401" in proc.stderr
+    assert "OPENAI_API_KEY" in proc.stderr
+    assert "wants an API key" in proc.stderr
+    assert proc.stderr.count("OPENAI_API_KEY") == 1  # said once
+    assert wrong.returncode == 2
+    assert "key sent was refused" in wrong.stderr
+    assert right.returncode == 0, right.stderr  # the key given: the run goes on
+
+
+def test_a_401_on_v1_models_alone_is_the_key_advice_not_a_discovered_model(
+    tmp_path: Path,
+) -> None:
+    # vLLM --api-key: /health is open, /v1/models is not
+    with OpenAIStandin(key="sesame", open_paths=("/health", "/health_generate")) as server:
+        proc, took = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2, proc.stderr
+    assert "GET /v1/models with HTTP 401" in proc.stderr
+    assert "OPENAI_API_KEY" in proc.stderr
+    assert "discovered" not in proc.stderr
+    assert took < 8
+
+
+def test_a_500_on_every_request_fails_fast_showing_the_servers_error(tmp_path: Path) -> None:
+    with OpenAIStandin(broken=(500, "CUDA error: an illegal memory access")) as server:
+        proc, took = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 3, proc.stderr
+    assert "HTTP 500: CUDA error: an illegal memory access" in proc.stderr
+    assert "not ready after" not in proc.stderr
+    assert took < 8
+
+
+def test_a_closed_port_asks_whether_the_server_is_up(tmp_path: Path) -> None:
+    port = free_port()
+    proc = harness("run", "--endpoint", f"127.0.0.1:{port}", *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 3, proc.stderr
+    assert "connection refused" in proc.stderr
+    assert "is the server up on that port?" in proc.stderr
+
+
 def _sim(port: int, seed: str) -> subprocess.Popen[bytes]:
     sim = subprocess.Popen(
         [sys.executable, "-m", "harness.sim", "--port", str(port), "--seed", seed]
@@ -218,3 +294,34 @@ def test_the_soft_open_file_limit_is_raised_when_the_hard_one_allows(tmp_path: P
     rows = read_turns(tmp_path / "r" / "turns.jsonl")
     assert len(rows) == 120
     assert not any(r["transport_error"] for r in rows)
+
+
+def test_after_a_fatal_error_no_table_of_zeros_and_the_error_comes_last(tmp_path: Path) -> None:
+    with OpenAIStandin(refuse=(401, "Invalid API key")) as server:
+        proc = harness("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2, proc.stderr
+    assert "verdict:" not in proc.stdout
+    assert "rate [95% CI]" not in proc.stdout  # no table
+    err = proc.stderr.strip().splitlines()
+    assert "Invalid API key" in err[-1]  # the last thing said
+    assert proc.stderr.count("Invalid API key") == 1  # once
+    assert last_json(proc)["exit_code"] == 2  # and stdout still ends with the result line
+
+
+def test_a_warning_said_during_the_run_is_not_said_again(tmp_path: Path) -> None:
+    with OpenAIStandin() as server:  # its usage has no cached tokens
+        proc = harness("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("reports no cached prompt tokens") == 1
+
+
+def test_a_model_flag_the_server_does_not_serve_says_both_and_follows_the_server(
+    tmp_path: Path,
+) -> None:
+    served = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+    with OpenAIStandin(model=served) as server:
+        proc = harness("run", "--endpoint", server.url, *ONE, "--model", "DeepSeek-V3",
+                       "--out", str(tmp_path / "r"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"does not list DeepSeek-V3 (the requests' model); it serves {served}" in proc.stderr
+    assert "dialect qwen3-coder" in proc.stderr

@@ -126,3 +126,23 @@ def test_the_last_line_and_junit_fail_an_exit_3_run(tmp_path: Path) -> None:
     assert 'failures="1"' in text
     assert 'name="run"' in text
     assert "exit code 3" in text
+
+
+@pytest.mark.parametrize("args", [["--sessions", "0"], ["--sesions", "3"]])
+def test_an_argument_error_of_a_run_ends_stdout_with_the_json_line(args: list[str]) -> None:
+    proc = harness("run", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1  # one line
+    doc = last_json(proc)
+    assert doc["exit_code"] == 2
+    assert doc["passed"] is False
+    assert args[0] in str(doc["error"])
+
+
+def test_report_checks_a_gate_on_an_unknown_variant_before_rebuilding(tmp_path: Path) -> None:
+    run = run_folder(tmp_path / "r", {"k=a": (3, 0)})
+    proc = harness("report", str(run), "--fail-if", "session_corruption_rate[k=zz] > 0.1")
+    assert proc.returncode == 2, proc.stderr
+    assert "no variant 'k=zz'" in proc.stderr
+    assert not (run / "report.md").exists()  # nothing rebuilt first
+    assert last_json(proc)["exit_code"] == 2

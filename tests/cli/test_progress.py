@@ -59,6 +59,20 @@ def test_corrupted_sessions_rate_and_cancelled_apart() -> None:
     assert v.finished is not None
 
 
+def test_a_stopped_variant_says_stopped_with_what_was_planned_not_done() -> None:
+    p = Progress()
+    p.begin("a", 0, plans(2))  # 8 turns planned
+    p.count(False, False, (0, 0))
+    p.count(False, False, (0, 1), cancelled=True)  # Ctrl-C: the turn in flight cancelled
+    p.session_ended(0)
+    p.session_ended(1)
+    p.end()
+    line = cli_progress.variant_line(p.variants["a"], time.monotonic())
+    assert "2/8 turns" in line
+    assert "stopped after" in line
+    assert "done" not in line.replace("sessions done", "")
+
+
 def _counts() -> Any:
     p = Progress()
     p.begin("index_k=bf16,hicache=on", 0, plans(80, steps=26))
@@ -174,6 +188,36 @@ def test_help_shows_defaults_and_groups_and_typos_get_a_guess() -> None:
     cmd = subprocess.run([sys.executable, "-m", "harness.cli", "reprot", "x"],
                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert "did you mean report?" in cmd.stderr
+
+    # every option of run sits in a group: the ungrouped section holds --help alone
+    ungrouped = text.split("options:\n", 1)[1].split("\n\n", 1)[0]
+    assert re.findall(r"^  (--?[a-z-]+)", ungrouped, re.M) == ["-h"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--ab", "index_k", "fp8,bf16"], "did you mean --ab index_k=fp8,bf16?"),
+        (["--ab", "index_k:fp8,bf16"], "with '=' between the factor and its levels"),
+        (["--fail-if", "session_corrupton_rate > 0.1"], "did you mean session_corruption_rate?"),
+    ],
+)
+def test_argument_mistakes_say_what_was_meant(args: list[str], said: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", *args, "--dry-run"],
+                          capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 2
+    assert said in done.stderr
+
+
+def test_one_level_of_a_factor_is_said_to_compare_nothing(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", "--ab", "index_k=fp8", "--dry-run",
+         "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "--ab index_k=fp8 has one level" in done.stderr
+    assert "nothing is compared on index_k" in done.stderr
 
 
 @pytest.mark.slow

@@ -67,15 +67,39 @@ def test_server_metrics_drop_duplicates_and_all_zero_series() -> None:
     assert zero == ["queued"]
 
 
+def test_a_constant_series_is_said_not_drawn_and_a_rate_far_from_zero_keeps_its_dip() -> None:
+    rows = []
+    for t in range(5):
+        rows += [
+            {"variant": "a", "t": t, "name": "sglang:hicache_host_total_tokens", "value": 1e8},
+            {"variant": "a", "t": t, "name": "spec_accept_rate", "value": 0.7 - 0.011 * (t == 2)},
+        ]
+    frame = pd.DataFrame(rows)
+    keep, left_out = plots.metric_panels(frame)
+    assert keep == ["spec_accept_rate"]
+    assert left_out == ["sglang:hicache_host_total_tokens = 1e+08"]
+    accept = frame[frame["name"] == "spec_accept_rate"]["value"]
+    assert plots.far_from_zero(accept)  # its axis does not start at 0: the dip shows
+    assert not plots.far_from_zero(pd.Series([0.0, 0.2, 0.9]))
+    title, unit, percent = plots.metric_title("spec_accept_rate")
+    assert (title, percent) == ("Speculative acceptance rate", True)
+    assert plots.metric_title("some:metric")[1] == ""  # never "value"
+
+
+def test_the_rate_axis_follows_the_rates() -> None:
+    assert plots.rate_axis_top([(0.0, 0.003), (0.002, 0.011)]) == pytest.approx(0.0143)
+    assert plots.rate_axis_top([(0.5, 0.9)]) == 1.0
+
+
 def test_corruption_events_on_the_variants_time_axis(tmp_path: Path) -> None:
     df = _turns([("a", 1000, 1, False), ("a", 1000, 1, True), ("b", 1000, 1, True)])
     ev = frames.corruption_events(df)
     assert list(ev["variant"]) == ["a", "b"]
     assert list(ev["t"]) == [pytest.approx(1.0), pytest.approx(0.0)]
     metrics = pd.DataFrame(
-        [{"variant": v, "t": t, "name": "running", "value": 3} for v in "ab" for t in range(4)]
+        [{"variant": v, "t": t, "name": "running", "value": 3 + t} for v in "ab" for t in range(4)]
     )
     path = plots.plot_metrics(metrics, tmp_path / "m.png", ev)
     assert path.read_bytes()[:4] == b"\x89PNG"
-    with pytest.raises(ValueError, match="zero"):
+    with pytest.raises(ValueError, match="constant"):
         plots.plot_metrics(metrics.assign(value=0), tmp_path / "z.png", ev)

@@ -138,14 +138,24 @@ def test_format_table(sample_run: tuple[Path, dict[str, Any]]) -> None:
     text = report.format_table(summary)
     lines = text.splitlines()
     assert lines[0].startswith("verdict: ")
-    assert "session rate [95% CI]" in lines[1]
+    assert "rate [95% CI]" in lines[1]
     assert set(lines[2]) <= {"-", " "}
     row = next(line for line in lines if line.startswith("index_k=bf16,hicache=on"))
     assert row.split()[1:3] == ["20", "9"]
-    assert "45.0% [25.8%, 65.8%]" in row
-    # the last line says which tiers the rates count: no server scored these saved turns
-    assert len(lines) == 4 + len(summary["variants"])
-    assert lines[-1].startswith("rates count structural + suspect turns: the text detector alone")
+    assert "45.0% [25.8–65.8]" in row
+    # after the table, which tiers the rates count: no server scored these saved turns
+    assert lines[3 + len(summary["variants"])].startswith("rates count structural + suspect")
+    assert "the text detector alone" in text
+
+
+def test_the_terminal_table_fits_80_columns_and_says_the_demo_odds(tmp_path: Path) -> None:
+    rows = [turn(v, i, "token_salad" if i < 5 else "ok_text", "salad" if i < 5 else "fine")
+            for v in ("index_k=fp8", "index_k=bf16") for i in range(48)]  # fmt: skip
+    run = make_run(tmp_path / "run", rows)
+    (run / "run.json").write_text(json.dumps({"run_id": "d", "args": {"demo": True}}))
+    text = report.format_table(report.write_report(run))
+    assert max(len(line) for line in text.splitlines() if "verdict" not in line) <= 80
+    assert "fault odds are x4" in text
 
 
 def test_compare_runs_flags_regression(tmp_path: Path) -> None:
@@ -247,3 +257,39 @@ def test_compare_table_names_every_column(tmp_path: Path) -> None:
                 if line.startswith("| variant"))  # fmt: skip
     assert all(cell.strip() for cell in head.strip("|").split("|"))
     assert head.rstrip(" |").endswith("regression")
+
+
+def test_report_lists_a_replay_line_per_corrupted_session(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", [
+        turn("k=a", 0), turn("k=b", 0), turn("k=b", 3, "token_salad", "salad"),
+        turn("k=b", 3, "token_salad", "salad", turn=1),
+    ])  # fmt: skip
+    summary = report.write_report(run)
+    assert summary["replays"] == {
+        "count": 1,
+        "lines": [f"harness replay {run} --session 3 --variant k=b"],
+    }
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert f"harness replay {run} --session 3 --variant k=b" in md
+    assert "harness replay" in (run / "report.html").read_text(encoding="utf-8")
+
+
+def test_html_shows_cjk_dsml_and_evidence_as_a_person_reads_them(tmp_path: Path) -> None:
+    dsml = '<｜DSML｜invoke name="read_file">读取文件</｜DSML｜invoke>'
+    run = make_run(tmp_path / "run", [
+        turn("k=a", 0),
+        turn("k=b", 0, "token_salad", f"先看看 {dsml} then salad",
+             evidence={"reason": "mixed scripts", "offset": 4, "score": 0.91234}),
+    ])  # fmt: skip
+    report.write_report(run)
+    html = (run / "report.html").read_text(encoding="utf-8")
+    assert "｜DSML｜" in html
+    assert "读取文件" in html
+    # a font stack that covers CJK and full-width forms, body and code alike
+    assert html.count('"Noto Sans CJK SC"') >= 2
+    assert "<li>why: mixed scripts</li>" in html
+    assert "<li>score: 0.912</li>" in html
+    assert "{&quot;reason" not in html  # not raw JSON
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "why: mixed scripts" in md
+    assert "[tool_calls] nan" not in md.lower()

@@ -303,3 +303,32 @@ def test_report_md_shows_control_characters_of_model_output_escaped(tmp_path: Pa
     md = (run / "report.md").read_text(encoding="utf-8")
     assert not any(c in md for c in "\x1b\x07\x9b")
     assert "\\x1b]0;owned\\x07\\x1b[2J\\x1b[31mred\\x9b" in md
+
+
+def test_a_lone_surrogate_reaches_every_writer_as_its_escape(tmp_path: Path) -> None:
+    from tests.report.test_report import make_run, turn
+
+    lone = "\ud800"  # json.dumps writes it escaped, as the JSONL writer does
+    run = make_run(tmp_path / "run", [
+        turn("k=a", 0, tool_calls=[{"name": "read_file", "arguments": {"path": lone + "src"}}]),
+        turn("k=b", 0, "token_salad", f"fine so far {lone} then salad", evidence={
+            "offset": 12, "reason": f"salad at {lone}"}),
+    ])  # fmt: skip
+    meta = {"run_id": "s", "model": f"m{lone}", "started_at": "t0"}
+    (run / "run.json").write_text(json.dumps(meta), "utf-8")
+    junit = tmp_path / "junit.xml"
+    done = harness("report", str(run), "--junit", str(junit))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    for name in ("report.md", "report.html", "summary.json"):
+        (run / name).read_bytes().decode("utf-8")  # all UTF-8
+    md = (run / "report.md").read_text(encoding="utf-8")
+    assert "\\ud800 then salad" in md  # shown as its escape
+    assert "\\ud800" in (run / "report.html").read_text(encoding="utf-8")
+    assert "m\\ud800" in junit.read_text(encoding="utf-8")
+    json.loads(done.stdout.strip().splitlines()[-1])  # the last line is JSON
+
+    import pandas as pd
+
+    tidy = pd.read_parquet(run / "turns.parquet")
+    assert tidy["tool_calls"].str.contains("\\\\ud800src", regex=False).any()

@@ -19,7 +19,13 @@ from harness.record.transcripts import TranscriptLog, load_transcripts
 from harness.record.turns import TurnWriter, read_turns
 from harness.run.execute import execute, write_run_json
 from harness.run.options import RunOptions
-from harness.run.replay import ReplayOptions, format_replay, replay
+from harness.run.replay import (
+    ReplayOptions,
+    format_replay,
+    replay,
+    sim_args_of,
+    target_for_replay,
+)
 from harness.verdict import classify_turn
 from harness.workload.matrix import Variant
 from harness.workload.scenario import load_scenario
@@ -282,6 +288,14 @@ def test_cli_run_confirm_then_replay_relaunches_the_server(tmp_path: Path) -> No
     assert len(confirm) == len(bad) > 0
     assert {r["status"] for r in confirm} == {"reproduces_alone"}
     assert "re-sent alone" in (out / "report.md").read_text()
+    # the corrupted sessions, each a ready-to-run line, on the terminal and in report.md
+    ready = f"harness replay {out} --session "
+    assert ready in proc.stdout
+    md = (out / "report.md").read_text()
+    assert "## Reproduce a corrupted session" in md
+    listed = [x for x in md.splitlines() if x.startswith(ready)]
+    assert len(listed) == len(bad_sessions(out))
+    assert not any("--variant" in x for x in listed)  # one variant: no need to name it
 
     again = harness("replay", str(out), "--session", "1", "--count", "2", "--load", "2")
     assert again.returncode == 0, again.stderr
@@ -295,3 +309,26 @@ def test_cli_run_confirm_then_replay_relaunches_the_server(tmp_path: Path) -> No
     missing = harness("replay", str(out), "--session", "7")
     assert missing.returncode == 2
     assert "no transcript of session 7" in missing.stderr
+
+
+def bad_sessions(run: Path) -> set[tuple[str, int, int]]:
+    return {(r["variant"], r["repeat"], r["session"])
+            for r in read_turns(run / "turns.jsonl") if r["corrupted"]}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_replay_launches_the_simulator_exactly_as_the_demo_did(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    proc = harness(
+        "run", "--demo", "--sessions", "2", "--turns", "2", "--speed", "50", "--no-progress",
+        "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["sim_args"] == ["--seed", "1", "--speed", "50.0", "--fault-scale", "4.0"]
+    label = meta["variants"][0]["label"]
+    command = target_for_replay(out, meta, label, None).describe()["command"]
+    assert command[-len(meta["sim_args"]) :] == meta["sim_args"]
+    # a folder from before run.json kept them: the demo's fault scale all the same
+    old = {k: v for k, v in meta.items() if k != "sim_args"}
+    assert sim_args_of(old)[-2:] == ["--fault-scale", "4.0"]

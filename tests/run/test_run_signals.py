@@ -83,3 +83,39 @@ def test_a_stop_signal_takes_the_ctrl_c_path(tmp_path: Path, sig: int, code: int
     assert again.returncode == 0, again.stderr
     assert "was interrupted (" in again.stderr
     assert json.loads((out / "summary.json").read_text())["interrupted"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_report_is_written_keeps_the_turns_and_says_how_to_rebuild(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "r"
+    proc = subprocess.Popen(
+        [*CLI, "run", "--sessions", "2", "--turns", "2", "--speed", "50", "--no-progress"]
+        + ["--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    said = []
+    for line in proc.stderr:  # the load is over when the report starts
+        said.append(line)
+        if line.startswith("writing the report"):
+            proc.send_signal(signal.SIGINT)
+            break
+    stdout, stderr = proc.communicate(timeout=90)
+    stderr = "".join(said) + stderr
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert f"harness report {out}" in stderr  # how to write it after all
+    assert read_turns(out / "turns.jsonl")  # the turns are kept
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["exit_code"] == 130
+    assert result["interrupted"] == "SIGINT"
+    again = subprocess.run(
+        [*CLI, "report", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 0, again.stderr
+    assert (out / "report.md").is_file()

@@ -3,9 +3,15 @@
 It answers every chat request with a plain "Done." (streamed or not), except as scripted:
 ``refuse=(status, message)`` answers every chat request with that status and an OpenAI error
 body; ``busy=(n, retry_after)`` answers the first ``n`` chat requests 503 with that
-``Retry-After``; ``not_openai`` answers 404 everywhere (a web server on the wrong port).
-``arrivals`` keeps when each chat request arrived (``time.monotonic()``); ``answer`` replaces
-the "Done." of every answer. It cannot score a given text (no /tokenize, no /generate).
+``Retry-After``; ``not_openai`` answers 404 everywhere (a web server on the wrong port);
+``html`` answers 200 with an HTML page on every path (a proxy's login page, a web
+UI); ``key`` answers 401 on every path but ``open_paths`` to a request without
+``Authorization: Bearer KEY`` (an auth gateway; vLLM's ``--api-key`` leaves ``/health``
+open); ``broken=(status, message)`` answers every request, GET or POST, with that status and
+body (a failing server).
+``model``: the id ``/v1/models`` lists. ``arrivals`` keeps when each chat request arrived
+(``time.monotonic()``); ``answer`` replaces the "Done." of every answer.
+It cannot score a given text (no /tokenize, no /generate).
 """
 
 from __future__ import annotations
@@ -29,9 +35,19 @@ class OpenAIStandin:
         refuse: tuple[int, str] | None = None,
         busy: tuple[int, str] | None = None,
         not_openai: bool = False,
+        html: bool = False,
+        key: str | None = None,
+        broken: tuple[int, str] | None = None,
+        open_paths: tuple[str, ...] = (),
+        model: str = "m",
         answer: str = "Done.",
     ) -> None:
         self.answer = answer
+        self.model = model
+        self.open_paths = open_paths
+        self.html = html
+        self.key = key
+        self.broken = broken
         self.refuse = refuse
         self.busy = busy
         self.not_openai = not_openai
@@ -74,16 +90,38 @@ class OpenAIStandin:
                 doc = {"error": {"message": message, "type": "invalid_request_error"}}
                 self._send(code, json.dumps(doc).encode(), "application/json", **headers)
 
+            def _hostile(self) -> bool:
+                """Answered as ``html``, ``key`` or ``broken`` say; False: not one of those."""
+                if standin.html:
+                    page = b"<!DOCTYPE html><html><head><title>Sign in</title></head></html>"
+                    self._send(200, page, "text/html; charset=utf-8")
+                elif (
+                    standin.key
+                    and self.path not in standin.open_paths
+                    and self.headers.get("Authorization") != f"Bearer {standin.key}"
+                ):
+                    self._error(401, "Unauthorized")
+                elif standin.broken is not None:
+                    self._error(*standin.broken)
+                else:
+                    return False
+                return True
+
             def do_GET(self) -> None:
+                if self._hostile():
+                    return
                 if standin.not_openai:
                     self._send(404, b"<html>Not Found</html>", "text/html")
                 elif self.path in ("/health", "/v1/models"):
-                    self._send(200, b'{"data": [{"id": "m"}]}', "application/json")
+                    doc = {"data": [{"id": standin.model}]}
+                    self._send(200, json.dumps(doc).encode(), "application/json")
                 else:
                     self._send(404, b"not found", "text/plain")
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self._hostile():
+                    return
                 if standin.not_openai or self.path != "/v1/chat/completions":
                     self._send(404, b"not found", "text/plain")
                     return

@@ -215,7 +215,7 @@ def test_an_endpoint_run_names_the_model_it_discovered_and_warns_of_no_cache_rep
     assert proc.returncode == 0, proc.stderr
     assert "starting the server" not in proc.stderr
     assert "model: served-by-sim (discovered: the first model of /v1/models)" in proc.stderr
-    assert proc.stderr.count("reports no cached prompt tokens") == 2  # at the start, at the end
+    assert proc.stderr.count("reports no cached prompt tokens") == 1  # at the start, not again
     assert "drop --cache-report off" in proc.stderr
     meta = json.loads((out / "run.json").read_text())
     assert meta["model"] == "served-by-sim"
