@@ -213,7 +213,6 @@ def render_markdown(
                 "against the server; see the log for the traceback): "
                 + ", ".join(f"`{label}` {n}" for label, n in failed if n)]  # fmt: skip
     out += report_facts.cancelled_markdown(summary["variants"])
-    out += tiers.markdown(summary)
     if summary["comparisons"]:
         out += ["", "## Comparisons with the baseline", "",
                 "| variant | unit | rate | baseline | difference [95% CI] | p | p (Holm) |",
@@ -257,7 +256,8 @@ def render_markdown(
 def shared_sections(summary: Summary) -> list[str]:
     """The sections after the comparisons, as Markdown: report.md has them as they are,
     report.html renders the same Markdown."""
-    out = replays.markdown(summary)
+    out = tiers.markdown(summary)
+    out += replays.markdown(summary)
     out += list(confirm_markdown(summary))
     out += list(canary_markdown(summary))
     out += report_facts.sim_accuracy_markdown(summary["variants"])
