@@ -182,6 +182,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         concurrency=concurrency,
         workers=_workers(getattr(args, "workers", None), concurrency),
         cluster=_cluster(getattr(args, "workers", None)),
+        judges=getattr(args, "judges", None),
         target=target,
         seed=args.seed,
         repeats=args.repeats,

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from harness.client.chat import ChatClient
 from harness.client.output import TurnOutput, server_failure
+from harness.drive import judging
 from harness.drive.answering import ServerWatch
 from harness.drive.inflight import InflightBoard
 from harness.drive.selfreport import SelfReport
@@ -209,6 +210,9 @@ class DriveOptions:
     #: more sessions than requests in flight: each holds its permit from start to end (see
     #: ``_drive``); off for sessions that idle between turns (think time, a trace's pace)
     hold_slots: bool = True
+    #: processes classifying the answers off the event loop (``harness.drive.judging``):
+    #: None for as many as the usable cores, 0 to classify on the loop
+    judges: int | None = None
 
 
 class _MeasuredClient:
@@ -255,6 +259,11 @@ async def drive(
     """
     progress = progress or Progress()
     progress.sessions_total += len(plans)
+    judge = judging.shared(options.judges)
+    # the judging processes warm up (imports, the detector's model) before the load and its
+    # clock start: no session waits for that
+    await asyncio.to_thread(judge.wait_ready)
+    judge.attach()
     report = SelfReport()
     # a client offering ``observers`` reports when requests leave and waits for the pool
     observers: list[Any] | None = getattr(client, "observers", None)
@@ -278,8 +287,10 @@ async def drive(
                 board,
                 limit or asyncio.Semaphore(options.concurrency),
                 transcripts,
+                judge,
             )
     finally:
+        judge.detach()
         if observers is not None:
             observers.remove(report)
         progress.harness_self = report.stop()
@@ -303,6 +314,7 @@ async def _drive(
     board: InflightBoard | None,
     limit: asyncio.Semaphore,
     transcripts: TranscriptLog | None,
+    judge: judging.Judge,
 ) -> list[Session]:
     def turn_done(rec: TurnRecord) -> None:
         report.note_turn()
@@ -331,6 +343,8 @@ async def _drive(
         watch=ServerWatch(str(base.get("variant", "")), str(getattr(client, "request_url", "?"))),
         transcripts=transcripts,
         dialect_lock=DialectLock() if scenario.dialect == AUTO else None,
+        judge=judge,
+        on_judged=report.judged,
     )
     if gate is None:
         shared.limit = limit

@@ -107,6 +107,7 @@ class SelfReport:
         self.loop_lag = LogHistogram()
         self.send_lag = LogHistogram()
         self.pool_wait = LogHistogram()
+        self.judge_wait = LogHistogram()  # a session waiting for its answer's verdict
         self.turns = 0
         self.stale_resends = 0
         self._task: asyncio.Task[None] | None = None
@@ -146,6 +147,10 @@ class SelfReport:
             return
         self.send_lag.add((now if now is not None else time.perf_counter()) - decided)
         _decided.set(None)
+
+    def judged(self, seconds: float) -> None:
+        """A session waited ``seconds`` for its answer's verdict (``harness.drive.judging``)."""
+        self.judge_wait.add(seconds)
 
     def pool_waited(self, seconds: float) -> None:
         self.pool_wait.add(seconds)
@@ -220,6 +225,7 @@ class SelfReport:
             "loop_lag_ms": lag,
             "send_lag_ms": self.send_lag.summary_ms(),
             "pool_wait_ms": pool,
+            "judge_wait_ms": self.judge_wait.summary_ms(),
             "stale_resends": self.stale_resends,
             "saturated": bool(warnings),
             "warnings": warnings,
@@ -270,6 +276,7 @@ def combine(
         "loop_lag_ms": _worst([w.get("loop_lag_ms") for w in workers]),
         "send_lag_ms": _worst([w.get("send_lag_ms") for w in workers]),
         "pool_wait_ms": _worst([w.get("pool_wait_ms") for w in workers]),
+        "judge_wait_ms": _worst([w.get("judge_wait_ms") for w in workers]),
         "stale_resends": sum(w.get("stale_resends", 0) for w in workers),
         "saturated": bool(warnings),
         "warnings": warnings,
