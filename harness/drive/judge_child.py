@@ -7,6 +7,7 @@ import os
 import pickle
 import signal
 import sys
+from typing import Any
 
 from harness.drive.judging import READY, frame, judge_batch, warm
 
@@ -22,13 +23,15 @@ def main() -> int:
     warm()
     out.write(READY)
     out.flush()
+    tools: dict[int, list[dict[str, Any]]] = {}  # each tool list once, kept (by key)
     while True:
         header = inp.read(4)
         if len(header) < 4:
             return 0
         data = inp.read(int.from_bytes(header, "big"))
-        lists, asks = pickle.loads(data)
-        out.write(frame(judge_batch(lists, asks)))
+        new, asks = pickle.loads(data)
+        tools.update(new)
+        out.write(frame(judge_batch(tools, asks)))
         out.flush()
 
 

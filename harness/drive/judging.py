@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -105,9 +105,9 @@ def warm() -> None:
 
 
 def judge_batch(
-    tool_lists: Sequence[list[dict[str, Any]] | None], asks: Sequence[tuple[Ask, int]]
+    tool_lists: Mapping[int, list[dict[str, Any]]], asks: Sequence[tuple[Ask, int]]
 ) -> list[Verdict | Failed]:
-    """Classify a batch (in a pool process): each ask with its tool list by index."""
+    """Classify a batch (in a pool process): each ask with its tool list by key (-1: none)."""
     out: list[Verdict | Failed] = []
     for ask, tools in asks:
         try:
@@ -153,6 +153,7 @@ class _Process:
             collections.deque()
         )
         self.ready = False
+        self.tools_sent: set[int] = set()
 
 
 class Judge:
@@ -171,6 +172,7 @@ class Judge:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._users = 0
         self._lock = threading.Lock()
+        self._tool_keys: dict[int, tuple[int, list[dict[str, Any]]]] = {}
         self.judged = 0
         self.batches = 0
         self.broken = False
@@ -282,21 +284,31 @@ class Judge:
         size = min(BATCH_MAX, -(-len(pending) // len(self._procs)))
         for i in range(0, len(pending), size):
             part = pending[i : i + size]
-            lists: list[list[dict[str, Any]] | None] = []
-            index: dict[int, int] = {}
+            proc = min(self._procs, key=lambda p: len(p.owed))
+            new: dict[int, list[dict[str, Any]]] = {}
             asks: list[tuple[Ask, int]] = []
             for ask, _ in part:
                 if ask.tools is None:
                     asks.append((ask, -1))
                     continue
-                k = index.setdefault(id(ask.tools), len(lists))
-                if k == len(lists):
-                    lists.append(ask.tools)
-                asks.append((replace(ask, tools=None), k))
-            proc = min(self._procs, key=lambda p: len(p.owed))
+                key = self._tools_key(ask.tools)
+                if key not in proc.tools_sent:
+                    proc.tools_sent.add(key)
+                    new[key] = ask.tools
+                asks.append((replace(ask, tools=None), key))
             proc.owed.append(part)
             self.batches += 1
-            self._write(proc, frame((lists, asks)))
+            self._write(proc, frame((new, asks)))
+
+    def _tools_key(self, tools: list[dict[str, Any]]) -> int:
+        """A tool list's number, the same for the same list object: each process is sent
+        it once and keeps it (its schemas' validators are found by identity there)."""
+        seen = self._tool_keys.get(id(tools))
+        if seen is not None and seen[1] is tools:
+            return seen[0]
+        key = len(self._tool_keys)
+        self._tool_keys[id(tools)] = (key, tools)  # kept: the id is not reused meanwhile
+        return key
 
     def _write(self, proc: _Process, data: bytes) -> None:
         if not proc.unsent:

@@ -209,6 +209,14 @@ class SelfReport:
                 f"(> {100 * self.cpu_limit:.0f}%): the harness may be the bottleneck "
                 "(--workers spreads the sessions over more processes)"
             )
+        judged = self.judge_wait.summary_ms()
+        if judged is not None and judged["p50"] > self.lag_limit_ms:
+            warnings.append(
+                f"sessions waited for their answers' verdicts (p50 {judged['p50']:.0f} ms > "
+                f"{self.lag_limit_ms:.0f} ms): the judging processes lack CPU, and the server "
+                "saw less load than asked (give the harness more cores, or fewer --workers "
+                "and more --judges)"
+            )
         pool = self.pool_wait.summary_ms()
         if pool is not None and pool["p99"] > self.lag_limit_ms:
             warnings.append(
@@ -225,7 +233,7 @@ class SelfReport:
             "loop_lag_ms": lag,
             "send_lag_ms": self.send_lag.summary_ms(),
             "pool_wait_ms": pool,
-            "judge_wait_ms": self.judge_wait.summary_ms(),
+            "judge_wait_ms": judged,
             "stale_resends": self.stale_resends,
             "saturated": bool(warnings),
             "warnings": warnings,
