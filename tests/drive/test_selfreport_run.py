@@ -37,6 +37,11 @@ def test_run_reports_the_harness_own_cost(tmp_path: Path) -> None:
     rows = [json.loads(x) for x in (out / "selfreport.jsonl").read_text().splitlines()]
     assert summary["harness_saturated"] == [r["variant"] for r in rows if r["saturated"]]
     assert "## The harness itself" in (out / "report.md").read_text()
+    # the load asked, as sent and as the simulator's /metrics saw it
+    (variant,) = summary["variants"]
+    assert variant["load"]["asked"] == 4
+    assert variant["load"]["harness_inflight_p50"] <= 4
+    assert "## The load the server saw" in (out / "report.md").read_text()
 
     # a saturated load is called out in both reports
     rows[0].update(saturated=True, warnings=["event-loop lag p99 900 ms > 100 ms"])
