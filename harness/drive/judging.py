@@ -22,6 +22,7 @@ import asyncio
 import atexit
 import collections
 import contextlib
+import json
 import logging
 import os
 import pickle
@@ -172,7 +173,8 @@ class Judge:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._users = 0
         self._lock = threading.Lock()
-        self._tool_keys: dict[int, tuple[int, list[dict[str, Any]]]] = {}
+        self._tool_keys: dict[str, int] = {}  # a tool list's JSON -> its number
+        self._tool_ids: dict[int, tuple[int, list[dict[str, Any]]]] = {}
         self.judged = 0
         self.batches = 0
         self.broken = False
@@ -301,13 +303,17 @@ class Judge:
             self._write(proc, frame((new, asks)))
 
     def _tools_key(self, tools: list[dict[str, Any]]) -> int:
-        """A tool list's number, the same for the same list object: each process is sent
-        it once and keeps it (its schemas' validators are found by identity there)."""
-        seen = self._tool_keys.get(id(tools))
+        """A tool list's number, the same for lists of the same content (every session
+        builds its own): each process is sent it once and keeps it, so its schemas'
+        validators are found by identity there, however many sessions a run has."""
+        seen = self._tool_ids.get(id(tools))
         if seen is not None and seen[1] is tools:
             return seen[0]
-        key = len(self._tool_keys)
-        self._tool_keys[id(tools)] = (key, tools)  # kept: the id is not reused meanwhile
+        text = json.dumps(tools, sort_keys=True, default=str)  # once per list object
+        key = self._tool_keys.setdefault(text, len(self._tool_keys))
+        if len(self._tool_ids) >= 4096:  # the lists of sessions long ended
+            self._tool_ids.clear()
+        self._tool_ids[id(tools)] = (key, tools)  # kept: the id is not reused meanwhile
         return key
 
     def _write(self, proc: _Process, data: bytes) -> None:
