@@ -113,6 +113,12 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the plan (variants, order, commands, URLs) and start nothing",
     )
+    run.add_argument(
+        "--detect",
+        metavar="RATE:BASELINE",
+        help="with --dry-run: the turns and sessions a variant needs to tell a turn corruption "
+        "rate of RATE from BASELINE (e.g. 0.0003:0.0001), at 80%% power",
+    )
 
     load = run.add_argument_group("load and requests")
     load.add_argument(
