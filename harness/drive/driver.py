@@ -260,17 +260,20 @@ async def drive(
     progress = progress or Progress()
     progress.sessions_total += len(plans)
     judge = judging.shared(options.judges)
-    # the judging processes warm up (imports, the detector's model) before the load and its
-    # clock start: no session waits for that
-    await asyncio.to_thread(judge.wait_ready)
-    judge.attach()
     report = SelfReport()
     # a client offering ``observers`` reports when requests leave and waits for the pool
     observers: list[Any] | None = getattr(client, "observers", None)
     if observers is not None:
         observers.append(report)
-    report.start()
+    report.start()  # a drive() stopped while the judges warm up still reports
+    attached = False
     try:
+        # the judging processes warm up (imports, the detector's model) before the load and
+        # its clock start: no session waits for that
+        await asyncio.to_thread(judge.wait_ready)
+        judge.attach()
+        attached = True
+        report.restart()
         with _fewer_collections():
             return await _drive(
                 client,
@@ -290,7 +293,8 @@ async def drive(
                 judge,
             )
     finally:
-        judge.detach()
+        if attached:
+            judge.detach()
         if observers is not None:
             observers.remove(report)
         progress.harness_self = report.stop()

@@ -127,6 +127,13 @@ class SelfReport:
         self._thread0 = time.thread_time()
         self._task = asyncio.get_running_loop().create_task(self._tick(), name="selfreport")
 
+    def restart(self) -> None:
+        """Start the clocks and the lag samples again (what came before was set-up)."""
+        self._t0 = time.perf_counter()
+        self._cpu0 = time.process_time()
+        self._thread0 = time.thread_time()
+        self.loop_lag = LogHistogram()
+
     async def _tick(self) -> None:
         while True:
             before = time.perf_counter()
