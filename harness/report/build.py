@@ -311,16 +311,18 @@ def self_report_lines(summary: Mapping[str, Any]) -> list[str]:
         ]
     out += [
         "| variant | turns/s | CPU % | event-loop lag p50 / p99 ms | send lag p99 ms "
-        "| stale-connection resends |",
-        "|---|---|---|---|---|---|",
+        "| verdict wait p50 / p99 ms | stale-connection resends |",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in summary["variants"]:
         for r in v.get("harness_self") or []:
             lag = r.get("loop_lag_ms") or {}
             send = r.get("send_lag_ms") or {}
+            judged = r.get("judge_wait_ms") or {}
             out.append(
                 f"| {v['label']} | {r.get('turns_per_s')} | {r.get('cpu_percent')} | "
                 f"{lag.get('p50', 'n/a')} / {lag.get('p99', 'n/a')} | {send.get('p99', 'n/a')} | "
+                f"{judged.get('p50', 'n/a')} / {judged.get('p99', 'n/a')} | "
                 f"{r.get('stale_resends', 0)} |"
             )
     return out
