@@ -128,7 +128,9 @@ async def run_harness(
                 plans,
                 writer,
                 BASE,
-                DriveOptions(concurrency=args.concurrency, stream=not args.plain),
+                DriveOptions(
+                    concurrency=args.concurrency, stream=not args.plain, judges=args.judges
+                ),
                 progress,
                 on_turn=lambda _rec: half.count(),
             )
@@ -352,6 +354,12 @@ def main() -> None:
         "--workers", type=int, default=1, help="harness mode: worker processes (drive_workers)"
     )
     ap.add_argument("--memory", action="store_true", help="tracemalloc breakdown half-way")
+    ap.add_argument(
+        "--judges",
+        type=int,
+        default=None,
+        help="harness mode: judging processes (default: one per usable core; 0: on the loop)",
+    )
     args = ap.parse_args()
     print(json.dumps(asyncio.run(main_async(args))), flush=True)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -48,9 +49,11 @@ ENDPOINT_CORE = "1"
 CLIENT_CORE = "0"
 
 
-def start_endpoint(record: Path | None = None) -> tuple[subprocess.Popen[str], str]:
+def start_endpoint(
+    record: Path | None = None, shape: str = "raw"
+) -> tuple[subprocess.Popen[str], str]:
     cmd = ["taskset", "-c", ENDPOINT_CORE, sys.executable, str(HERE / "null_endpoint.py")]
-    cmd += ["--port", "0", "--shape", "raw"]
+    cmd += ["--port", "0", "--shape", shape]
     if record is not None:
         cmd += ["--record", str(record)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -74,6 +77,20 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """A process's CPU seconds and its living children's (the judging processes)."""
+    total = cpu_seconds(pid)
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            kids = [int(k) for k in fh.read().split()]
+    except OSError:
+        kids = []
+    for kid in kids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += cpu_seconds(kid)
+    return total
 
 
 def children_cpu() -> float:
@@ -112,7 +129,7 @@ class CpuSampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.samples.append((time.monotonic(), cpu_seconds(self.pid)))
+                self.samples.append((time.monotonic(), tree_cpu_seconds(self.pid)))
             except (OSError, ValueError, IndexError):
                 return  # the process is gone
             self._stop.wait(0.02)
@@ -142,13 +159,14 @@ def harness_cmd(url: str, out: Path, args: argparse.Namespace) -> list[str]:
         "--concurrency", str(args.concurrency),
         "--turns", str(args.turns),
         "--workers", "1",
+        *(["--judges", args.judges] if args.judges else []),
         "--seed", "1",
         "--out", str(out),
     ]  # fmt: skip
 
 
 def run_harness(args: argparse.Namespace, record: Path | None) -> dict[str, Any]:
-    proc, url = start_endpoint(record)
+    proc, url = start_endpoint(record, args.shape)
     out = Path(tempfile.mkdtemp(prefix="perf-workload-"))
     try:
         t0, c0 = time.monotonic(), children_cpu()
@@ -158,11 +176,15 @@ def run_harness(args: argparse.Namespace, record: Path | None) -> dict[str, Any]
         if done.returncode != 0:
             raise SystemExit(f"harness run failed ({done.returncode}):\n{done.stderr[-3000:]}")
         arrivals = stats(url)["arrivals"]
+        summary = json.loads((out / "run" / "summary.json").read_text())
+        me = summary["variants"][0]["harness_self"][0]
     finally:
         stop(proc)
         shutil.rmtree(out, ignore_errors=True)
     return {
         "client": "harness",
+        "loop_lag_p99_ms": (me.get("loop_lag_ms") or {}).get("p99"),
+        "judge_wait_p50_ms": (me.get("judge_wait_ms") or {}).get("p50"),
         "requests": len(arrivals),
         "rate": steady_rate(arrivals),
         "to_first_request_s": arrivals[0] - t0,
@@ -175,7 +197,7 @@ def run_harness(args: argparse.Namespace, record: Path | None) -> dict[str, Any]
 
 
 def run_bare(args: argparse.Namespace, bodies: Path) -> dict[str, Any]:
-    proc, url = start_endpoint()
+    proc, url = start_endpoint(shape=args.shape)
     try:
         cmd = ["taskset", "-c", CLIENT_CORE, sys.executable, __file__, "--replay", str(bodies)]
         cmd += ["--url", url, "--concurrency", str(args.concurrency)]
@@ -288,7 +310,9 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: tuple[flo
         f"\nharness: {med([r['to_first_request_s'] for r in ours]):.2f} s from the command to "
         f"the first request, {med([r['after_last_request_s'] for r in ours]):.2f} s from the "
         f"last request to the exit ({args.sessions} sessions x {args.turns} turns, "
-        f"{args.concurrency} in flight, {len(pairs)} repeats; load average "
+        f"{args.concurrency} in flight, answers {args.shape}, judges {args.judges or 'auto'}, "
+        f"{len(pairs)} repeats; loop lag p99 "
+        f"{med([r['loop_lag_p99_ms'] or 0 for r in ours]):.0f} ms; load average "
         f"{loads[0]:.1f} before, {loads[1]:.1f} after)"
     )
 
@@ -299,6 +323,13 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=500)
     ap.add_argument("--turns", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--shape",
+        choices=("raw", "parsed"),
+        default="raw",
+        help="raw: DSML in the content, the harness parses it; parsed: the server's tool_calls",
+    )
+    ap.add_argument("--judges", help="harness run --judges (default: its own, auto)")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     ap.add_argument("--replay", type=Path, help=argparse.SUPPRESS)  # the bare client itself
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -329,7 +360,13 @@ def main() -> None:
                     f"{row['client']:>8}: {row['rate']:7.0f} requests/s, CPU per request: "
                     f"client {row['steady_cpu_ms']:.2f} ms in the steady state "
                     f"({row['client_cpu_ms']:.2f} over the whole run), "
-                    f"endpoint {row['endpoint_cpu_ms']:.2f} ms",
+                    f"endpoint {row['endpoint_cpu_ms']:.2f} ms"
+                    + (
+                        f"; loop lag p99 {row['loop_lag_p99_ms']} ms, verdict wait p50 "
+                        f"{row['judge_wait_p50_ms']} ms"
+                        if row["client"] == "harness"
+                        else ""
+                    ),
                     file=sys.stderr,
                 )
     finally:

@@ -45,6 +45,19 @@ def workers(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{exc} (or auto, or ray[:ADDRESS])") from None
 
 
+def judges(text: str) -> int | None:
+    """``auto`` (None: one per usable core) or a whole number, 0 to classify on the loop."""
+    if text == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r} (or auto)") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {n}")
+    return n
+
+
 def api_key_from_env(name: str) -> str | None:
     return os.environ.get(name) or None
 

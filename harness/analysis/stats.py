@@ -138,3 +138,58 @@ def upper_bound_zero(n: int, conf: float = 0.95) -> float:
     if n <= 0:
         return 1.0
     return float(1.0 - (1.0 - conf) ** (1.0 / n))
+
+
+def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval for k events in n trials: never narrower than the
+    truth, at the rates of a few in 10,000 where a score interval's coverage dips."""
+    _check_counts(k, n)
+    if n == 0:
+        return (0.0, 1.0)
+    a = (1.0 - conf) / 2.0
+    beta = _scipy().beta
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1.0 - a, k + 1, n - k))
+    return (lo, hi)
+
+
+def design_effect(turns_per_session: float, icc: float) -> float:
+    """How much turns clustered in sessions inflate a rate's variance (Kish):
+    ``1 + (m - 1) * icc`` for ``m`` turns a session and intra-session correlation ``icc``."""
+    if not 0.0 <= icc <= 1.0:
+        raise ValueError(f"icc must be in [0, 1], got {icc}")
+    return 1.0 + max(0.0, turns_per_session - 1.0) * icc
+
+
+def turns_needed(
+    rate: float,
+    baseline: float,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    turns_per_session: float = 1.0,
+    icc: float = 0.0,
+    false_alarm: float = 0.0,
+) -> dict[str, float | int]:
+    """Turns and sessions each variant needs for a two-sided test to tell a corruption rate of
+    ``rate`` from ``baseline`` with ``power``.
+
+    What a run observes is the true rate plus the verdict's false alarms on the clean turns
+    (``false_alarm``, the share of clean turns it flags): both rates are shifted by it, which
+    shrinks their relative difference. The turns an independent-turn test needs
+    (``sample_size``) are inflated by the design effect of ``turns_per_session`` turns
+    correlated within a session (``icc``: 0 for independent turns, 1 for a session whose
+    turns are all alike), and the sessions are those turns over the turns a session makes.
+    """
+    observed = [p + false_alarm * (1.0 - p) for p in (baseline, rate)]
+    independent = sample_size(observed[1], observed[0], alpha=alpha, power=power)
+    deff = design_effect(turns_per_session, icc)
+    turns = math.ceil(independent * deff)
+    return {
+        "turns": turns,
+        "sessions": math.ceil(turns / max(1.0, turns_per_session)),
+        "independent_turns": independent,
+        "design_effect": round(deff, 4),
+        "observed_baseline": observed[0],
+        "observed_rate": observed[1],
+    }

@@ -36,7 +36,7 @@ from harness.run.execute import (
     write_run_json,
 )
 from harness.run.options import DEMO_FAULT_SCALE, RunOptions
-from harness.run.plan import format_plan
+from harness.run.plan import format_plan, rare_event_lines
 from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.run.stopsignals import StopSignals
 from harness.target.launch import check_variants
@@ -90,6 +90,19 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
             "--until-significant adds scenario sessions; it does not apply to --workload"
         )
     return int(most)
+
+
+def _detect_lines(text: str, opts: RunOptions) -> list[str]:
+    """``--detect RATE:BASELINE`` for ``--dry-run``."""
+    try:
+        rate, baseline = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise UsageError(f"--detect {text!r}: give RATE:BASELINE, e.g. 0.0003:0.0001") from None
+    if not (0 <= rate <= 1 and 0 <= baseline <= 1) or rate == baseline:
+        raise UsageError(f"--detect {text!r}: two different rates between 0 and 1")
+    sc = opts.scenario
+    per_session = max(1, min(sc.max_turns, sc.steps + 1))
+    return rare_event_lines(per_session, opts.sessions, rate, baseline)
 
 
 def _workers(asked: int | str | None, concurrency: int) -> int:
@@ -189,6 +202,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         concurrency=concurrency,
         workers=_workers(getattr(args, "workers", None), concurrency),
         cluster=_cluster(getattr(args, "workers", None)),
+        judges=getattr(args, "judges", None),
         target=target,
         seed=args.seed,
         repeats=args.repeats,
@@ -405,6 +419,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             else f"one per CPU of the Ray cluster {opts.cluster or '(default address)'}"
         )
         print(f"workers: {where}, {opts.concurrency} requests in flight")
+        if getattr(args, "detect", None):
+            for line in _detect_lines(args.detect, opts):
+                print(line)
         return 0
     raised = ensure_open_files(opts.concurrency + 8)  # EMFILE is ours, not the server's
     if raised:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.argtypes import judges as judges_arg
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import probability as _share
@@ -112,6 +113,12 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the plan (variants, order, commands, URLs) and start nothing",
     )
+    run.add_argument(
+        "--detect",
+        metavar="RATE:BASELINE",
+        help="with --dry-run: the turns and sessions a variant needs to tell a turn corruption "
+        "rate of RATE from BASELINE (e.g. 0.0003:0.0001), at 80%% power",
+    )
 
     load = run.add_argument_group("load and requests")
     load.add_argument(
@@ -126,6 +133,13 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         metavar="N|auto",
         help="processes driving each variant's sessions, each with its own event loop and "
         "client (default: auto: one per core from 256 requests in flight on, one below)",
+    )
+    load.add_argument(
+        "--judges",
+        type=judges_arg,
+        metavar="N|auto",
+        help="processes classifying the answers, off the event loop that times the requests "
+        "(default: auto: one per usable core, shared by the --workers; 0: on the event loop)",
     )
     load.add_argument("--no-stream", action="store_true", help="send non-streamed requests")
     load.add_argument(

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from harness.client.chat import ChatClient
 from harness.client.output import TurnOutput, server_failure
+from harness.drive import judging
 from harness.drive.answering import ServerWatch
 from harness.drive.inflight import InflightBoard
 from harness.drive.selfreport import SelfReport
@@ -214,6 +215,9 @@ class DriveOptions:
     #: more sessions than requests in flight: each holds its permit from start to end (see
     #: ``_drive``); off for sessions that idle between turns (think time, a trace's pace)
     hold_slots: bool = True
+    #: processes classifying the answers off the event loop (``harness.drive.judging``):
+    #: None for as many as the usable cores, 0 to classify on the loop
+    judges: int | None = None
 
 
 class _MeasuredClient:
@@ -260,13 +264,21 @@ async def drive(
     """
     progress = progress or Progress()
     progress.sessions_total += len(plans)
+    judge = judging.shared(options.judges)
     report = SelfReport()
     # a client offering ``observers`` reports when requests leave and waits for the pool
     observers: list[Any] | None = getattr(client, "observers", None)
     if observers is not None:
         observers.append(report)
-    report.start()
+    report.start()  # a drive() stopped while the judges warm up still reports
+    attached = False
     try:
+        # the judging processes warm up (imports, the detector's model) before the load and
+        # its clock start: no session waits for that
+        await asyncio.to_thread(judge.wait_ready)
+        judge.attach()
+        attached = True
+        report.restart()
         with _fewer_collections():
             return await _drive(
                 client,
@@ -283,8 +295,11 @@ async def drive(
                 board,
                 limit or asyncio.Semaphore(options.concurrency),
                 transcripts,
+                judge,
             )
     finally:
+        if attached:
+            judge.detach()
         if observers is not None:
             observers.remove(report)
         progress.harness_self = report.stop()
@@ -308,6 +323,7 @@ async def _drive(
     board: InflightBoard | None,
     limit: asyncio.Semaphore,
     transcripts: TranscriptLog | None,
+    judge: judging.Judge,
 ) -> list[Session]:
     def turn_done(rec: TurnRecord) -> None:
         report.note_turn()
@@ -336,6 +352,8 @@ async def _drive(
         watch=ServerWatch(str(base.get("variant", "")), str(getattr(client, "request_url", "?"))),
         transcripts=transcripts,
         dialect_lock=DialectLock() if scenario.dialect == AUTO else None,
+        judge=judge,
+        on_judged=report.judged,
     )
     if gate is None:
         shared.limit = limit

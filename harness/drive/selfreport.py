@@ -107,6 +107,7 @@ class SelfReport:
         self.loop_lag = LogHistogram()
         self.send_lag = LogHistogram()
         self.pool_wait = LogHistogram()
+        self.judge_wait = LogHistogram()  # a session waiting for its answer's verdict
         self.turns = 0
         self.stale_resends = 0
         self._task: asyncio.Task[None] | None = None
@@ -125,6 +126,13 @@ class SelfReport:
         self._cpu0 = time.process_time()
         self._thread0 = time.thread_time()
         self._task = asyncio.get_running_loop().create_task(self._tick(), name="selfreport")
+
+    def restart(self) -> None:
+        """Start the clocks and the lag samples again (what came before was set-up)."""
+        self._t0 = time.perf_counter()
+        self._cpu0 = time.process_time()
+        self._thread0 = time.thread_time()
+        self.loop_lag = LogHistogram()
 
     async def _tick(self) -> None:
         while True:
@@ -146,6 +154,10 @@ class SelfReport:
             return
         self.send_lag.add((now if now is not None else time.perf_counter()) - decided)
         _decided.set(None)
+
+    def judged(self, seconds: float) -> None:
+        """A session waited ``seconds`` for its answer's verdict (``harness.drive.judging``)."""
+        self.judge_wait.add(seconds)
 
     def pool_waited(self, seconds: float) -> None:
         self.pool_wait.add(seconds)
@@ -204,6 +216,14 @@ class SelfReport:
                 f"(> {100 * self.cpu_limit:.0f}%): the harness may be the bottleneck "
                 "(--workers spreads the sessions over more processes)"
             )
+        judged = self.judge_wait.summary_ms()
+        if judged is not None and judged["p50"] > self.lag_limit_ms:
+            warnings.append(
+                f"sessions waited for their answers' verdicts (p50 {judged['p50']:.0f} ms > "
+                f"{self.lag_limit_ms:.0f} ms): the judging processes lack CPU, and the server "
+                "saw less load than asked (give the harness more cores, or fewer --workers "
+                "and more --judges)"
+            )
         pool = self.pool_wait.summary_ms()
         if pool is not None and pool["p99"] > self.lag_limit_ms:
             warnings.append(
@@ -220,6 +240,7 @@ class SelfReport:
             "loop_lag_ms": lag,
             "send_lag_ms": self.send_lag.summary_ms(),
             "pool_wait_ms": pool,
+            "judge_wait_ms": judged,
             "stale_resends": self.stale_resends,
             "saturated": bool(warnings),
             "warnings": warnings,
@@ -270,6 +291,7 @@ def combine(
         "loop_lag_ms": _worst([w.get("loop_lag_ms") for w in workers]),
         "send_lag_ms": _worst([w.get("send_lag_ms") for w in workers]),
         "pool_wait_ms": _worst([w.get("pool_wait_ms") for w in workers]),
+        "judge_wait_ms": _worst([w.get("judge_wait_ms") for w in workers]),
         "stale_resends": sum(w.get("stale_resends", 0) for w in workers),
         "saturated": bool(warnings),
         "warnings": warnings,

@@ -10,21 +10,22 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any, cast
 
 from harness import labels as L
 from harness.client.chat import ChatClient
 from harness.client.output import Failure, TurnOutput
+from harness.drive import judging
 from harness.drive.answering import ServerWatch, retry_delay
 from harness.drive.inflight import InflightBoard
+from harness.drive.judging import Ask, Failed, Judge, failed_verdict
 from harness.errors import EnvironmentFailure
 from harness.record.payload import HistoryEncoder
 from harness.record.safejson import Unencodable
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
-from harness.verdict import Verdict, classify_turn
-from harness.workload.dialect import DialectLock
+from harness.verdict import Verdict
+from harness.workload.dialect import AUTO, DialectLock
 from harness.workload.pressure import plan_pressure, server_capacity
 from harness.workload.scenario import Scenario
 from harness.workload.tools import document_chunk, estimate_tokens, padding_text, run_tool
@@ -34,9 +35,8 @@ log = logging.getLogger(__name__)
 _CONTEXT_CHARS = 8000  # how much of the latest tool results the verdict sees as context
 #: How a session ends when a turn's attempts ran out (every one failed, or was corrupted).
 EXHAUSTED = "attempts exhausted"
-#: answers up to this many characters are classified on the event loop, longer ones in a
-#: thread (a 32k-character answer takes the classifier about 50 ms)
-INLINE_CLASSIFY_CHARS = 32_000
+#: how long a stopping run still waits for the verdict of an answer that came
+JUDGE_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,10 @@ class Shared:
     watch: ServerWatch | None = None  # refused, overloaded, no longer answering
     #: the scenario's dialect is "auto" and the model name did not tell: the first markup does
     dialect_lock: DialectLock | None = None
+    #: classifies the answers (None: on this event loop)
+    judge: Judge | None = None
+    on_judged: Callable[[float], None] | None = None  # seconds a session waited for a verdict
+    settling: asyncio.Lock = field(default_factory=asyncio.Lock)  # see Session._classify
 
     @property
     def dialect(self) -> str:
@@ -283,16 +287,22 @@ class Session:
         elif out.failure is not None:
             verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": str(out.failure)})
         else:
+            judging_task = asyncio.ensure_future(self._classify(out, turn))
             try:
-                verdict = await self._classify(out, turn)
-            except asyncio.CancelledError:  # the run stops while a long answer is classified
-                reason = "the run was stopped while the answer was classified"
-                verdict = Verdict(L.HARNESS_ERROR, False, evidence={"reason": reason})
+                verdict = await asyncio.shield(judging_task)
+            except asyncio.CancelledError:
+                # the run stops while the answer is judged: the answer came, so its row gets
+                # its verdict (judged in another process, it is milliseconds away)
+                try:
+                    verdict = await asyncio.wait_for(judging_task, JUDGE_GRACE_S)
+                except (asyncio.CancelledError, TimeoutError):
+                    reason = "the run was stopped while the answer was classified"
+                    verdict = Verdict(L.HARNESS_ERROR, False, evidence={"reason": reason})
                 with contextlib.suppress(EnvironmentFailure):
                     self._record(turn, attempt, inflight, sent_at, out, verdict)
                 raise
             if sh.dialect_lock is not None:
-                sh.dialect_lock.observe(verdict.evidence)
+                sh.dialect_lock.observe(verdict.evidence)  # settled already, or a no-op
         record = self._record(turn, attempt, inflight, sent_at, out, verdict)
         if sh.transcripts is not None and entry is not None:
             try:
@@ -302,29 +312,38 @@ class Session:
         return out, verdict, record
 
     async def _classify(self, out: TurnOutput, turn: int) -> Verdict:
-        """The verdict of one answer; an exception of the classifier's is this turn's alone
-        (a ``harness_error`` verdict). A long answer is classified in a thread, so the event
-        loop goes on reading the other streams meanwhile (a short one costs less inline
-        than the hand-over to a thread)."""
-        work = partial(
-            classify_turn,
+        """The verdict of one answer, from the judging processes (``harness.drive.judging``:
+        off the event loop that times the requests; the session waits for it, nothing else
+        does); an exception of the classifier's is this turn's alone (a ``harness_error``
+        verdict)."""
+        sh = self.shared
+        ask = Ask(
             out.content,
-            reasoning=out.reasoning,
-            tool_calls=out.tool_calls,
-            tools=self.tools or None,
-            finish_reason=out.finish_reason,
-            dialect=self.shared.dialect,
-            source=out.source,  # "raw": the harness parses the calls
-            context=self.context_text or None,
+            out.reasoning,
+            out.tool_calls,
+            self.tools or None,
+            out.finish_reason,
+            sh.dialect,
+            out.source,  # "raw": the harness parses the calls
+            self.context_text or None,
         )
-        try:
-            size = len(out.content) + len(out.reasoning)
-            size += sum(len(str(c.get("arguments") or "")) for c in out.tool_calls)
-            if size <= INLINE_CLASSIFY_CHARS:
-                return work()
-            return await asyncio.to_thread(work)
-        except Exception as exc:  # noqa: BLE001 - this turn's failure, not the run's
-            return harness_error(exc, "classifying the answer", self.plan.index, turn)
+        judge = sh.judge or judging.shared(0)
+        t0 = time.perf_counter()
+        if sh.dialect_lock is not None and sh.dialect_lock.name == AUTO:
+            # until the first markup settles the dialect, answers are judged one at a time,
+            # in the order they arrive (as on the loop): each sees what the last one settled
+            async with sh.settling:
+                ask = replace(ask, dialect=sh.dialect)
+                result = await judge.classify(ask)
+                if isinstance(result, Verdict):
+                    sh.dialect_lock.observe(result.evidence)
+        else:
+            result = await judge.classify(ask)
+        if sh.on_judged is not None:
+            sh.on_judged(time.perf_counter() - t0)
+        if isinstance(result, Failed):
+            return failed_verdict(result, self.plan.index, turn)
+        return result
 
     def _record(
         self,

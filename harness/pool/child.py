@@ -21,10 +21,12 @@ import resource
 import signal
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, cast
 
 from harness.client.output import server_failure
+from harness.drive import judging
 from harness.drive.driver import Progress, drive
 from harness.drive.inflight import InflightBoard
 from harness.drive.trace_session import sessions_for
@@ -148,6 +150,9 @@ async def work(job: Job, channel: Channel, limit: asyncio.Semaphore) -> None:
         )
     board = InflightBoard(job.board, job.worker, job.workers)
     progress = Progress()
+    options = job.options
+    if options.judges is None:  # the cores shared by the workers' judging processes
+        options = replace(options, judges=judging.auto_processes(job.workers))
     try:
         await drive(
             sessions_client,
@@ -155,7 +160,7 @@ async def work(job: Job, channel: Channel, limit: asyncio.Semaphore) -> None:
             plans,
             cast(TurnWriter, ForwardWriter(channel)),
             job.base,
-            job.options,
+            options,
             progress,
             on_session_end=lambda index, why: channel.send(SessionEnd(index, why)),
             make_session=make,

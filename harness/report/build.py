@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis import canary, confirm, coverage, frames, judge, stats, tiers
+from harness.analysis import load as analysis_load
 from harness.analysis import summary as analysis
 from harness.analysis.summary import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
@@ -262,6 +263,7 @@ def shared_sections(summary: Summary) -> list[str]:
     out += list(canary_markdown(summary))
     out += report_facts.sim_accuracy_markdown(summary["variants"])
     out += cache_markdown(summary)
+    out += analysis_load.load_lines(summary)
     if any(v.get("harness_self") for v in summary["variants"]):
         out += self_report_lines(summary)
     return out
@@ -316,6 +318,19 @@ def _attach_self_report(summary: Summary, run_dir: Path) -> None:
     summary["harness_saturated"] = saturated
 
 
+def _attach_load(summary: Summary, run: analysis.RunData) -> None:
+    """``variants[].load``: the concurrency asked, sent and seen by the server; and
+    ``load_short``, the variants whose server ran less than asked."""
+    asked = run.meta.get("concurrency")
+    seen = analysis_load.load_seen(
+        run.turns, run.metrics, asked if isinstance(asked, int) else None
+    )
+    for v in summary["variants"]:
+        if v["label"] in seen:
+            v["load"] = seen[v["label"]]
+    summary["load_short"] = analysis_load.short_variants(seen)
+
+
 def self_report_lines(summary: Mapping[str, Any]) -> list[str]:
     """Markdown: the harness's own cost per variant, and a warning when it was saturated."""
     out = ["", "## The harness itself", ""]
@@ -328,16 +343,18 @@ def self_report_lines(summary: Mapping[str, Any]) -> list[str]:
         ]
     out += [
         "| variant | turns/s | CPU % | event-loop lag p50 / p99 ms | send lag p99 ms "
-        "| stale-connection resends |",
-        "|---|---|---|---|---|---|",
+        "| verdict wait p50 / p99 ms | stale-connection resends |",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in summary["variants"]:
         for r in v.get("harness_self") or []:
             lag = r.get("loop_lag_ms") or {}
             send = r.get("send_lag_ms") or {}
+            judged = r.get("judge_wait_ms") or {}
             out.append(
                 f"| {v['label']} | {r.get('turns_per_s')} | {r.get('cpu_percent')} | "
                 f"{lag.get('p50', 'n/a')} / {lag.get('p99', 'n/a')} | {send.get('p99', 'n/a')} | "
+                f"{judged.get('p50', 'n/a')} / {judged.get('p99', 'n/a')} | "
                 f"{r.get('stale_resends', 0)} |"
             )
     return out
@@ -349,6 +366,7 @@ def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summa
     canary.attach(summary, run.run_dir)  # canary.jsonl, when recorded
     judge.attach(summary, run.run_dir)  # judge.jsonl, when recorded
     _attach_self_report(summary, run.run_dir)
+    _attach_load(summary, run)
     report_servers.attach(summary, run)  # server_facts.jsonl, metrics beside corruption
     for key in ("started_at", "finished_at"):
         if key in run.meta:

@@ -29,6 +29,7 @@ from harness.analysis import judge, sequential, variantcheck
 from harness.client import connections_for
 from harness.client.chat import ChatClient
 from harness.client.spec import ClientSpec
+from harness.drive import judging
 from harness.drive.driver import DriveOptions, Progress, drive
 from harness.drive.selfreport import save_row
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
@@ -231,6 +232,8 @@ class _VariantRun:
         elif (workers := effective_workers(opts.workers, self.plans, opts.concurrency)) > 1:
             pool = WorkerPool(workers)
         starting = asyncio.create_task(pool.start()) if pool is not None else None
+        if pool is None:  # the judging processes start (and warm up) while the server starts
+            judging.shared(opts.judges)
         try:
             facts: dict[str, Any] | None = None
             if held:
@@ -406,6 +409,7 @@ class _VariantRun:
             on_corruption=opts.on_corruption,
             # a trace sent at its recorded pace idles between turns
             hold_slots=opts.workload is None or opts.pace != "recorded",
+            judges=opts.judges,
         )
         self.progress.begin(self.variant.label, self.repeat, self.plans)
         if pool is None:

@@ -63,6 +63,7 @@ class RunOptions:
     api: Api = "chat"  # chat | completions | generate (harness.client.raw)
     max_sessions: int | None = None  # --until-significant: the budget per variant
     workers: int = 1  # processes driving each variant's sessions (harness.pool.parent)
+    judges: int | None = None  # --judges: classifying processes (None: auto, 0: on the loop)
     cluster: str | None = None  # --workers ray[:ADDRESS]: the Ray address ("": the default)
     alpha: float = 0.05
     strict_variants: bool = False  # a variant its server does not confirm stops the run

@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.analysis import stats
 from harness.errors import UsageError
 from harness.target.launch import make_target
 from harness.target.spec import TargetSpec
@@ -148,3 +149,38 @@ def _block(command: str | None) -> str:
     if len(body) == 1:
         return " " + body[0]
     return "\n" + "\n".join("    | " + line for line in body)
+
+
+def rare_event_lines(
+    turns_per_session: float,
+    sessions: int,
+    rate: float,
+    baseline: float,
+    *,
+    power: float = 0.8,
+    alpha: float = 0.05,
+    icc: float = 0.0,
+    false_alarm: float = 0.0,
+) -> list[str]:
+    """``--dry-run``: the turns and sessions a variant needs to tell ``rate`` from
+    ``baseline`` (``analysis.stats.turns_needed``), against the sessions asked."""
+    need = stats.turns_needed(
+        rate,
+        baseline,
+        alpha=alpha,
+        power=power,
+        turns_per_session=turns_per_session,
+        icc=icc,
+        false_alarm=false_alarm,
+    )
+    have = sessions * turns_per_session
+    lines = [
+        f"to tell a turn corruption rate of {rate:.2%} from {baseline:.2%} "
+        f"({power:.0%} power, two-sided alpha {alpha:g}): {need['turns']:,} turns a variant, "
+        f"{need['sessions']:,} sessions of about {turns_per_session:g} turns "
+        f"(design effect {need['design_effect']:g} for intra-session correlation {icc:g}, "
+        f"false alarms {false_alarm:.3%} of clean turns)",
+        f"  this run: {sessions:,} sessions, about {have:,.0f} turns a variant"
+        + ("" if have >= need["turns"] else " (too few: --sessions or --until-significant)"),
+    ]
+    return lines

@@ -166,3 +166,30 @@ def test_upper_bound_zero_rule_of_three() -> None:
     assert upper_bound_zero(100) == pytest.approx(3 / 100, rel=0.02)
     assert upper_bound_zero(20) == pytest.approx(1 - 0.05 ** (1 / 20))
     assert not math.isnan(upper_bound_zero(1))
+
+
+def test_clopper_pearson_is_exact_and_covers_the_wilson_interval() -> None:
+    from harness.analysis.stats import clopper_pearson, wilson
+
+    assert clopper_pearson(0, 10_000)[0] == 0.0
+    assert clopper_pearson(0, 10_000)[1] == pytest.approx(3.69e-4, rel=0.01)  # ~ the rule of 3
+    lo, hi = clopper_pearson(3, 10_000)
+    assert lo == pytest.approx(6.19e-5, rel=0.01)
+    assert hi == pytest.approx(8.77e-4, rel=0.01)
+    assert lo <= wilson(3, 10_000)[0]  # wider than the score interval where it undercovers
+    assert clopper_pearson(5, 5)[1] == 1.0
+
+
+def test_turns_needed_grows_with_false_alarms_and_clustering() -> None:
+    from harness.analysis.stats import design_effect, sample_size, turns_needed
+
+    plain = turns_needed(3e-4, 1e-4)
+    assert plain["turns"] == sample_size(3e-4, 1e-4)
+    assert plain["sessions"] == plain["turns"]
+    assert 70_000 < plain["turns"] < 90_000  # per variant, at 80% power and alpha 0.05
+    noisy = turns_needed(3e-4, 1e-4, false_alarm=1e-3)
+    assert noisy["turns"] > 5 * plain["turns"]
+    clustered = turns_needed(3e-4, 1e-4, turns_per_session=27, icc=0.05)
+    assert clustered["design_effect"] == pytest.approx(design_effect(27, 0.05)) == 2.3
+    assert clustered["turns"] == pytest.approx(plain["turns"] * 2.3, abs=1)
+    assert clustered["sessions"] == -(-clustered["turns"] // 27)

@@ -263,8 +263,11 @@ async def test_cancel_records_the_turns_in_flight(
             await load
     rows = read_turns(path)
     cancelled = [r for r in rows if r["transport_error"] == "cancelled: the run was stopped"]
-    assert len(cancelled) == 6  # every session had one turn in flight
-    assert {r["session"] for r in cancelled} == set(range(6))
+    # a session's turn in flight is recorded as cancelled; one whose answer had come and
+    # was being judged records its verdict: either way one row, none a harness error
+    assert cancelled
+    assert len({r["session"] for r in cancelled}) == len(cancelled)
+    assert not [r for r in rows if r["label"] == L.HARNESS_ERROR]
     assert progress.turns == len(rows)
     assert progress.sessions_done == 6
     assert progress.harness_self is not None

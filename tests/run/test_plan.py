@@ -100,3 +100,17 @@ def test_plan_masks_secret_looking_env_values(tmp_path: Path) -> None:
     assert "HF_TOKEN='***'" in text
     assert "hf_abc123" not in text
     assert "CUDA_VISIBLE_DEVICES=0,1" in text
+
+
+def test_dry_run_says_how_many_turns_a_rare_rate_needs() -> None:
+    from harness.analysis.stats import turns_needed
+    from tests.cli.test_cli import harness
+
+    proc = harness("run", "--dry-run", "--sessions", "48", "--detect", "0.0003:0.0001")
+    assert proc.returncode == 0, proc.stderr
+    need = turns_needed(3e-4, 1e-4)["turns"]
+    assert f"{need:,} turns a variant" in proc.stdout
+    assert "too few" in proc.stdout
+    bad = harness("run", "--dry-run", "--detect", "0.0003")
+    assert bad.returncode == 2
+    assert "RATE:BASELINE" in bad.stderr
