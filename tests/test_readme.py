@@ -41,4 +41,5 @@ def test_the_sample_output_is_what_the_current_version_prints() -> None:
     assert header.split() == " ".join(TERMINAL_COLS).split()
     assert DEMO_NOTE in sample
     assert "reproduce a corrupted session" in sample
+    assert "rates count structural + confirmed turns" in sample  # the tiers the rates count
     assert sample.strip().splitlines()[-1].startswith('{"run_id"')
