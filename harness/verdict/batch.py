@@ -30,7 +30,8 @@ from typing import Any, TextIO, cast
 
 from harness.dialects import registry
 from harness.errors import HarnessError, UsageError
-from harness.verdict import classify_turn
+from harness.verdict import Verdict, classify_turn
+from harness.verdict.text import THRESHOLD
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +112,42 @@ def classify_record(rec: dict[str, Any]) -> dict[str, Any]:
         "id": rec["id"],
         "label": verdict.label,
         "corrupted": verdict.corrupted,
+        "tier": verdict.tier,
+        "why": why(verdict),
+        "threshold": THRESHOLD,
         "noncanonical": verdict.noncanonical,
         "tool_calls": verdict.tool_calls,
         "evidence": verdict.evidence,
     }
+
+
+def why(verdict: Verdict) -> str:
+    """One sentence: why the verdict is what it is, the text score beside its threshold."""
+    ev = verdict.evidence
+    score = ev.get("text_score")
+    scored = f"text score {score} (threshold {THRESHOLD})" if score is not None else ""
+    at = f" from character {ev['offset']}" if ev.get("offset") is not None else ""
+    where = " in the reasoning" if ev.get("in_reasoning") or ev.get("in_content_reasoning") else ""
+    if "loop_to_the_end" in ev:
+        loop = ev["loop_to_the_end"]
+        return (f"a loop to the end of the output{where}: {loop['span']!r} written "
+                f"{loop['copies']} times back to back (confirmed by the text itself)")  # fmt: skip
+    if verdict.tier == "suspect":
+        signals = {k: v for k, v in (ev.get("signals") or {}).items()
+                   if k not in ("char_surprisal", "p_corrupted")}  # fmt: skip
+        strongest = ", ".join(k for k, _ in sorted(signals.items(), key=lambda kv: -kv[1])[:3])
+        kind = "a repetition loop" if verdict.label == "repetition" else "token salad"
+        return (f"the text detector reads {kind}{where}{at}: {scored}"
+                + (f"; strongest signals: {strongest}" if strongest else "")
+                + " (a suspect: the judge confirms it or not in a run)")  # fmt: skip
+    if verdict.corrupted or ev.get("reason"):
+        return f"{ev.get('reason') or verdict.label}{at}"
+    out = f"no sign of corruption: {scored}" if scored else "no sign of corruption"
+    if ev.get("acquitted"):
+        out += f"; the detector's reading acquitted on a second look: {ev['acquitted']}"
+    if ev.get("reasoning_in_content"):
+        out += f"; reasoning in the content ({ev['reasoning_in_content']}) judged apart"
+    return out
 
 
 def classify_stream(in_lines: Iterable[str], out: TextIO, dialect: str = "auto") -> ClassifyStats:

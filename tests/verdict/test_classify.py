@@ -63,7 +63,17 @@ def test_raw_outputs_are_labelled() -> None:
     assert stats.errors == []
     assert stats.labels["ok_tool_call"] >= 1
     for row in rows:
-        assert set(row) == {"id", "label", "corrupted", "noncanonical", "tool_calls", "evidence"}
+        assert set(row) == {
+            "id",
+            "label",
+            "corrupted",
+            "tier",
+            "why",
+            "threshold",
+            "noncanonical",
+            "tool_calls",
+            "evidence",
+        }
 
 
 def test_server_source_checks_the_server_calls() -> None:
@@ -125,3 +135,26 @@ def test_cli_with_files(tmp_path: Path, capsys: Any) -> None:
     assert [json.loads(x)["id"] for x in dst.read_text(encoding="utf-8").splitlines()] == ["a"]
     stats = classify_files(src, tmp_path / "out2.jsonl")
     assert stats.classified == 1
+
+
+def test_each_verdict_says_why_with_the_threshold_beside_the_score() -> None:
+    lines = [
+        {"id": "ok", "text": "Tomorrow in Paris it will be sunny, with a high of 21 degrees."},
+        {"id": "salad", "text": "Par 设置 데이터 ->मेंToString()المwrite_through скийする фيщий"},
+        {"id": "think", "text": "<think>Let me think it over.</think>Here is the whole answer."},
+        {"id": "bad", "text": '<tool_call>\n{"name": "f", "arguments": {"a": 1}\n</tool_call>'},
+    ]
+    out = io.StringIO()
+    classify_stream([json.dumps(x) for x in lines], out)
+    got = {d["id"]: d for d in map(json.loads, out.getvalue().splitlines())}
+    assert all(d["threshold"] == 0.7 for d in got.values())
+    assert got["ok"]["why"].startswith("no sign of corruption: text score ")
+    assert "(threshold 0.7)" in got["ok"]["why"]
+    assert got["salad"]["tier"] == "suspect"
+    assert "token salad" in got["salad"]["why"]
+    assert "strongest signals" in got["salad"]["why"]
+    assert "reasoning in the content (think) judged apart" in got["think"]["why"]
+    assert got["bad"]["tier"] == "structural"
+    assert got["bad"]["why"] == got["bad"]["evidence"]["reason"] + (
+        f" from character {got['bad']['evidence']['offset']}"
+    )
