@@ -113,7 +113,7 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the plan (variants, order, commands, URLs) and start nothing",
     )
-    run.add_argument(
+    v.add_argument(
         "--detect",
         metavar="RATE:BASELINE",
         help="with --dry-run: the turns and sessions a variant needs to tell a turn corruption "
