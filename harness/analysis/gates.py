@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis import stats
+from harness.analysis.oracles import ORACLE_METRICS
 from harness.errors import UsageError
 
 FORM = "METRIC OP NUMBER or METRIC[VARIANT] OP NUMBER, e.g. 'session_corruption_rate > 0.01'"
@@ -93,6 +94,8 @@ KNOWN_METRICS = (
     "sessions_without_tool_calls", "tool_call_share",
     # --canary (harness.analysis.canary) and --confirm's judge (harness.analysis.judge)
     "canary_max_kl", "canary_deviating_share", "confirmed_session_corruption_rate",
+    # the exact oracles (harness.analysis.oracles)
+    *ORACLE_METRICS,
 )  # fmt: skip
 
 

@@ -36,6 +36,7 @@ from harness.run.execute import (
     write_run_json,
 )
 from harness.run.options import RunOptions
+from harness.run.oracle_replay import check_sampling
 from harness.run.plan import format_plan
 from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.run.stopsignals import StopSignals
@@ -203,6 +204,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         canary_rate=float(getattr(args, "canary_rate", 1.0)),
         scoring_api=str(getattr(args, "scoring_api", "auto")),
         judge_sample=float(getattr(args, "judge_sample", 0.1)),
+        **_oracle_options(args, scenario),
         strict_variants=bool(getattr(args, "strict_variants", False)),
         shard=shard,
         start_at=start_at,
@@ -211,6 +213,23 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         dialect_from_option=dialect is not None,
         **_workload_options(args, scenario),
     )
+
+
+def _oracle_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
+    """--oracle, --oracle-sample, --passkeys; replay refused on sampling that is not fixed."""
+    oracles = tuple(dict.fromkeys(getattr(args, "oracle", None) or []))
+    if "replay" in oracles:
+        # the scenario's sessions send a seed with every request; a trace's requests may not
+        check_sampling(
+            scenario.temperature,
+            getattr(args, "workload", None) is None,
+            "the scenario" if getattr(args, "workload", None) is None else "the trace workload",
+        )
+    return {
+        "oracles": oracles,
+        "oracle_sample": float(getattr(args, "oracle_sample", 1.0)),
+        "passkeys": bool(getattr(args, "passkeys", False)),
+    }
 
 
 def _masked(argv: list[str]) -> list[str]:
@@ -241,6 +260,7 @@ def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None
         "--until-significant": getattr(args, "until_significant", False),
         "--confirm": getattr(args, "confirm", False),
         "--reference-sessions": getattr(args, "reference_sessions", 0),
+        "--oracle": getattr(args, "oracle", None),
     }
     for flag, given in alone.items():
         if given:

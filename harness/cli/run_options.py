@@ -188,6 +188,34 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         help="without a terminal (CI logs): a progress line per running variant this often",
     )
     _add_followup_args(run)
+    _add_oracle_args(run)
+
+
+def _add_oracle_args(p: argparse.ArgumentParser) -> None:
+    o = p.add_argument_group("exact oracles (see docs/oracles.md)")
+    o.add_argument(
+        "--oracle",
+        action="append",
+        choices=("replay",),
+        default=[],
+        help="replay: after each variant's load, re-send every send (or --oracle-sample of "
+        "them) alone and compare it with the loaded output; exact on a server in a "
+        "deterministic mode, at temperature 0 or with a fixed seed (oracle_replay.jsonl)",
+    )
+    o.add_argument(
+        "--oracle-sample",
+        type=_share,
+        default=1.0,
+        metavar="SHARE",
+        help="with --oracle replay: the share of the sends re-sent alone (seeded)",
+    )
+    o.add_argument(
+        "--passkeys",
+        action="store_true",
+        help="plant random ids in early tool results and ask for them back later as a tool "
+        "argument; a wrong or missing one is a context failure, checked exactly, beside the "
+        "model's own recall measured alone (oracle_passkey.jsonl)",
+    )
 
 
 def _add_followup_args(p: argparse.ArgumentParser) -> None:

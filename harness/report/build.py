@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import canary, confirm, coverage, frames, judge, stats
+from harness.analysis import canary, confirm, coverage, frames, judge, oracles, stats
 from harness.analysis import summary as analysis
 from harness.analysis.summary import Summary, fmt_p, fmt_pct
 from harness.errors import UsageError
@@ -36,6 +36,7 @@ from harness.report.canary import markdown as canary_markdown
 from harness.report.canary import plot_canary
 from harness.report.confirm import markdown as confirm_markdown
 from harness.report.html import METHOD, comparison_line
+from harness.report.oracles import markdown as oracles_markdown
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,7 @@ def shared_sections(summary: Summary) -> list[str]:
     report.html renders the same Markdown."""
     out = list(confirm_markdown(summary))
     out += list(canary_markdown(summary))
+    out += oracles_markdown(summary)
     out += report_facts.sim_accuracy_markdown(summary["variants"])
     out += cache_markdown(summary)
     if any(v.get("harness_self") for v in summary["variants"]):
@@ -316,6 +318,7 @@ def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summa
     confirm.attach(summary, run.run_dir)  # confirm.jsonl / reference.jsonl, when recorded
     canary.attach(summary, run.run_dir)  # canary.jsonl, when recorded
     judge.attach(summary, run.run_dir)  # judge.jsonl, when recorded
+    oracles.attach(summary, run.run_dir)  # oracle_*.jsonl, when an exact oracle ran
     _attach_self_report(summary, run.run_dir)
     report_servers.attach(summary, run)  # server_facts.jsonl, metrics beside corruption
     for key in ("started_at", "finished_at"):

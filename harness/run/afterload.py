@@ -48,6 +48,7 @@ from harness.record.transcripts import load_transcripts
 from harness.record.turns import TurnWriter, read_rows
 from harness.run.judge import judge_variant
 from harness.run.options import RunOptions
+from harness.run.oracle_replay import replay_oracle_variant
 from harness.run.replay import resend
 from harness.workload.matrix import Variant
 from harness.workload.scenario import Scenario
@@ -211,8 +212,8 @@ async def after_load(
     base: dict[str, Any],
     announce: Callable[[str], None],
 ) -> None:
-    """--confirm and --reference-sessions (``chosen``): lone re-sends on the same server,
-    now idle."""
+    """--confirm, --oracle replay and --reference-sessions (``chosen``): lone re-sends on
+    the same server, now idle."""
     name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
     if opts.confirm:
         rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
@@ -221,6 +222,14 @@ async def after_load(
         await judge_variant(
             opts, client.base_url, client.model, run_id, variant.label, repeat, announce
         )
+    if "replay" in opts.oracles:
+        declared = bool(opts.target is not None and opts.target.deterministic)
+        rows = await replay_oracle_variant(
+            client, opts.out_dir, run_id, variant.label, repeat, share=opts.oracle_sample,
+            seed=opts.seed, declared=declared, api_key=opts.api_key,
+        )  # fmt: skip
+        diverged = sum(1 for r in rows if r["status"] == "diverged")
+        announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")
     if chosen:
         announce(f"{name}: {len(chosen)} reference sessions, one at a time")
         await reference_variant(

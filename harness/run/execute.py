@@ -270,7 +270,9 @@ class _VariantRun:
                 stream=opts.stream,
                 dialect=opts.scenario.dialect,
                 # the judge's sample of passed turns needs their conversations
-                keep_all=opts.keep_transcripts or (opts.confirm and opts.judge_sample > 0),
+                keep_all=opts.keep_transcripts
+                or (opts.confirm and opts.judge_sample > 0)
+                or "replay" in opts.oracles,  # the replay oracle re-sends every session's sends
             )
             canary: Canary | None = None
             try:

@@ -49,6 +49,9 @@ class RunOptions:
     canary_rate: float = 1.0  # canary requests a second during the load
     scoring_api: str = "auto"  # auto | sglang | vllm | llamacpp (client.scoring)
     judge_sample: float = 0.1  # with confirm: the share of passed turns also judged
+    oracles: tuple[str, ...] = ()  # --oracle: "replay" (harness.run.oracle_replay)
+    oracle_sample: float = 1.0  # --oracle-sample: the share of sends the replay re-sends
+    passkeys: bool = False  # --passkeys: plant ids in tool results, ask for them back
     workload: Path | None = None  # a trace (JSONL): its conversations are the sessions
     workload_mode: WorkloadMode = "replay"  # replay | continue (harness.drive.trace_session)
     pace: Pace = "recorded"  # recorded | fast

@@ -319,7 +319,8 @@ class SimApp:
         names where it has one, so a level that reaches the server shows here."""
         c = self.config
         flags = {k: v for k, v in dataclasses.asdict(c).items() if k != "api_key"}
-        for ours in ("index_k", "hicache", "kv_capacity", "max_running", "seed", "model"):
+        for ours in ("index_k", "hicache", "kv_capacity", "max_running", "seed", "model",
+                     "deterministic"):  # fmt: skip
             flags.pop(ours)
         return _json(
             {
@@ -332,6 +333,7 @@ class SimApp:
                 "index_k_dtype": c.index_k,
                 "enable_cache_report": c.cache_report,
                 "random_seed": c.seed,
+                "enable_deterministic_inference": c.deterministic,
                 "api_key_required": c.api_key is not None,
                 **flags,
                 "version": "sim",

@@ -215,7 +215,11 @@ class Engine:
 
         fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())
         kind = None
-        if corrupt:
+        if config.deterministic and in_flight <= 1 and not config.force_fault:
+            corrupt_now = False  # alone: nothing races beside it, the answer is the clean one
+        else:
+            corrupt_now = corrupt
+        if corrupt_now:
             odds = corruption_probability(
                 in_flight,
                 prompt.total,
