@@ -17,6 +17,7 @@ from harness.analysis import stats
 from harness.analysis.confirm import row_key
 from harness.record.rundir import (
     ORACLE_ALARMS_FILE,
+    ORACLE_PASSKEY_ALONE_FILE,
     ORACLE_PASSKEY_FILE,
     ORACLE_REPLAY_FILE,
     TURNS_FILE,
@@ -105,6 +106,64 @@ def replay_summary(rows: list[dict[str, Any]], loaded_sends: int) -> dict[str, A
     }
 
 
+#: upper bounds (tokens between the plant and the ask) of the recall-by-distance buckets
+DISTANCE_BUCKETS = (1_000, 4_000, 16_000, 64_000, 256_000)
+
+
+def _counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    decided = [r for r in rows if r.get("status") in ("right", "wrong", "missing")]
+    bad = sum(1 for r in decided if r["status"] != "right")
+    rate = _rate(bad, len(decided))
+    return {
+        "checked": len(decided),
+        "right": len(decided) - bad,
+        "wrong": sum(1 for r in decided if r["status"] == "wrong"),
+        "missing": sum(1 for r in decided if r["status"] == "missing"),
+        "undecided": len(rows) - len(decided),
+        "wrong_rate": rate["rate"],
+        "wrong_ci": rate["ci"],
+    }
+
+
+def by_distance(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Recall by how many tokens back the passkey was planted (the plot reads it)."""
+    out = []
+    lo = 0
+    for hi in DISTANCE_BUCKETS:
+        inside = [r for r in rows if r.get("distance_tokens") is not None
+                  and lo <= r["distance_tokens"] < hi]  # fmt: skip
+        if inside:
+            c = _counts(inside)
+            recall = 1 - c["wrong_rate"] if c["wrong_rate"] is not None else None
+            out.append({"from_tokens": lo, "to_tokens": hi, "checked": c["checked"],
+                        "recall": recall})  # fmt: skip
+        lo = hi
+    return out
+
+
+def passkey_summary(
+    loaded: list[dict[str, Any]], alone: list[dict[str, Any]], loaded_sends: int
+) -> dict[str, Any]:
+    """Loaded and alone recall failure, their difference (the verdict: the model's own
+    failure rate is the false-alarm floor), by distance, and the cost."""
+    a, b = _counts(loaded), _counts(alone)
+    ka, na = a["checked"] - a["right"], a["checked"]
+    kb, nb = b["checked"] - b["right"], b["checked"]
+    d, lo, hi = stats.diff_ci(ka, na, kb, nb)
+    p = stats.fisher_exact(ka, na, kb, nb, alternative="greater") if na and nb else None
+    return {
+        "loaded": a,
+        "alone": b,
+        "excess_wrong_rate": d if na and nb else None,
+        "excess_ci": [lo, hi],
+        "p_value": p,
+        "worse_under_load": bool(p is not None and p < 0.05),
+        "by_distance": by_distance(loaded),
+        "extra_requests": len(alone),
+        "load_share": len(alone) / loaded_sends if loaded_sends else None,
+    }
+
+
 def _of(rows: list[dict[str, Any]], variant: str) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("variant") == variant]
 
@@ -112,7 +171,9 @@ def _of(rows: list[dict[str, Any]], variant: str) -> list[dict[str, Any]]:
 def attach(summary: dict[str, Any], run_dir: Path) -> None:
     """Add ``oracles`` (and the flat gate metrics) to each variant that has oracle rows."""
     replay = _rows(run_dir, ORACLE_REPLAY_FILE)
-    if not replay:
+    passkey = _rows(run_dir, ORACLE_PASSKEY_FILE)
+    alone = _rows(run_dir, ORACLE_PASSKEY_ALONE_FILE)
+    if not (replay or passkey):
         return
     turns = _rows(run_dir, TURNS_FILE)
     for v in summary.get("variants", []):
@@ -123,6 +184,11 @@ def attach(summary: dict[str, Any], run_dir: Path) -> None:
             r = found["replay"] = replay_summary(rows, sends)
             v["replay_divergence_rate"] = r["divergence_rate"]
             v["replay_diverged_turns"] = r["diverged"]
+        if rows := _of(passkey, label):
+            p = found["passkey"] = passkey_summary(rows, _of(alone, label), sends)
+            v["passkey_wrong_rate"] = p["loaded"]["wrong_rate"]
+            v["passkey_alone_wrong_rate"] = p["alone"]["wrong_rate"]
+            v["passkey_excess_wrong_rate"] = p["excess_wrong_rate"]
         if found:
             v["oracles"] = found
 
@@ -130,5 +196,6 @@ def attach(summary: dict[str, Any], run_dir: Path) -> None:
 #: The flat per-variant numbers a gate can read (gates.KNOWN_METRICS adds them).
 ORACLE_METRICS = (
     "replay_divergence_rate", "replay_diverged_turns", "passkey_wrong_rate",
+    "passkey_alone_wrong_rate",
     "passkey_excess_wrong_rate", "spec_accept_alarm_rate", "kv_canary_alarms",
 )  # fmt: skip

@@ -10,6 +10,7 @@ import math
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -176,7 +177,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     concurrency = args.concurrency or scenario.sessions
     shard, start_at = _shard_options(args)
     return RunOptions(
-        scenario=scenario,
+        scenario=_with_passkeys(args, scenario),
         variants=vs,
         out_dir=args.out or Path("reports") / run_id,
         sessions=scenario.sessions,
@@ -213,6 +214,19 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         dialect_from_option=dialect is not None,
         **_workload_options(args, scenario),
     )
+
+
+def _with_passkeys(args: argparse.Namespace, scenario: Any) -> Any:
+    """--passkeys: the sessions plant a passkey and ask it back (not a trace's sessions)."""
+    if not getattr(args, "passkeys", False):
+        return scenario
+    if getattr(args, "workload", None) is not None:
+        raise UsageError("--passkeys plants facts in the scenario's sessions: not with --workload")
+    if not scenario.tools or scenario.workload != "tools":
+        raise UsageError(
+            "--passkeys asks the passkey back as a tool call: the scenario needs tools"
+        )
+    return replace(scenario, passkeys=True)
 
 
 def _oracle_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
@@ -261,6 +275,7 @@ def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None
         "--confirm": getattr(args, "confirm", False),
         "--reference-sessions": getattr(args, "reference_sessions", 0),
         "--oracle": getattr(args, "oracle", None),
+        "--passkeys": getattr(args, "passkeys", False),
     }
     for flag, given in alone.items():
         if given:

@@ -37,6 +37,7 @@ from harness.report.canary import plot_canary
 from harness.report.confirm import markdown as confirm_markdown
 from harness.report.html import METHOD, comparison_line
 from harness.report.oracles import markdown as oracles_markdown
+from harness.report.oracles import plot_passkeys
 
 log = logging.getLogger(__name__)
 
@@ -346,6 +347,8 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
         drawn = plot_canary(run_dir, order, run_dir / PLOTS_DIR / "canary.png")
         if drawn is not None:
             made["canary"] = drawn
+    if (drawn := plot_passkeys(summary, run_dir / PLOTS_DIR / "passkeys.png")) is not None:
+        made["passkeys"] = drawn
     summary["plots"] = {name: f"{PLOTS_DIR}/{p.name}" for name, p in made.items()}
     (run_dir / SUMMARY_FILE).write_text(
         json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from harness.analysis.summary import fmt_pct
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from harness.analysis.summary import fmt_pct  # noqa: E402
+
+DPI = 110
 
 
 def _ci(rate: float | None, ci: list[float]) -> str:
@@ -56,7 +65,61 @@ def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+def passkey_lines(variants: list[Mapping[str, Any]]) -> list[str]:
+    rows = [v for v in variants if (v.get("oracles") or {}).get("passkey")]
+    if not rows:
+        return []
+    out = ["", "## Passkeys (exact oracle)", "",
+           "Each session got a random id in its first tool result and was asked for it back "
+           "later, as a tool-call argument. A wrong or missing id is a context failure, "
+           "checked exactly. The same asks were re-sent alone after the load: the model's own "
+           "recall failure, the floor the loaded rate is judged against (the difference, "
+           "not the raw rate, is the verdict).", "",
+           "| variant | asks checked | wrong | missing | failure under load [95% CI] | "
+           "failure alone [95% CI] | excess [95% CI] | worse under load (p) | "
+           "extra requests (share of load) |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for v in rows:
+        p = v["oracles"]["passkey"]
+        a, b = p["loaded"], p["alone"]
+        share = fmt_pct(p["load_share"]) if p["load_share"] is not None else "-"
+        pv = (
+            "-"
+            if p["p_value"] is None
+            else f"{'yes' if p['worse_under_load'] else 'no'} ({p['p_value']:.3g})"
+        )
+        out.append(f"| {v['label']} | {a['checked']} | {a['wrong']} | {a['missing']} | "
+                   f"{_ci(a['wrong_rate'], a['wrong_ci'])} | "
+                   f"{_ci(b['wrong_rate'], b['wrong_ci'])} | "
+                   f"{_ci(p['excess_wrong_rate'], p['excess_ci'])} | {pv} | "
+                   f"{p['extra_requests']} ({share}) |")  # fmt: skip
+    return out
+
+
+def plot_passkeys(summary: Mapping[str, Any], path: Path) -> Path | None:
+    """Recall under load by how many tokens back the passkey was planted, per variant."""
+    rows = [v for v in summary.get("variants", []) if (v.get("oracles") or {}).get("passkey")]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for v in rows:
+        buckets = [b for b in v["oracles"]["passkey"]["by_distance"] if b["recall"] is not None]
+        xs = [(b["from_tokens"] + b["to_tokens"]) / 2 for b in buckets]
+        ax.plot(xs, [b["recall"] for b in buckets], marker="o", label=v["label"])
+    ax.set_xscale("log")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("tokens between the planted passkey and the ask")
+    ax.set_ylabel("passkeys recalled under load")
+    ax.set_title("Passkey recall by distance")
+    ax.legend(loc="lower left")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
 def markdown(summary: Mapping[str, Any]) -> list[str]:
     """The oracle sections (empty when no oracle ran)."""
     variants = list(summary.get("variants", []))
-    return replay_lines(variants)
+    return replay_lines(variants) + passkey_lines(variants)

@@ -37,7 +37,7 @@ from harness.analysis.confirm import (
     row_key,
 )
 from harness.client.chat import ChatClient
-from harness.drive.session import Session, SessionPlan, Shared
+from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.record.rundir import (
     CONFIRM_FILE,
     REFERENCE_ENDS_FILE,
@@ -48,6 +48,7 @@ from harness.record.transcripts import load_transcripts
 from harness.record.turns import TurnWriter, read_rows
 from harness.run.judge import judge_variant
 from harness.run.options import RunOptions
+from harness.run.oracle_passkeys import passkey_variant
 from harness.run.oracle_replay import replay_oracle_variant
 from harness.run.replay import resend
 from harness.workload.matrix import Variant
@@ -230,6 +231,15 @@ async def after_load(
         )  # fmt: skip
         diverged = sum(1 for r in rows if r["status"] == "diverged")
         announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")
+    if opts.scenario.passkeys:
+        plans = make_plans(opts.scenario, max(opts.sessions, opts.max_sessions or 0), opts.seed)
+        loaded, lone = await passkey_variant(
+            client, opts.out_dir, run_id, variant.label, repeat, plans
+        )
+        wrong = sum(1 for r in loaded if r["status"] != "right")
+        lone_wrong = sum(1 for r in lone if r["status"] in ("wrong", "missing"))
+        announce(f"{name}: passkeys: {wrong} of {len(loaded)} wrong or missing under load, "
+                 f"{lone_wrong} of {len(lone)} alone")  # fmt: skip
     if chosen:
         announce(f"{name}: {len(chosen)} reference sessions, one at a time")
         await reference_variant(

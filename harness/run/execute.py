@@ -272,7 +272,8 @@ class _VariantRun:
                 # the judge's sample of passed turns needs their conversations
                 keep_all=opts.keep_transcripts
                 or (opts.confirm and opts.judge_sample > 0)
-                or "replay" in opts.oracles,  # the replay oracle re-sends every session's sends
+                or "replay" in opts.oracles  # the replay oracle re-sends every session's sends
+                or opts.scenario.passkeys,  # every session's answer to the passkey ask
             )
             canary: Canary | None = None
             try:

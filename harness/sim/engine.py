@@ -67,6 +67,17 @@ def _answer_message(content: str | None, calls: Sequence[ToolCall]) -> dict[str,
     }  # fmt: skip
 
 
+def _misread(call: ToolCall, rng: random.Random) -> ToolCall:
+    """A passkey read from a corrupted KV page: the same shape, some digits wrong."""
+    key = call.arguments.get("passkey")
+    if not isinstance(key, str):
+        return call
+    digits = list(key)
+    for i in rng.sample(range(3, len(digits)), k=min(3, max(0, len(digits) - 3))):
+        digits[i] = rng.choice([d for d in "0123456789abcdef" if d != digits[i]])
+    return ToolCall(call.name, {**call.arguments, "passkey": "".join(digits)})
+
+
 #: The simulated speculative decoding: acceptance of healthy and of corrupted answers, and the
 #: weight of each answer in the moving mean.
 SPEC_ACCEPT, SPEC_CORRUPT, SPEC_WEIGHT = 0.7, 0.1, 0.05
@@ -249,6 +260,10 @@ class Engine:
         self.answers.remember(prompt.digest, _answer_message(turn.content, turn.calls))
         if kind is None:
             raw = sp.encode(turn.content, turn.calls)
+        elif any("passkey" in c.arguments for c in turn.calls):
+            # the race hits the read of a fact planted far back: a fluent call, a wrong id
+            turn = replace(turn, calls=tuple(_misread(c, fault_rng) for c in turn.calls))
+            raw, kind = sp.encode(turn.content, turn.calls), "recall"
         else:
             loop_limit = min(limit, config.default_max_tokens)
             maker = ArgMaker(fault_rng, Seen())
