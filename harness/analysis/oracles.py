@@ -164,6 +164,28 @@ def passkey_summary(
     }
 
 
+def alarms_summary(rows: list[dict[str, Any]], loaded_sends: int) -> dict[str, Any]:
+    """The server's alarms of one variant: speculative acceptance (sends checked, alarms by
+    reason, rate) and KV canary lines (lines, sends in flight tied to them)."""
+    spec = [r for r in rows if r.get("alarm") in ("spec_accept", None) and "accept_length" in r]
+    hit = [r for r in spec if r.get("alarm") == "spec_accept"]
+    rate = _rate(len(hit), len(spec))
+    lines = [r for r in rows if r.get("alarm") == "kv_canary_line"]
+    tied = {row_key(r) for r in rows if r.get("alarm") == "kv_canary"}
+    return {
+        "spec_accept": {
+            "checked": len(spec), "alarms": len(hit),
+            "accept_length": sum(1 for r in hit if r.get("reason") == "accept_length"),
+            "accept_rate": sum(1 for r in hit if r.get("reason") == "accept_rate"),
+            "rate": rate["rate"], "ci": rate["ci"],
+        },
+        "kv_canary": {"count": len(lines), "sends": len(tied),
+                      "share": len(tied) / loaded_sends if loaded_sends else None},
+        "extra_requests": 0,  # read from the answers and the log: no request of their own
+        "load_share": 0.0,
+    }  # fmt: skip
+
+
 def _of(rows: list[dict[str, Any]], variant: str) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("variant") == variant]
 
@@ -173,7 +195,8 @@ def attach(summary: dict[str, Any], run_dir: Path) -> None:
     replay = _rows(run_dir, ORACLE_REPLAY_FILE)
     passkey = _rows(run_dir, ORACLE_PASSKEY_FILE)
     alone = _rows(run_dir, ORACLE_PASSKEY_ALONE_FILE)
-    if not (replay or passkey):
+    alarms = _rows(run_dir, ORACLE_ALARMS_FILE)
+    if not (replay or passkey or alarms):
         return
     turns = _rows(run_dir, TURNS_FILE)
     for v in summary.get("variants", []):
@@ -189,6 +212,11 @@ def attach(summary: dict[str, Any], run_dir: Path) -> None:
             v["passkey_wrong_rate"] = p["loaded"]["wrong_rate"]
             v["passkey_alone_wrong_rate"] = p["alone"]["wrong_rate"]
             v["passkey_excess_wrong_rate"] = p["excess_wrong_rate"]
+        if rows := _of(alarms, label):
+            a = found["alarms"] = alarms_summary(rows, sends)
+            v["spec_accept_alarm_rate"] = a["spec_accept"]["rate"]
+            v["spec_accept_alarms"] = a["spec_accept"]["alarms"]
+            v["kv_canary_alarms"] = a["kv_canary"]["count"]
         if found:
             v["oracles"] = found
 
@@ -196,6 +224,6 @@ def attach(summary: dict[str, Any], run_dir: Path) -> None:
 #: The flat per-variant numbers a gate can read (gates.KNOWN_METRICS adds them).
 ORACLE_METRICS = (
     "replay_divergence_rate", "replay_diverged_turns", "passkey_wrong_rate",
-    "passkey_alone_wrong_rate",
+    "passkey_alone_wrong_rate", "spec_accept_alarms",
     "passkey_excess_wrong_rate", "spec_accept_alarm_rate", "kv_canary_alarms",
 )  # fmt: skip

@@ -37,6 +37,7 @@ from harness.run.execute import (
     write_run_json,
 )
 from harness.run.options import RunOptions
+from harness.run.oracle_alarms import SpecRules
 from harness.run.oracle_replay import check_sampling
 from harness.run.plan import format_plan
 from harness.run.shard import Shard, parse_shard, parse_start_at
@@ -177,7 +178,9 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     concurrency = args.concurrency or scenario.sessions
     shard, start_at = _shard_options(args)
     return RunOptions(
-        scenario=_with_passkeys(args, scenario),
+        scenario=_with_passkeys(args, scenario).with_overrides(
+            return_meta_info="spec_accept" in (getattr(args, "oracle", None) or []) or None
+        ),
         variants=vs,
         out_dir=args.out or Path("reports") / run_id,
         sessions=scenario.sessions,
@@ -239,10 +242,23 @@ def _oracle_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
             getattr(args, "workload", None) is None,
             "the scenario" if getattr(args, "workload", None) is None else "the trace workload",
         )
+    if "spec_accept" in oracles and not getattr(args, "no_stream", False):
+        raise UsageError("--oracle spec_accept reads SGLang's meta_info, which only non-streamed "
+                         "answers carry: add --no-stream")  # fmt: skip
+    log_file = getattr(args, "server_log", None)
+    if "kv_canary" in oracles and log_file is None and getattr(args, "endpoint", None):
+        raise UsageError("--oracle kv_canary with --endpoint: name the server's log with "
+                         "--server-log FILE")  # fmt: skip
     return {
         "oracles": oracles,
         "oracle_sample": float(getattr(args, "oracle_sample", 1.0)),
         "passkeys": bool(getattr(args, "passkeys", False)),
+        "spec_rules": SpecRules(
+            float(getattr(args, "spec_accept_min_length", 1.4)),
+            int(getattr(args, "spec_accept_min_tokens", 128)),
+            float(getattr(args, "spec_accept_max_rate", 0.96)),
+        ),
+        "server_log": log_file,
     }
 
 

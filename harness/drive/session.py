@@ -196,6 +196,7 @@ def response_of(out: TurnOutput, verdict: Verdict) -> dict[str, Any]:
         "sim_injected": out.sim_injected,
         "label": verdict.label,
         "corrupted": verdict.corrupted,
+        **({"meta_info": out.meta_info} if out.meta_info is not None else {}),
     }
 
 
@@ -235,6 +236,8 @@ class Session:
         }
         if self.tools:
             body["tools"] = self.tools
+        if s.return_meta_info:  # --oracle spec_accept (SGLang; non-streamed requests)
+            body["return_meta_info"] = True
         return body
 
     async def send(self, turn: int, attempt: int) -> tuple[TurnOutput, Verdict, TurnRecord]:

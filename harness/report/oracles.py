@@ -96,6 +96,28 @@ def passkey_lines(variants: list[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+def alarm_lines(variants: list[Mapping[str, Any]]) -> list[str]:
+    rows = [v for v in variants if (v.get("oracles") or {}).get("alarms")]
+    if not rows:
+        return []
+    out = ["", "## The server's own alarms", "",
+           "Speculative acceptance per request (SGLang's meta_info): an average accept length "
+           "below the threshold after enough generated tokens points at a KV mismatch, an "
+           "accept rate above its threshold at degraded attention (repetition). KV canary: "
+           "`kv_canary violation` lines in the server log, tied to the sends in flight when "
+           "they were written.", "",
+           "| variant | sends checked | acceptance alarms (length, rate) | alarm rate [95% CI] "
+           "| kv canary lines | sends in flight at them |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for v in rows:
+        a = v["oracles"]["alarms"]
+        sp, kv = a["spec_accept"], a["kv_canary"]
+        out.append(f"| {v['label']} | {sp['checked']} | {sp['alarms']} ({sp['accept_length']}, "
+                   f"{sp['accept_rate']}) | {_ci(sp['rate'], sp['ci'])} | {kv['count']} | "
+                   f"{kv['sends']} |")  # fmt: skip
+    return out
+
+
 def plot_passkeys(summary: Mapping[str, Any], path: Path) -> Path | None:
     """Recall under load by how many tokens back the passkey was planted, per variant."""
     rows = [v for v in summary.get("variants", []) if (v.get("oracles") or {}).get("passkey")]
@@ -122,4 +144,4 @@ def plot_passkeys(summary: Mapping[str, Any], path: Path) -> Path | None:
 def markdown(summary: Mapping[str, Any]) -> list[str]:
     """The oracle sections (empty when no oracle ran)."""
     variants = list(summary.get("variants", []))
-    return replay_lines(variants) + passkey_lines(variants)
+    return replay_lines(variants) + passkey_lines(variants) + alarm_lines(variants)

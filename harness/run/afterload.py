@@ -43,11 +43,13 @@ from harness.record.rundir import (
     REFERENCE_ENDS_FILE,
     REFERENCE_FILE,
     TRANSCRIPTS_FILE,
+    TURNS_FILE,
 )
 from harness.record.transcripts import load_transcripts
 from harness.record.turns import TurnWriter, read_rows
 from harness.run.judge import judge_variant
 from harness.run.options import RunOptions
+from harness.run.oracle_alarms import canary_rows, spec_rows
 from harness.run.oracle_passkeys import passkey_variant
 from harness.run.oracle_replay import replay_oracle_variant
 from harness.run.replay import resend
@@ -212,6 +214,8 @@ async def after_load(
     client: ChatClient,
     base: dict[str, Any],
     announce: Callable[[str], None],
+    *,
+    log_lines: list[tuple[float, float, str]] | None = None,
 ) -> None:
     """--confirm, --oracle replay and --reference-sessions (``chosen``): lone re-sends on
     the same server, now idle."""
@@ -231,6 +235,15 @@ async def after_load(
         )  # fmt: skip
         diverged = sum(1 for r in rows if r["status"] == "diverged")
         announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")
+    if "spec_accept" in opts.oracles:
+        rows = spec_rows(opts.out_dir, run_id, variant.label, repeat, opts.spec_rules)
+        alarms = sum(1 for r in rows if r["alarm"])
+        announce(f"{name}: speculative acceptance: {alarms} alarms in {len(rows)} sends")
+    if "kv_canary" in opts.oracles and log_lines is not None:
+        turns = read_rows(opts.out_dir / TURNS_FILE)
+        rows = canary_rows(log_lines, turns, run_id, variant.label, repeat, opts.out_dir)
+        tied = sum(1 for r in rows if r["alarm"] == "kv_canary")
+        announce(f"{name}: kv canary: {len(log_lines)} violation lines, {tied} sends in flight")
     if opts.scenario.passkeys:
         plans = make_plans(opts.scenario, max(opts.sessions, opts.max_sessions or 0), opts.seed)
         loaded, lone = await passkey_variant(

@@ -86,6 +86,9 @@ class SimConfig:
     #: as SGLang ``--enable-deterministic-inference``: a request alone gives exactly what it
     #: gives under load; only the race (which needs requests beside it) changes an answer
     deterministic: bool = False
+    #: as SGLang ``--kv-canary log``: a ``kv_canary violation`` line in the log whenever the
+    #: race corrupts a response (the page guard it overwrote)
+    kv_canary: bool = False
 
     @property
     def transport_rates(self) -> tuple[tuple[str, float], ...]:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
+import math
 import random
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -33,6 +36,13 @@ from harness.sim.speaker import speaker
 from harness.sim.transport import TransportFault
 from harness.sim.transport import draw as draw_transport
 
+log = logging.getLogger(__name__)
+
+#: speculative decoding as the simulator models it: draft tokens per verify step, and the mean
+#: accepted tokens per step (the accept length) of healthy, corrupted and looping answers
+SPEC_DRAFT = 3
+SPEC_LENGTH_HEALTHY, SPEC_LENGTH_CORRUPT, SPEC_LENGTH_LOOP = 2.8, 1.15, 3.95
+
 
 @dataclass(frozen=True)
 class Generation:
@@ -47,6 +57,7 @@ class Generation:
     injected: str  # "none" or the fault kind
     loaded_tokens: int = 0  # prefix tokens loaded back from the host tier
     pinned: Prompt | None = None  # the prompt pinned in the pool (pass it to release())
+    spec_length: float = SPEC_LENGTH_HEALTHY  # mean accepted tokens per verify step
 
 
 def _seed(*parts: bytes) -> random.Random:
@@ -226,6 +237,7 @@ class Engine:
 
         fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())
         kind = None
+        cause: str | None = None
         if config.deterministic and in_flight <= 1 and not config.force_fault:
             corrupt_now = False  # alone: nothing races beside it, the answer is the clean one
         else:
@@ -248,7 +260,6 @@ class Engine:
                         loaded, in_flight - 1, config.index_k, config.hicache, config.fault_scale
                     )
                 )
-            cause: str | None
             if config.force_fault:
                 cause, kind = "forced", config.force_fault
             else:
@@ -304,6 +315,14 @@ class Engine:
         self.generation_tokens_total += completion_tokens
         if corrupt:  # otherwise transport_fault() counted this response
             self.injected[kind or "none"] += 1
+        if config.kv_canary and cause in ("race", "loadback", "forced"):  # a KV page overwritten
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+            log.warning("[%s.%03d] kv_canary violation: launch_tag=sim-%s fail_reason=guard "
+                        "page overwritten (%d in flight)", stamp, int(time.time() * 1000) % 1000,
+                        prompt.digest.hex()[:12], in_flight)  # fmt: skip
+        spec = {None: SPEC_LENGTH_HEALTHY, "repetition": SPEC_LENGTH_LOOP}.get(
+            kind, SPEC_LENGTH_CORRUPT
+        )
         return Generation(
             raw=raw,
             content=content,
@@ -316,7 +335,23 @@ class Engine:
             injected=kind or "none",
             loaded_tokens=admission.loaded_tokens,
             pinned=prompt if pin else None,
+            spec_length=spec,
         )
+
+    @staticmethod
+    def meta_info(gen: Generation) -> dict[str, Any]:
+        """SGLang's per-request ``meta_info`` with the speculative counters: verify steps,
+        draft and accepted tokens (accept length = completion tokens / verify steps)."""
+        steps = max(1, math.ceil(gen.completion_tokens / gen.spec_length))
+        accepted = max(0, gen.completion_tokens - steps)
+        return {
+            "prompt_tokens": gen.prompt_tokens,
+            "completion_tokens": gen.completion_tokens,
+            "cached_tokens": gen.cached_tokens,
+            "spec_verify_ct": steps,
+            "spec_accept_token_num": accepted,
+            "spec_draft_token_num": steps * SPEC_DRAFT,
+        }
 
     def _attempt(self, digest: bytes) -> int:
         """How many times this exact conversation was sent before (re-sends differ)."""

@@ -63,6 +63,8 @@ class Scenario:
     branches: int = 1  # sessions per family: the first runs, the others fork from it
     branch_at: int = 0  # the turn at which the forks take the first one's history
     passkeys: bool = False  # --passkeys: plant an id early, ask it back (workload.passkeys)
+    #: --oracle spec_accept: ask SGLang for its per-request meta_info (speculative counters)
+    return_meta_info: bool = False
 
     def openai_tools(self) -> list[dict[str, Any]]:
         tools = [t.openai() for t in self.tools]
