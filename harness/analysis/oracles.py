@@ -79,6 +79,7 @@ def replay_summary(rows: list[dict[str, Any]], loaded_sends: int) -> dict[str, A
     rate = _rate(len(diverged), len(done))
     return {
         "exact": all(bool(r.get("exact")) for r in rows),
+        "exact_reason": rows[0].get("exact_reason") if rows else None,
         "compared": rows[0].get("compared", "text") if rows else "text",
         "replayed": len(rows),
         "identical": len(done) - len(diverged),

@@ -52,9 +52,16 @@ def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
     if len(exact) < len(rows):
         out.append("A server that declared no deterministic mode (its target file's "
                    "`deterministic`, SGLang's `enable_deterministic_inference`, vLLM's "
-                   "`VLLM_BATCH_INVARIANT=1`) may differ alone and under load by arithmetic "
-                   "alone: there a divergence is a lead, not a proof, and no replay row "
-                   "enters the confirmed tier.")  # fmt: skip
+                   "`VLLM_BATCH_INVARIANT=1`, llama.cpp with flash attention off) may differ "
+                   "alone and under load by arithmetic alone: there a token divergence is a "
+                   "lead, not a proof, no replay row enters the confirmed tier, and the "
+                   "scores are compared instead (the canary's KL under load against alone, "
+                   "turned on for it).")  # fmt: skip
+    out.append("")
+    for v in rows:
+        r = v["oracles"]["replay"]
+        out.append(f"- {v['label']}: replay {'exact' if r['exact'] else 'not exact'}: "
+                   f"{r.get('exact_reason') or '-'}")  # fmt: skip
     for v in rows:
         for ex in v["oracles"]["replay"]["examples"]:
             out += ["", f"- {v['label']} session {ex['session']} turn {ex['turn']} attempt "

@@ -56,6 +56,7 @@ from harness.run.afterload import after_load, after_load_left
 from harness.run.canary import Canary, open_canary
 from harness.run.options import RunOptions
 from harness.run.oracle_alarms import LogWatch
+from harness.run.oracle_replay import exactness
 from harness.run.plan import round_orders
 from harness.run.serverprobe import Contact, first_contact, model_source
 from harness.run.shard import (
@@ -252,6 +253,12 @@ class _VariantRun:
             self.announce(f"{self.name}: {len(self.plans)} sessions on {base_url}")
             version = await server_version(base_url, opts.api_key)
             opts = await self._decide_dialect(base_url, model)
+            if "replay" in opts.oracles and not opts.canary and self.plans:
+                exact, why = exactness(facts.get("config") or {}, bool(
+                    opts.target is not None and opts.target.deterministic))  # fmt: skip
+                if not exact:  # the replay compares scores here: the canary's KL
+                    self.announce(f"{self.name}: replay not exact ({why}): canary on")
+                    opts = replace(opts, canary=True)
             client_spec = ClientSpec(
                 base_url,
                 model,

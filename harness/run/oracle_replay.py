@@ -90,22 +90,48 @@ def first_difference(a: str, b: str) -> int | None:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def server_declares_deterministic(config: Mapping[str, Any]) -> bool:
-    """What a server's configuration (server_facts.jsonl) says of a deterministic mode."""
+def _flag(command: Sequence[Any], name: str) -> str | None:
+    """The value after ``name`` in a launch command (None when absent)."""
+    items = [str(c) for c in command]
+    at = [i for i, c in enumerate(items[:-1]) if c == name]
+    return items[at[-1] + 1] if at else None  # the last one given wins
+
+
+def exactness(config: Mapping[str, Any], target_says: bool = False) -> tuple[bool, str]:
+    """Whether "under load equals alone" is exact on this server, and why (a server's
+    configuration as server_facts.jsonl keeps it)."""
+    if target_says:
+        return True, "the target file declares a deterministic mode (deterministic = true)"
     info = config.get("server_info") or {}
     if isinstance(info, Mapping) and info.get("enable_deterministic_inference") is True:
-        return True
+        return True, "the server reports enable_deterministic_inference"
     launch = config.get("launch") or {}
-    env = (launch.get("env") if isinstance(launch, Mapping) else None) or {}
-    return isinstance(env, Mapping) and str(env.get("VLLM_BATCH_INVARIANT", "")) == "1"
+    launch = launch if isinstance(launch, Mapping) else {}
+    env = launch.get("env") or {}
+    if isinstance(env, Mapping) and str(env.get("VLLM_BATCH_INVARIANT", "")) == "1":
+        return True, "vLLM launched with VLLM_BATCH_INVARIANT=1"
+    command = launch.get("command") or []
+    if any("harness.llamacpp" in str(c) or "llama-server" in str(c) for c in command):
+        # measured (benchmarks/llamacpp_replay.py, README): greedy answers under load equal
+        # the lone ones with flash attention off; with it on (llama.cpp's default) some differ
+        fa = _flag(command, "--flash-attn") or _flag(command, "-fa") or "auto"
+        if fa == "off":
+            return True, LLAMACPP_EXACT
+        return False, LLAMACPP_NOT_EXACT
+    return False, "no deterministic mode declared (target file, server_info or launch)"
 
 
-def _declared(run_dir: Path, variant: str, repeat: int, target_says: bool) -> bool:
-    if target_says:
-        return True
+LLAMACPP_EXACT = "llama.cpp with --flash-attn off (measured exact under load: README)"
+LLAMACPP_NOT_EXACT = (
+    "llama.cpp with flash attention on (its default): greedy answers under load differ from "
+    "the lone ones (measured: README); the scores are compared instead (the canary's KL)"
+)
+
+
+def _exact(run_dir: Path, variant: str, repeat: int, target_says: bool) -> tuple[bool, str]:
     key = (variant, repeat)
     rows = [r for r in variantcheck.load(run_dir) if (r["variant"], r["repeat"]) == key]
-    return bool(rows) and server_declares_deterministic(rows[-1].get("config") or {})
+    return exactness(rows[-1].get("config") or {} if rows else {}, target_says)
 
 
 async def replay_oracle_variant(
@@ -123,7 +149,7 @@ async def replay_oracle_variant(
     """Re-send the sampled sends of (variant, repeat) alone; append oracle_replay.jsonl."""
     path = run_dir / ORACLE_REPLAY_FILE
     done = {row_key(r) for r in read_rows(path)}
-    exact = _declared(run_dir, variant, repeat, declared)
+    exact, why = _exact(run_dir, variant, repeat, declared)
     transcripts = load_transcripts(run_dir / TRANSCRIPTS_FILE)
     rows: list[dict[str, Any]] = []
     can_flush = True
@@ -150,6 +176,7 @@ async def replay_oracle_variant(
                 out: dict[str, Any] = {"run_id": run_id, **dict(zip(ROW_KEY, key, strict=True))}
                 out.update(
                     exact=exact,
+                    exact_reason=why,
                     compared="text",
                     loaded_label=recorded.get("label"),
                     loaded_corrupted=bool(recorded.get("corrupted")),

@@ -81,3 +81,30 @@ def test_llamacpp_slots_are_verified_and_a_variable_it_ignores_is_caught(tmp_pat
     assert any("differ only in slots" in w for w in warnings)
     assert "**Warning:**" in (tmp_path / "bad" / "report.md").read_text()
     assert _servers_left() == []
+
+
+@pytest.mark.slow
+def test_llamacpp_run_with_replay_and_passkeys_says_which_is_exact(tmp_path: Path) -> None:
+    """--oracle replay and --passkeys on llama.cpp: the run completes; the replay is exact
+    with flash attention off and compares scores (the canary, turned on) with it on."""
+    _need_engine()
+    out = tmp_path / "r"
+    proc = harness(
+        "run", "--target", "scenarios/targets/llamacpp.toml", "--sessions", "2",
+        "--turns", "3", "--max-context", "1500", "--ab", "flash_attn=off,on", "--no-stream",
+        "--oracle", "replay", "--passkeys", "--out", str(out), "--no-progress",
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    by = {v["label"]: v for v in summary["variants"]}
+    off, on = by["flash_attn=off"]["oracles"]["replay"], by["flash_attn=on"]["oracles"]["replay"]
+    assert off["exact"] is True
+    assert "--flash-attn off" in off["exact_reason"]
+    assert on["exact"] is False
+    assert "canary" in by["flash_attn=on"]  # the scores compared instead
+    assert "canary" not in by["flash_attn=off"]
+    md = (out / "report.md").read_text()
+    assert "flash_attn=off: replay exact: llama.cpp with --flash-attn off" in md
+    assert "flash_attn=on: replay not exact" in md
+    assert _servers_left() == []
