@@ -96,12 +96,15 @@ async def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("llamacpp-replay.json"))
+    p.add_argument("--only", default="", help="run only the configurations whose name has this")
     args = p.parse_args()
     results = []
     logs = Path(tempfile.mkdtemp())
     for fa in ("on", "off"):
         for cache in (True, False):
             name = f"flash_attn={fa} prompt_cache={'on' if cache else 'off'}"
+            if args.only not in name:
+                continue
             flags = ["--parallel", str(args.slots), "--flash-attn", fa]
             proc, url = launch(flags, logs / f"{fa}-{cache}.log", args.threads)
             try:

@@ -120,7 +120,8 @@ def _counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "right": len(decided) - bad,
         "wrong": sum(1 for r in decided if r["status"] == "wrong"),
         "missing": sum(1 for r in decided if r["status"] == "missing"),
-        "undecided": len(rows) - len(decided),
+        "undecided": sum(1 for r in rows if r.get("status") == "undecided"),
+        "not_asked": sum(1 for r in rows if r.get("status") == "not_asked"),
         "wrong_rate": rate["rate"],
         "wrong_ci": rate["ci"],
     }

@@ -100,6 +100,13 @@ def passkey_lines(variants: list[Mapping[str, Any]]) -> list[str]:
                    f"{_ci(b['wrong_rate'], b['wrong_ci'])} | "
                    f"{_ci(p['excess_wrong_rate'], p['excess_ci'])} | {pv} | "
                    f"{p['extra_requests']} ({share}) |")  # fmt: skip
+    for v in rows:
+        a = v["oracles"]["passkey"]["loaded"]
+        if a["not_asked"]:
+            out.append("")
+            out.append(f"{v['label']}: {a['not_asked']} sessions ended before the ask was "
+                       f"answered (checked: {a['checked']}): the passkeys say nothing of "
+                       "them.")  # fmt: skip
     return out
 
 

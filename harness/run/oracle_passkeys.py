@@ -91,7 +91,16 @@ async def passkey_variant(
                 lf.write(json.dumps(out, ensure_ascii=False) + "\n")
                 lf.flush()
                 loaded.append(out)
-            if first is None or first[0] in done_alone:
+            if first is None:  # the session ended before its answer to the ask
+                key = (v, r, session, None, None)
+                if key not in done:
+                    last = max((x["turn"] for x in t.rows), default=None)
+                    out = _row(run_id, key, pk.NOT_ASKED, None, expected=expected,
+                               ended_at_turn=last)  # fmt: skip
+                    lf.write(json.dumps(out, ensure_ascii=False) + "\n")
+                    loaded.append(out)
+                continue
+            if first[0] in done_alone:
                 continue
             key, row = first
             got_alone = await resend(client, t, row["seq"])

@@ -19,6 +19,7 @@ from typing import Any
 TOOL = "report_passkey"
 PLANT_TURN = 0  # the results of this turn carry the passkey
 RIGHT, WRONG, MISSING = "right", "wrong", "missing"
+NOT_ASKED = "not_asked"  # the session ended before the turn that answers the ask
 
 #: the OpenAI ``tools`` entry the sessions add with ``--passkeys``
 OPENAI_TOOL: dict[str, Any] = {

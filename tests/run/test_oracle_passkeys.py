@@ -52,8 +52,10 @@ async def test_passkeys_find_the_recall_the_race_broke(
 ) -> None:
     url = make_sim(fault_scale=LOAD_SCALE)
     await _run(url, tmp_path, 40, True)
-    rows = read_rows(tmp_path / ORACLE_PASSKEY_FILE)
+    every = read_rows(tmp_path / ORACLE_PASSKEY_FILE)
+    rows = [r for r in every if r["status"] != pk.NOT_ASKED]
     alone = read_rows(tmp_path / ORACLE_PASSKEY_ALONE_FILE)
+    assert len({r["session"] for r in every}) == 40  # each session: checked, or not asked
     assert len({r["session"] for r in rows}) >= 30  # most sessions reached the ask
     assert {r["turn"] for r in rows} == {pk.ask_turn(7, 8) + 1}
     bad = [r for r in rows if _bad(r)]
@@ -74,6 +76,7 @@ async def test_passkeys_find_the_recall_the_race_broke(
     [v] = write_report(tmp_path)["variants"]
     p = v["oracles"]["passkey"]
     assert p["loaded"]["wrong"] + p["loaded"]["missing"] == len(bad)
+    assert p["loaded"]["not_asked"] == len(every) - len(rows)
     assert v["passkey_wrong_rate"] == pytest.approx(len(bad) / len(rows))
     assert p["excess_wrong_rate"] > 0
     assert p["extra_requests"] == len(alone)
