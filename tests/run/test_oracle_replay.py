@@ -17,7 +17,13 @@ from harness.record.rundir import ORACLE_REPLAY_FILE, TRANSCRIPTS_FILE
 from harness.record.transcripts import load_transcripts
 from harness.record.turns import read_rows, read_turns
 from harness.report.build import write_report
-from harness.run.oracle_replay import check_sampling, first_difference, output_text, sampled
+from harness.run.oracle_replay import (
+    check_sampling,
+    exactness,
+    first_difference,
+    output_text,
+    sampled,
+)
 from tests.cli.test_cli import harness
 from tests.run.test_replay import LOAD_SCALE, _fault_run
 
@@ -121,3 +127,17 @@ def test_comparison_pieces() -> None:
     assert 50 < len(picked) < 150
     assert picked == [k for k in keys if sampled(k, 0.1, 7)]
     assert json.dumps(picked)
+
+
+def test_which_servers_are_exact() -> None:
+    assert exactness({}, target_says=True)[0]
+    assert exactness({"server_info": {"enable_deterministic_inference": True}})[0]
+    assert exactness({"launch": {"env": {"VLLM_BATCH_INVARIANT": "1"}, "command": []}})[0]
+    llama = ["python", "-m", "harness.llamacpp", "--parallel", "8"]
+    assert not exactness({"launch": {"command": llama}})[0]
+    one = [*llama, "--parallel", "1", "--no-prompt-cache"]  # the last one given wins
+    exact, why = exactness({"launch": {"command": one}})
+    assert exact
+    assert "--parallel 1" in why
+    assert not exactness({"launch": {"command": [*llama, "--parallel", "1"]}})[0]
+    assert not exactness({"server_info": {"enable_deterministic_inference": False}})[0]
