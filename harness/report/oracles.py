@@ -23,6 +23,16 @@ def _ci(rate: float | None, ci: list[float]) -> str:
     return f"{fmt_pct(rate)} [{fmt_pct(ci[0])}, {fmt_pct(ci[1])}]"
 
 
+NOT_EXACT = (
+    "A server that declared no deterministic mode (its target file's `deterministic`, "
+    "SGLang's `enable_deterministic_inference`, vLLM's `VLLM_BATCH_INVARIANT=1`, llama.cpp "
+    "with one slot and no prompt cache) may differ alone and under load by arithmetic alone: "
+    "there a token divergence is a lead, not a proof, no replay row enters the confirmed "
+    "tier, and the scores are compared instead (the canary's KL under load against alone, "
+    "turned on for it)."
+)
+
+
 def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
     rows = [v for v in variants if (v.get("oracles") or {}).get("replay")]
     if not rows:
@@ -50,13 +60,7 @@ def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
                    "gave under load: every divergence is a bug to report, whatever its text "
                    "looks like." + (f" Diverged: {', '.join(bad)}." if bad else ""))  # fmt: skip
     if len(exact) < len(rows):
-        out.append("A server that declared no deterministic mode (its target file's "
-                   "`deterministic`, SGLang's `enable_deterministic_inference`, vLLM's "
-                   "`VLLM_BATCH_INVARIANT=1`, llama.cpp with flash attention off) may differ "
-                   "alone and under load by arithmetic alone: there a token divergence is a "
-                   "lead, not a proof, no replay row enters the confirmed tier, and the "
-                   "scores are compared instead (the canary's KL under load against alone, "
-                   "turned on for it).")  # fmt: skip
+        out.append(NOT_EXACT)
     out.append("")
     for v in rows:
         r = v["oracles"]["replay"]
