@@ -74,13 +74,14 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--scale", type=float, default=1.0, help="the simulator's --fault-scale")
     p.add_argument("--out", type=Path, default=Path("oracles-sim"))
+    p.add_argument("--ab", default="index_k=fp8,bf16", help="the variants (index_k levels)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out.parent / (args.out.name + "-target.toml")
     target.write_text(TARGET.format(scale=args.scale))
     cmd = [
         sys.executable, "-m", "harness.cli", "run", "--target", str(target),
-        "--ab", "index_k=fp8,bf16", "--sessions", str(args.sessions),
+        "--ab", args.ab, "--sessions", str(args.sessions),
         "--concurrency", str(args.concurrency), "--turns", str(args.turns),
         "--max-context", "24000", "--speed", "50", "--oracle", "replay", "--passkeys",
         "--no-progress", "--out", str(args.out),
@@ -90,7 +91,7 @@ def main() -> None:
     replay = read_rows(args.out / ORACLE_REPLAY_FILE)
     passkey = read_rows(args.out / ORACLE_PASSKEY_FILE)
     out = {}
-    for variant in ("index_k=fp8", "index_k=bf16"):
+    for variant in sorted({t["variant"] for t in turns}):
         mine = [t for t in turns if t["variant"] == variant]
         out[variant] = {
             "turns": len(mine),
