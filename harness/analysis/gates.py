@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis import stats
+from harness.analysis.oracles import ORACLE_METRICS
 from harness.errors import UsageError
 from harness.record import safejson
 
@@ -97,6 +98,8 @@ KNOWN_METRICS = (
     # the verdict's tiers (harness.analysis.tiers): the headline rates count structural +
     # confirmed (or structural + suspect where no suspect could be judged)
     "structural_turns", "confirmed_turns", "suspect_turns",
+    # the exact oracles (harness.analysis.oracles)
+    *ORACLE_METRICS,
 )  # fmt: skip
 
 

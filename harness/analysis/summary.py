@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis import coverage, judge, livecontext, stats, tiers
+from harness.analysis import coverage, judge, livecontext, oracles, stats, tiers
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record import safejson
@@ -105,6 +105,7 @@ def load_run(run_dir: Path | str) -> RunData:
             metrics = pd.DataFrame.from_records(mrows)
     frame = pd.DataFrame.from_records(read_turns(turns_path, text=True))
     decided, _ = judge.decide(judge.read_rows(run_dir))  # judge.jsonl: the confirmed tier
+    frame = tiers.merge_oracles(frame, oracles.oracle_evidence(run_dir))  # exact oracles
     turns = prepare(tiers.merge_judge(frame, decided))
     return RunData(run_dir=run_dir, turns=turns, meta=meta, metrics=metrics)
 

@@ -91,6 +91,21 @@ def merge_judge(df: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
     return df
 
 
+def merge_oracles(df: pd.DataFrame, evidence: Mapping[tuple[Any, ...], list[str]]) -> pd.DataFrame:
+    """``oracle_confirmed`` (True) and ``confirmed_by`` (the oracles' names) on the turns an
+    exact oracle says are wrong (analysis.oracles.oracle_evidence): a suspect among them is
+    confirmed."""
+    if not evidence or df.empty:
+        return df
+    key = ["variant", "repeat", "session", "turn", "attempt"]
+    cols = [df[k] if k in df else pd.Series([0] * len(df), index=df.index) for k in key]
+    names = [evidence.get(tuple(k)) for k in zip(*cols, strict=True)]
+    df = df.copy()
+    df["confirmed_by"] = pd.Series(names, index=df.index, dtype=object)
+    df["oracle_confirmed"] = df["confirmed_by"].map(lambda n: True if n else None)
+    return df
+
+
 def _bool_column(df: pd.DataFrame, name: str) -> pd.Series:
     if name not in df:
         return pd.Series([None] * len(df), index=df.index, dtype=object)

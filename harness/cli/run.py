@@ -10,6 +10,7 @@ import math
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,6 +37,8 @@ from harness.run.execute import (
     write_run_json,
 )
 from harness.run.options import DEMO_FAULT_SCALE, RunOptions
+from harness.run.oracle_alarms import SpecRules
+from harness.run.oracle_replay import check_sampling
 from harness.run.plan import format_plan, rare_event_lines
 from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.run.stopsignals import StopSignals
@@ -195,7 +198,9 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     concurrency = args.concurrency or scenario.sessions
     shard, start_at = _shard_options(args)
     return RunOptions(
-        scenario=scenario,
+        scenario=_with_passkeys(args, scenario).with_overrides(
+            return_meta_info="spec_accept" in (getattr(args, "oracle", None) or []) or None
+        ),
         variants=vs,
         out_dir=args.out or Path("reports") / run_id,
         sessions=scenario.sessions,
@@ -225,6 +230,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         scoring_api=str(getattr(args, "scoring_api", "auto")),
         judge_sample=float(getattr(args, "judge_sample", 0.1)),
         judge=getattr(args, "judge", "auto"),
+        **_oracle_options(args, scenario),
         strict_variants=bool(getattr(args, "strict_variants", False)),
         shard=shard,
         start_at=start_at,
@@ -233,6 +239,49 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         dialect_from_option=dialect is not None,
         **_workload_options(args, scenario),
     )
+
+
+def _with_passkeys(args: argparse.Namespace, scenario: Any) -> Any:
+    """--passkeys: the sessions plant a passkey and ask it back (not a trace's sessions)."""
+    if not getattr(args, "passkeys", False):
+        return scenario
+    if getattr(args, "workload", None) is not None:
+        raise UsageError("--passkeys plants facts in the scenario's sessions: not with --workload")
+    if not scenario.tools or scenario.workload != "tools":
+        raise UsageError(
+            "--passkeys asks the passkey back as a tool call: the scenario needs tools"
+        )
+    return replace(scenario, passkeys=True)
+
+
+def _oracle_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
+    """--oracle, --oracle-sample, --passkeys; replay refused on sampling that is not fixed."""
+    oracles = tuple(dict.fromkeys(getattr(args, "oracle", None) or []))
+    if "replay" in oracles:
+        # the scenario's sessions send a seed with every request; a trace's requests may not
+        check_sampling(
+            scenario.temperature,
+            getattr(args, "workload", None) is None,
+            "the scenario" if getattr(args, "workload", None) is None else "the trace workload",
+        )
+    if "spec_accept" in oracles and not getattr(args, "no_stream", False):
+        raise UsageError("--oracle spec_accept reads SGLang's meta_info, which only non-streamed "
+                         "answers carry: add --no-stream")  # fmt: skip
+    log_file = getattr(args, "server_log", None)
+    if "kv_canary" in oracles and log_file is None and getattr(args, "endpoint", None):
+        raise UsageError("--oracle kv_canary with --endpoint: name the server's log with "
+                         "--server-log FILE")  # fmt: skip
+    return {
+        "oracles": oracles,
+        "oracle_sample": float(getattr(args, "oracle_sample", 1.0)),
+        "passkeys": bool(getattr(args, "passkeys", False)),
+        "spec_rules": SpecRules(
+            float(getattr(args, "spec_accept_min_length", 1.4)),
+            int(getattr(args, "spec_accept_min_tokens", 128)),
+            float(getattr(args, "spec_accept_max_rate", 0.96)),
+        ),
+        "server_log": log_file,
+    }
 
 
 def _masked(argv: list[str]) -> list[str]:
@@ -263,6 +312,8 @@ def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None
         "--until-significant": getattr(args, "until_significant", False),
         "--confirm": getattr(args, "confirm", False),
         "--reference-sessions": getattr(args, "reference_sessions", 0),
+        "--oracle": getattr(args, "oracle", None),
+        "--passkeys": getattr(args, "passkeys", False),
     }
     for flag, given in alone.items():
         if given:

@@ -202,6 +202,66 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         help="without a terminal (CI logs): a progress line per running variant this often",
     )
     _add_followup_args(run)
+    _add_oracle_args(run)
+
+
+def _add_oracle_args(p: argparse.ArgumentParser) -> None:
+    o = p.add_argument_group("exact oracles (see docs/oracles.md)")
+    o.add_argument(
+        "--oracle",
+        action="append",
+        choices=("replay", "spec_accept", "kv_canary"),
+        default=[],
+        help="repeatable. replay: after each variant's load, re-send every send (or "
+        "--oracle-sample of them) alone and compare it with the loaded output; exact on a "
+        "server in a deterministic mode, at temperature 0 or with a fixed seed "
+        "(oracle_replay.jsonl). spec_accept: SGLang's per-request speculative counters "
+        "(return_meta_info; needs --no-stream) judged by the accept-length and accept-rate "
+        "rules. kv_canary: SGLang's 'kv_canary violation' log lines, tied to the sends in "
+        "flight (oracle_alarms.jsonl)",
+    )
+    o.add_argument(
+        "--spec-accept-min-length",
+        type=_positive_float,
+        default=1.4,
+        metavar="TOKENS",
+        help="spec_accept: an average accept length below this is an alarm ...",
+    )
+    o.add_argument(
+        "--spec-accept-min-tokens",
+        type=int,
+        default=128,
+        metavar="N",
+        help="... when the request generated more than N tokens",
+    )
+    o.add_argument(
+        "--spec-accept-max-rate",
+        type=_share,
+        default=0.96,
+        metavar="SHARE",
+        help="spec_accept: an accept rate above this is an alarm (degraded attention)",
+    )
+    o.add_argument(
+        "--server-log",
+        type=Path,
+        metavar="FILE",
+        help="kv_canary with --endpoint: the server's log file to read as the run goes "
+        "(a launched server's own log is read without it)",
+    )
+    o.add_argument(
+        "--oracle-sample",
+        type=_share,
+        default=1.0,
+        metavar="SHARE",
+        help="with --oracle replay: the share of the sends re-sent alone (seeded)",
+    )
+    o.add_argument(
+        "--passkeys",
+        action="store_true",
+        help="plant random ids in early tool results and ask for them back later as a tool "
+        "argument; a wrong or missing one is a context failure, checked exactly, beside the "
+        "model's own recall measured alone (oracle_passkey.jsonl)",
+    )
 
 
 def _add_followup_args(p: argparse.ArgumentParser) -> None:

@@ -325,6 +325,8 @@ class ChatClient:
                 for c in (msg.get("tool_calls") or [])
             ]
             out.finish_reason = choice.get("finish_reason")
+            meta = choice.get("meta_info")
+            out.meta_info = meta if isinstance(meta, dict) else None
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BadResponse(f"not a chat completion ({type(exc).__name__}: {exc})") from None
         note_usage(out, doc.get("usage"))

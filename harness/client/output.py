@@ -53,4 +53,6 @@ class TurnOutput:
     #: earlier sends of this request that the server dropped before any byte of an answer
     #: (a reused connection closed or reset under them; kind ``dropped``): each is a row
     dropped: list[Failure] = field(default_factory=list)
+    #: SGLang's per-request ``meta_info`` (non-streamed, asked with ``return_meta_info``)
+    meta_info: dict[str, Any] | None = None
     source: str = "server"  # "raw": ``content`` is the model's raw text, calls not parsed

@@ -25,6 +25,7 @@ from harness.record.safejson import Unencodable
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
 from harness.verdict import Verdict
+from harness.workload import passkeys
 from harness.workload.dialect import AUTO, DialectLock
 from harness.workload.pressure import plan_pressure, server_capacity
 from harness.workload.scenario import Scenario
@@ -199,6 +200,7 @@ def response_of(out: TurnOutput, verdict: Verdict) -> dict[str, Any]:
         "sim_injected": out.sim_injected,
         "label": verdict.label,
         "corrupted": verdict.corrupted,
+        **({"meta_info": out.meta_info} if out.meta_info is not None else {}),
     }
 
 
@@ -238,6 +240,8 @@ class Session:
         }
         if self.tools:
             body["tools"] = self.tools
+        if s.return_meta_info:  # --oracle spec_accept (SGLang; non-streamed requests)
+            body["return_meta_info"] = True
         return body
 
     async def send(self, turn: int, attempt: int) -> tuple[TurnOutput, Verdict, TurnRecord]:
@@ -584,5 +588,21 @@ class Session:
                 "tool_calls": openai_calls,
             }
         )
+        if self.shared.scenario.passkeys and results:
+            self._passkey(turn, calls, results)
         self.messages.extend(results)
         self.context_text = "\n".join(r["content"] for r in results)[-_CONTEXT_CHARS:]
+
+    def _passkey(
+        self, turn: int, calls: list[dict[str, Any]], results: list[dict[str, Any]]
+    ) -> None:
+        """--passkeys: the first results carry the session's passkey, the ask turn's results
+        ask for it back (harness.workload.passkeys); the passkey tool answers plainly."""
+        for call, result in zip(calls, results, strict=True):
+            if call.get("name") == passkeys.TOOL:
+                result["content"] = passkeys.RESULT
+        if turn == passkeys.PLANT_TURN:
+            key = passkeys.passkey_for(self.plan.seed_for(0))
+            results[0]["content"] += passkeys.plant_text(key)
+        if turn == passkeys.ask_turn(self.plan.steps, self.plan.max_turns):
+            results[-1]["content"] += passkeys.ASK_TEXT

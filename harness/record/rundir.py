@@ -34,6 +34,11 @@ REFERENCE_FILE = "reference.jsonl"  # sessions re-run one at a time after the lo
 CANARY_FILE = "canary.jsonl"  # --canary: teacher-forced scores of the probes (run.canary)
 JUDGE_FILE = "judge.jsonl"  # --confirm: teacher-forced scores of judged turns (run.judge)
 REFERENCE_ENDS_FILE = "reference_sessions.jsonl"  # which of those ran to their end
+# the exact oracles (analysis.oracles): one row per checked send, keyed like confirm.jsonl
+ORACLE_REPLAY_FILE = "oracle_replay.jsonl"  # --oracle replay: each send re-sent alone
+ORACLE_PASSKEY_FILE = "oracle_passkey.jsonl"  # --passkeys: each asked-for passkey, checked
+ORACLE_PASSKEY_ALONE_FILE = "oracle_passkey_alone.jsonl"  # the same asks with no load
+ORACLE_ALARMS_FILE = "oracle_alarms.jsonl"  # the server's own alarms (spec accept, kv canary)
 SUMMARY_FILE = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import canary, confirm, coverage, frames, judge, stats, tiers
+from harness.analysis import canary, confirm, coverage, frames, judge, oracles, stats, tiers
 from harness.analysis import load as analysis_load
 from harness.analysis import summary as analysis
 from harness.analysis.summary import Summary, fmt_p, fmt_pct
@@ -38,6 +38,8 @@ from harness.report.canary import markdown as canary_markdown
 from harness.report.canary import plot_canary
 from harness.report.confirm import markdown as confirm_markdown
 from harness.report.html import METHOD, comparison_line
+from harness.report.oracles import markdown as oracles_markdown
+from harness.report.oracles import plot_passkeys
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +263,7 @@ def shared_sections(summary: Summary) -> list[str]:
     out += replays.markdown(summary)
     out += list(confirm_markdown(summary))
     out += list(canary_markdown(summary))
+    out += oracles_markdown(summary)
     out += report_facts.sim_accuracy_markdown(summary["variants"])
     out += cache_markdown(summary)
     out += analysis_load.load_lines(summary)
@@ -365,6 +368,7 @@ def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summa
     confirm.attach(summary, run.run_dir)  # confirm.jsonl / reference.jsonl, when recorded
     canary.attach(summary, run.run_dir)  # canary.jsonl, when recorded
     judge.attach(summary, run.run_dir)  # judge.jsonl, when recorded
+    oracles.attach(summary, run.run_dir)  # oracle_*.jsonl, when an exact oracle ran
     _attach_self_report(summary, run.run_dir)
     _attach_load(summary, run)
     report_servers.attach(summary, run)  # server_facts.jsonl, metrics beside corruption
@@ -394,6 +398,8 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
         drawn = plot_canary(run_dir, order, run_dir / PLOTS_DIR / "canary.png")
         if drawn is not None:
             made["canary"] = drawn
+    if (drawn := plot_passkeys(summary, run_dir / PLOTS_DIR / "passkeys.png")) is not None:
+        made["passkeys"] = drawn
     summary["plots"] = {name: f"{PLOTS_DIR}/{p.name}" for name, p in made.items()}
     (run_dir / SUMMARY_FILE).write_text(
         json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"

@@ -38,17 +38,21 @@ from harness.analysis.confirm import (
     row_key,
 )
 from harness.client.chat import ChatClient
-from harness.drive.session import Session, SessionPlan, Shared
+from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.record.rundir import (
     CONFIRM_FILE,
     REFERENCE_ENDS_FILE,
     REFERENCE_FILE,
     TRANSCRIPTS_FILE,
+    TURNS_FILE,
 )
 from harness.record.transcripts import load_transcripts
 from harness.record.turns import TurnWriter, read_rows
 from harness.run.judge import judge_variant
 from harness.run.options import RunOptions
+from harness.run.oracle_alarms import canary_rows, spec_rows
+from harness.run.oracle_passkeys import passkey_variant
+from harness.run.oracle_replay import replay_oracle_variant
 from harness.run.replay import resend
 from harness.workload.matrix import Variant
 from harness.workload.scenario import Scenario
@@ -221,10 +225,12 @@ async def after_load(
     client: ChatClient,
     base: dict[str, Any],
     announce: Callable[[str], None],
+    *,
+    log_lines: list[tuple[float, float, str]] | None = None,
 ) -> None:
-    """--confirm, the judge and --reference-sessions (``chosen``): lone requests on the same
-    server, now idle. The judge runs by default (``--judge auto``) once the variant has a
-    flagged turn (not on a shard: its reference is the whole variant's)."""
+    """--confirm, the judge, --oracle replay and --reference-sessions (``chosen``): lone
+    requests on the same server, now idle. The judge runs by default (``--judge auto``) once
+    the variant has a flagged turn (not on a shard: its reference is the whole variant's)."""
     name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
     if opts.confirm:
         rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
@@ -235,6 +241,32 @@ async def after_load(
         await judge_variant(
             opts, client.base_url, client.model, run_id, variant.label, repeat, announce
         )
+    if "replay" in opts.oracles:
+        declared = bool(opts.target is not None and opts.target.deterministic)
+        rows = await replay_oracle_variant(
+            client, opts.out_dir, run_id, variant.label, repeat, share=opts.oracle_sample,
+            seed=opts.seed, declared=declared, api_key=opts.api_key,
+        )  # fmt: skip
+        diverged = sum(1 for r in rows if r["status"] == "diverged")
+        announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")
+    if "spec_accept" in opts.oracles:
+        rows = spec_rows(opts.out_dir, run_id, variant.label, repeat, opts.spec_rules)
+        alarms = sum(1 for r in rows if r["alarm"])
+        announce(f"{name}: speculative acceptance: {alarms} alarms in {len(rows)} sends")
+    if "kv_canary" in opts.oracles and log_lines is not None:
+        turns = read_rows(opts.out_dir / TURNS_FILE)
+        rows = canary_rows(log_lines, turns, run_id, variant.label, repeat, opts.out_dir)
+        tied = sum(1 for r in rows if r["alarm"] == "kv_canary")
+        announce(f"{name}: kv canary: {len(log_lines)} violation lines, {tied} sends in flight")
+    if opts.scenario.passkeys:
+        plans = make_plans(opts.scenario, max(opts.sessions, opts.max_sessions or 0), opts.seed)
+        loaded, lone = await passkey_variant(
+            client, opts.out_dir, run_id, variant.label, repeat, plans
+        )
+        wrong = sum(1 for r in loaded if r["status"] != "right")
+        lone_wrong = sum(1 for r in lone if r["status"] in ("wrong", "missing"))
+        announce(f"{name}: passkeys: {wrong} of {len(loaded)} wrong or missing under load, "
+                 f"{lone_wrong} of {len(lone)} alone")  # fmt: skip
     if chosen:
         announce(f"{name}: {len(chosen)} reference sessions, one at a time")
         await reference_variant(

@@ -56,6 +56,8 @@ from harness.record.turns import JsonlAppender, TurnWriter
 from harness.run.afterload import after_load, after_load_left
 from harness.run.canary import Canary, open_canary
 from harness.run.options import RunOptions
+from harness.run.oracle_alarms import LogWatch
+from harness.run.oracle_replay import exactness
 from harness.run.plan import round_orders
 from harness.run.serverprobe import Contact, first_contact, model_source
 from harness.run.shard import (
@@ -188,6 +190,8 @@ class _VariantRun:
     code: int = 0
     stop_run: bool = False
     dialect_from: str | None = None  # where the variant's dialect came from, once decided
+    #: --oracle kv_canary: the server log's canary lines during the load (run.oracle_alarms)
+    log_lines: list[tuple[float, float, str]] | None = None
 
     @property
     def name(self) -> str:
@@ -255,6 +259,12 @@ class _VariantRun:
             self.announce(f"{self.name}: {len(self.plans)} sessions on {base_url}")
             version = await server_version(base_url, opts.api_key)
             opts = await self._decide_dialect(base_url, model)
+            if "replay" in opts.oracles and not opts.canary and self.plans:
+                exact, why = exactness(facts.get("config") or {}, bool(
+                    opts.target is not None and opts.target.deterministic))  # fmt: skip
+                if not exact:  # the replay compares scores here: the canary's KL
+                    self.announce(f"{self.name}: replay not exact ({why}): canary on")
+                    opts = replace(opts, canary=True)
             client_spec = ClientSpec(
                 base_url,
                 model,
@@ -276,7 +286,11 @@ class _VariantRun:
                 stream=opts.stream,
                 dialect=opts.scenario.dialect,
                 # the judge's sample of passed turns needs their conversations
-                keep_all=opts.keep_transcripts or (opts.confirm and opts.judge_sample > 0),
+                keep_all=opts.keep_transcripts
+                or (opts.confirm and opts.judge_sample > 0)
+                or "replay" in opts.oracles  # the replay oracle re-sends every session's sends
+                or opts.scenario.passkeys  # every session's answer to the passkey ask
+                or "spec_accept" in opts.oracles,  # every send's meta_info
             )
             canary: Canary | None = None
             try:
@@ -286,12 +300,15 @@ class _VariantRun:
                             opts, base_url, model, base,
                             lambda: self.progress.last_inflight, self.announce,
                         )  # fmt: skip
+                    watch = log_watch(opts, target)  # --oracle kv_canary: the server's log
                     load = await self._start_load(
                         client_spec, sessions_client, base, transcripts, pool, starting
                     )
                     if canary is not None:
                         canary.start()
                     error = await self._wait(target, load)
+                    if watch is not None:
+                        self.log_lines = await watch.stop()
                     if canary is not None:
                         await canary.stop()
                     alive = getattr(target, "alive", None)
@@ -480,8 +497,22 @@ class _VariantRun:
         opts = self.opts
         chosen = self.plans[: opts.reference_sessions] if self.reference is None else self.reference
         await after_load(
-            opts, self.run_id, self.variant, self.repeat, chosen, client, base, self.announce
-        )
+            opts, self.run_id, self.variant, self.repeat, chosen, client, base, self.announce,
+            log_lines=self.log_lines,
+        )  # fmt: skip
+
+
+def log_watch(opts: RunOptions, target: Target) -> LogWatch | None:
+    """--oracle kv_canary: a watch on the server's log (--server-log, or a launched one's)."""
+    if "kv_canary" not in opts.oracles:
+        return None
+    path = opts.server_log or getattr(target, "log_path", None)
+    if path is None:
+        log.warning("--oracle kv_canary: no server log to read for this variant")
+        return None
+    watch = LogWatch(Path(path))
+    watch.start()
+    return watch
 
 
 async def execute(

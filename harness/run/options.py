@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.limits import Limits
+from harness.run.oracle_alarms import SpecRules
 from harness.run.plan import run_order
 from harness.run.shard import Shard
 from harness.target.spec import TargetSpec
@@ -57,6 +58,11 @@ class RunOptions:
     #: "auto": the judge scores the flagged turns after each variant's load where the server
     #: can score (the confirmed tier of the verdict); "off": the text detector alone
     judge: Literal["auto", "off"] = "auto"
+    oracles: tuple[str, ...] = ()  # --oracle: "replay" (harness.run.oracle_replay)
+    oracle_sample: float = 1.0  # --oracle-sample: the share of sends the replay re-sends
+    passkeys: bool = False  # --passkeys: plant ids in tool results, ask for them back
+    spec_rules: SpecRules = field(default_factory=SpecRules)  # --oracle spec_accept's rules
+    server_log: Path | None = None  # --oracle kv_canary with --endpoint: the log to read
     workload: Path | None = None  # a trace (JSONL): its conversations are the sessions
     workload_mode: WorkloadMode = "replay"  # replay | continue (harness.drive.trace_session)
     pace: Pace = "recorded"  # recorded | fast

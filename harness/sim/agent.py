@@ -33,6 +33,10 @@ _IDENT = re.compile(
     r"|[a-z]+(?:[A-Z][a-z0-9]+)+)\b"
 )
 _BAD = re.compile(r"dsml|\uff5c|[<>]", re.I)
+#: an in-band passkey (harness.workload.passkeys): planted as "PASSKEY: pk-...", asked back
+#: as "call TOOL with the passkey"
+_PASSKEY = re.compile(r"PASSKEY: (pk-[0-9a-f]+)")
+_ASK = re.compile(r"call (\w+) with the passkey")
 _PER_MESSAGE = 60
 
 
@@ -140,6 +144,9 @@ class Agent:
             users = [m for m in messages if m.get("role") == "user"]
             last = content_text(users[-1].get("content")) if users else ""
             return Turn(phrases.chat_answer(rng, last), (), "chat")
+        asked = _asked(messages, tools)
+        if asked is not None:
+            return Turn(phrases.preamble(rng, [asked], Seen()), (asked,), "calls")
         m = _STEPS.search(task)
         steps = int(m.group(1)) if m else DEFAULT_STEPS
         done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
@@ -169,6 +176,22 @@ class Agent:
 
     def _call(self, tool: Tool, maker: ArgMaker) -> ToolCall:
         return ToolCall(tool.name, maker.arguments(tool.name, tool.parameters))
+
+
+def _asked(messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool]) -> ToolCall | None:
+    """The call that answers a passkey ask in the last tool result, recalling the passkey
+    planted earlier in the conversation (what a healthy cache lets the model read)."""
+    if not messages or messages[-1].get("role") != "tool":
+        return None
+    ask = _ASK.search(content_text(messages[-1].get("content"))[-300:])
+    if ask is None or ask.group(1) not in {t.name for t in tools}:
+        return None
+    for message in messages:
+        if message.get("role") == "tool":
+            m = _PASSKEY.search(content_text(message.get("content")))
+            if m:
+                return ToolCall(ask.group(1), {"passkey": m.group(1)})
+    return ToolCall(ask.group(1), {"passkey": "unknown"})
 
 
 def _weight(tool: Tool, seen: Seen) -> float:

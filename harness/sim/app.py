@@ -108,6 +108,7 @@ def validate(payload: Any) -> dict[str, Any]:
         "seed": seed,
         "stream": bool(payload.get("stream")),
         "include_usage": include_usage,
+        "meta_info": payload.get("return_meta_info") is True,
     }
 
 
@@ -212,6 +213,8 @@ class SimApp:
             use,
             gen.reasoning,
         )
+        if fields["meta_info"]:  # SGLang's per-request meta_info (non-streamed requests)
+            body["choices"][0]["meta_info"] = engine.meta_info(gen)
         if fault is None:
             return _json(body, headers=headers)
         return self._faulty_body(orjson.dumps(body), headers, fault)
@@ -328,7 +331,8 @@ class SimApp:
         names where it has one, so a level that reaches the server shows here."""
         c = self.config
         flags = {k: v for k, v in dataclasses.asdict(c).items() if k != "api_key"}
-        for ours in ("index_k", "hicache", "kv_capacity", "max_running", "seed", "model"):
+        for ours in ("index_k", "hicache", "kv_capacity", "max_running", "seed", "model",
+                     "deterministic", "kv_canary"):  # fmt: skip
             flags.pop(ours)
         return _json(
             {
@@ -341,6 +345,8 @@ class SimApp:
                 "index_k_dtype": c.index_k,
                 "enable_cache_report": c.cache_report,
                 "random_seed": c.seed,
+                "enable_deterministic_inference": c.deterministic,
+                "kv_canary": "log" if c.kv_canary else None,
                 "api_key_required": c.api_key is not None,
                 **flags,
                 "version": "sim",

@@ -52,6 +52,11 @@ class SimConfig:
     (SGLang without ``--enable-cache-report``); the raw endpoints strip special tokens from
     their text unless a request sends ``skip_special_tokens: false``; ``raw_add_bos`` counts
     the BOS a tokenizer adds before a raw prompt that already starts with one.
+
+    ``deterministic`` (``--enable-deterministic-inference``, as SGLang's flag): the answer
+    depends only on the seed and the conversation, as always, and a request alone (nothing
+    else running) is never corrupted, so "alone equals under load" holds except where the
+    race injected under load (the replay oracle's ground truth).
     """
 
     index_k: str = "bf16"
@@ -82,6 +87,12 @@ class SimConfig:
     dialect: str = "dsml-v4"  # the tool-call dialect the model writes (harness.sim.speaker)
     tool_parser: str = "on"
     reasoning: str = "off"  # where the model's reasoning goes (harness.sim.reasoning)
+    #: as SGLang ``--enable-deterministic-inference``: a request alone gives exactly what it
+    #: gives under load; only the race (which needs requests beside it) changes an answer
+    deterministic: bool = False
+    #: as SGLang ``--kv-canary log``: a ``kv_canary violation`` line in the log whenever the
+    #: race corrupts a response (the page guard it overwrote)
+    kv_canary: bool = False
 
     @property
     def transport_rates(self) -> tuple[tuple[str, float], ...]:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
+import math
 import random
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +37,13 @@ from harness.sim.speaker import speaker
 from harness.sim.transport import TransportFault
 from harness.sim.transport import draw as draw_transport
 
+log = logging.getLogger(__name__)
+
+#: speculative decoding as the simulator models it: draft tokens per verify step, and the mean
+#: accepted tokens per step (the accept length) of healthy, corrupted and looping answers
+SPEC_DRAFT = 3
+SPEC_LENGTH_HEALTHY, SPEC_LENGTH_CORRUPT, SPEC_LENGTH_LOOP = 2.8, 1.15, 3.95
+
 
 @dataclass(frozen=True)
 class Generation:
@@ -49,6 +59,7 @@ class Generation:
     loaded_tokens: int = 0  # prefix tokens loaded back from the host tier
     pinned: Prompt | None = None  # the prompt pinned in the pool (pass it to release())
     reasoning: str = ""  # the reasoning the server returns apart (``--reasoning field``)
+    spec_length: float = SPEC_LENGTH_HEALTHY  # mean accepted tokens per verify step
 
 
 def _seed(*parts: bytes) -> random.Random:
@@ -67,6 +78,17 @@ def _answer_message(content: str | None, calls: Sequence[ToolCall]) -> dict[str,
             for i, c in enumerate(calls)
         ],
     }  # fmt: skip
+
+
+def _misread(call: ToolCall, rng: random.Random) -> ToolCall:
+    """A passkey read from a corrupted KV page: the same shape, some digits wrong."""
+    key = call.arguments.get("passkey")
+    if not isinstance(key, str):
+        return call
+    digits = list(key)
+    for i in rng.sample(range(3, len(digits)), k=min(3, max(0, len(digits) - 3))):
+        digits[i] = rng.choice([d for d in "0123456789abcdef" if d != digits[i]])
+    return ToolCall(call.name, {**call.arguments, "passkey": "".join(digits)})
 
 
 #: The simulated speculative decoding: acceptance of healthy and of corrupted answers, and the
@@ -223,7 +245,12 @@ class Engine:
 
         fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())
         kind = None
-        if corrupt:
+        cause: str | None = None
+        if config.deterministic and in_flight <= 1 and not config.force_fault:
+            corrupt_now = False  # alone: nothing races beside it, the answer is the clean one
+        else:
+            corrupt_now = corrupt
+        if corrupt_now:
             odds = corruption_probability(
                 in_flight,
                 prompt.total,
@@ -241,7 +268,6 @@ class Engine:
                         loaded, in_flight - 1, config.index_k, config.hicache, config.fault_scale
                     )
                 )
-            cause: str | None
             if config.force_fault:
                 cause, kind = "forced", config.force_fault
             else:
@@ -253,6 +279,10 @@ class Engine:
         self.answers.remember(prompt.digest, _answer_message(turn.content, turn.calls))
         if kind is None:
             raw = sp.encode(turn.content, turn.calls)
+        elif any("passkey" in c.arguments for c in turn.calls):
+            # the race hits the read of a fact planted far back: a fluent call, a wrong id
+            turn = replace(turn, calls=tuple(_misread(c, fault_rng) for c in turn.calls))
+            raw, kind = sp.encode(turn.content, turn.calls), "recall"
         else:
             loop_limit = min(limit, config.default_max_tokens)
             maker = ArgMaker(fault_rng, Seen())
@@ -293,6 +323,14 @@ class Engine:
         self.generation_tokens_total += completion_tokens
         if corrupt:  # otherwise transport_fault() counted this response
             self.injected[kind or "none"] += 1
+        if config.kv_canary and cause in ("race", "loadback", "forced"):  # a KV page overwritten
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+            log.warning("[%s.%03d] kv_canary violation: launch_tag=sim-%s fail_reason=guard "
+                        "page overwritten (%d in flight)", stamp, int(time.time() * 1000) % 1000,
+                        prompt.digest.hex()[:12], in_flight)  # fmt: skip
+        spec = {None: SPEC_LENGTH_HEALTHY, "repetition": SPEC_LENGTH_LOOP}.get(
+            kind, SPEC_LENGTH_CORRUPT
+        )
         return Generation(
             raw=raw,
             content=content,
@@ -306,7 +344,23 @@ class Engine:
             loaded_tokens=admission.loaded_tokens,
             pinned=prompt if pin else None,
             reasoning=thought,
+            spec_length=spec,
         )
+
+    @staticmethod
+    def meta_info(gen: Generation) -> dict[str, Any]:
+        """SGLang's per-request ``meta_info`` with the speculative counters: verify steps,
+        draft and accepted tokens (accept length = completion tokens / verify steps)."""
+        steps = max(1, math.ceil(gen.completion_tokens / gen.spec_length))
+        accepted = max(0, gen.completion_tokens - steps)
+        return {
+            "prompt_tokens": gen.prompt_tokens,
+            "completion_tokens": gen.completion_tokens,
+            "cached_tokens": gen.cached_tokens,
+            "spec_verify_ct": steps,
+            "spec_accept_token_num": accepted,
+            "spec_draft_token_num": steps * SPEC_DRAFT,
+        }
 
     def _attempt(self, digest: bytes) -> int:
         """How many times this exact conversation was sent before (re-sends differ)."""

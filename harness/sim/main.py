@@ -133,6 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=256,
         help="requests decoded at once; more wait in the queue",
     )
+    p.add_argument(
+        "--enable-deterministic-inference",
+        action="store_true",
+        help="as SGLang's flag: a request alone gives exactly what it gives under load, "
+        "except where the race corrupts (it needs requests beside it)",
+    )
+    p.add_argument(
+        "--kv-canary",
+        choices=("off", "log"),
+        default="off",
+        help="as SGLang's: log a 'kv_canary violation' line when the race corrupts a response",
+    )
     p.add_argument("--fault-scale", type=float, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--force-fault", choices=FAULT_KINDS, default=None, help=argparse.SUPPRESS)
     faults = p.add_argument_group(
@@ -197,6 +209,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     return SimConfig(
         index_k=args.index_k,
         hicache=args.hicache,
+        deterministic=args.enable_deterministic_inference,
+        kv_canary=args.kv_canary == "log",
         topk=args.topk,
         speed=args.speed,
         seed=args.seed,

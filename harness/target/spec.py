@@ -90,6 +90,9 @@ class TargetSpec:
     warm_up: bool = True
     flush_cache: bool = False
     metrics: bool = True
+    #: the server runs in a deterministic mode (a request alone gives exactly what it gives in
+    #: a batch): ``--oracle replay`` compares exactly (harness.run.oracle_replay)
+    deterministic: bool = False
     #: ``[verify.<factor>.<level>]`` tables (any mode): what the server reports at that level
     verify: Mapping[str, Mapping[str, Mapping[str, str]]] = field(
         default_factory=lambda: MappingProxyType({})

@@ -63,7 +63,7 @@ class _Builder:
         allowed = {
             "name", "mode", "description", "model", "served_model", "vars", "ready", "launch",
             "hook", "base_url", "endpoints", "factors", "warm_up", "flush_cache", "metrics",
-            "verify",
+            "verify", "deterministic",
         }  # fmt: skip
         self._no_unknown(raw, allowed, "top level")
         mode = raw.get("mode")
@@ -118,6 +118,7 @@ class _Builder:
             warm_up=self._bool(raw, "warm_up", True),
             flush_cache=self._bool(raw, "flush_cache", mode != "launch"),
             metrics=self._bool(raw, "metrics", True),
+            deterministic=self._bool(raw, "deterministic", False),
             verify=verify,
             **spec,
         )

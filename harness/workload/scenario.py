@@ -11,6 +11,7 @@ import jsonschema
 
 from harness.errors import ConfigError
 from harness.tomlfile import read_toml
+from harness.workload import passkeys as pk
 from harness.workload.dialect import check_name
 
 TOOL_KINDS = ("list_dir", "read_file", "search", "run_tests", "echo")
@@ -61,9 +62,15 @@ class Scenario:
     prefix_groups: int = 0  # sessions sharing a system prompt, in this many groups (0: none)
     branches: int = 1  # sessions per family: the first runs, the others fork from it
     branch_at: int = 0  # the turn at which the forks take the first one's history
+    passkeys: bool = False  # --passkeys: plant an id early, ask it back (workload.passkeys)
+    #: --oracle spec_accept: ask SGLang for its per-request meta_info (speculative counters)
+    return_meta_info: bool = False
 
     def openai_tools(self) -> list[dict[str, Any]]:
-        return [t.openai() for t in self.tools]
+        tools = [t.openai() for t in self.tools]
+        if self.passkeys and tools:  # the tool the passkey is asked back through
+            tools.append(pk.OPENAI_TOOL)
+        return tools
 
     def with_overrides(self, **changes: Any) -> Scenario:
         clean = {k: v for k, v in changes.items() if v is not None}

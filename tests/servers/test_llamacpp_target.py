@@ -81,3 +81,44 @@ def test_llamacpp_slots_are_verified_and_a_variable_it_ignores_is_caught(tmp_pat
     assert any("differ only in slots" in w for w in warnings)
     assert "**Warning:**" in (tmp_path / "bad" / "report.md").read_text()
     assert _servers_left() == []
+
+
+@pytest.mark.slow
+def test_llamacpp_run_with_replay_and_passkeys_says_which_is_exact(tmp_path: Path) -> None:
+    """--oracle replay and --passkeys on llama.cpp: the run completes; the replay is exact
+    with one slot and the prompt cache off, and compares scores (the canary, turned on) with
+    eight slots."""
+    _need_engine()
+    out = tmp_path / "r"
+    shipped = Path("scenarios/coding_agent.toml").read_text()
+    small = shipped.replace("start_context = 2000", "start_context = 300")
+    small = small.replace("max_tokens = 1024", "max_tokens = 64").replace("steps = 26", "steps = 4")
+    assert "start_context = 300" in small
+    assert "max_tokens = 64" in small
+    scenario = tmp_path / "agent.toml"
+    scenario.write_text(small)
+    proc = harness(
+        "run", "--target", "scenarios/targets/llamacpp.toml", "--scenario", str(scenario),
+        "--sessions", "2",
+        "--turns", "2", "--max-context", "800", "--canary-rate", "0.2", "--ab", "slots=1,8",
+        "--ab", "prompt_cache=off", "--no-stream", "--oracle", "replay", "--passkeys",
+        "--out", str(out), "--no-progress",
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    by = {v["label"].split(",")[0]: v for v in summary["variants"]}
+    one, eight = by["slots=1"]["oracles"]["replay"], by["slots=8"]["oracles"]["replay"]
+    assert one["exact"] is True
+    assert "one slot (--parallel 1) and --no-prompt-cache" in one["exact_reason"]
+    assert eight["exact"] is False
+    assert "canary" in by["slots=8"]  # the scores compared instead
+    assert "canary" not in by["slots=1"]
+    md = (out / "report.md").read_text()
+    assert "replay exact: llama.cpp with one slot (--parallel 1) and --no-prompt-cache" in md
+    assert "replay not exact" in md
+    assert "## Passkeys (exact oracle)" in md  # (SmolLM2 may end its sessions before the ask)
+    for v in summary["variants"]:
+        p = v["oracles"]["passkey"]["loaded"]
+        assert p["checked"] + p["not_asked"] + p["undecided"] >= 2  # each session: one or more
+    assert _servers_left() == []

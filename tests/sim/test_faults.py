@@ -271,3 +271,19 @@ def test_clean_config_never_injects(make_sim: Callable[..., str]) -> None:
             r = chat(client, msgs)
             assert r.headers["x-sim-injected"] == "none"
             follow(msgs, r.json()["choices"][0]["message"], turn)
+
+
+def test_deterministic_mode_alone_equals_under_load_except_where_the_race_hits() -> None:
+    """--enable-deterministic-inference: alone never corrupted; under load, a clean answer is
+    the lone answer exactly and only an injected one differs."""
+    engine = Engine(SimConfig(seed=5, fault_scale=9600.0, deterministic=True))
+    injected = 0
+    for s in range(60):
+        msgs = messages(f"Session {s}: trace the race. About 20 steps.")
+        msgs[0]["content"] = "x" * 120_000
+        loaded = engine.generate(msgs, TOOLS, 80, 1024, None)
+        alone = engine.generate(msgs, TOOLS, 1, 1024, None)
+        assert alone.injected == "none"
+        injected += loaded.injected != "none"
+        assert (loaded.raw == alone.raw) == (loaded.injected == "none")
+    assert injected > 5

@@ -216,3 +216,12 @@ def test_spec_is_frozen() -> None:
         spec.factors["index_k"] = {}  # type: ignore[index]
     with pytest.raises(TypeError):
         spec.factors["index_k"]["fp16"] = spec.factors["index_k"]["fp8"]  # type: ignore[index]
+
+
+def test_the_deterministic_targets_say_so_for_the_replay_oracle() -> None:
+    assert load_target(TARGETS / "sglang_deterministic.toml").deterministic
+    vllm = load_target(TARGETS / "vllm_deterministic.toml")
+    assert vllm.deterministic
+    assert vllm.launch is not None
+    assert vllm.launch.env["VLLM_BATCH_INVARIANT"] == "1"
+    assert not load_target(TARGETS / "sim.toml").deterministic

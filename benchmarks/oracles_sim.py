@@ -1,0 +1,106 @@
+"""The exact oracles against the simulator's ground truth at a production-like rate.
+
+Two variants of the simulator in its deterministic mode: index_k=bf16 (its race on, at the
+default odds: a few corrupted turns in 10,000 at this load and context) and index_k=fp8 (no
+race). ``harness run --oracle replay --passkeys`` drives both; this prints, per variant and
+oracle, the sends checked, the sends the simulator injected, and precision and recall
+against that ground truth.
+
+    python benchmarks/oracles_sim.py --sessions 1200 --turns 9 --out oracles-sim
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.record.rundir import ORACLE_PASSKEY_FILE, ORACLE_REPLAY_FILE  # noqa: E402
+from harness.record.turns import read_rows, read_turns  # noqa: E402
+
+TARGET = """
+name = "sim"
+mode = "launch"
+model = "deepseek-ai/DeepSeek-V4-Flash"
+warm_up = false
+flush_cache = false
+
+[launch]
+command = ["{{python}}", "-m", "harness.sim", "--host", "{{host}}", "--port", "{{port}}",
+           "--model", "{{model}}", "--enable-deterministic-inference", "--fault-scale", "{scale}"]
+stop_grace_s = 5
+
+[ready]
+paths = ["/health_generate", "/health"]
+timeout_s = 60
+interval_s = 0.1
+
+[factors.index_k.fp8]
+args = ["--index-k", "fp8"]
+[factors.index_k.bf16]
+args = ["--index-k", "bf16"]
+"""
+
+
+def injected(r: dict[str, Any]) -> bool:
+    return r.get("sim_injected") not in (None, "none")
+
+
+def score(rows: list[dict[str, Any]], bad_status: set[str]) -> dict[str, Any]:
+    bad = [r for r in rows if r.get("status") in bad_status]
+    truth = [r for r in rows if injected(r)]
+    hit = [r for r in bad if injected(r)]
+    return {
+        "checked": len(rows),
+        "injected": len(truth),
+        "flagged": len(bad),
+        "precision": len(hit) / len(bad) if bad else None,
+        "recall": len([r for r in truth if r.get("status") in bad_status]) / len(truth)
+        if truth
+        else None,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sessions", type=int, default=1200)
+    p.add_argument("--turns", type=int, default=9)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--scale", type=float, default=1.0, help="the simulator's --fault-scale")
+    p.add_argument("--out", type=Path, default=Path("oracles-sim"))
+    p.add_argument("--ab", default="index_k=fp8,bf16", help="the variants (index_k levels)")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out.parent / (args.out.name + "-target.toml")
+    target.write_text(TARGET.format(scale=args.scale))
+    cmd = [
+        sys.executable, "-m", "harness.cli", "run", "--target", str(target),
+        "--ab", args.ab, "--sessions", str(args.sessions),
+        "--concurrency", str(args.concurrency), "--turns", str(args.turns),
+        "--max-context", "24000", "--speed", "50", "--oracle", "replay", "--passkeys",
+        "--no-progress", "--out", str(args.out),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=False, cwd=ROOT)
+    turns = read_turns(args.out / "turns.jsonl")
+    replay = read_rows(args.out / ORACLE_REPLAY_FILE)
+    passkey = read_rows(args.out / ORACLE_PASSKEY_FILE)
+    out = {}
+    for variant in sorted({t["variant"] for t in turns}):
+        mine = [t for t in turns if t["variant"] == variant]
+        out[variant] = {
+            "turns": len(mine),
+            "injected_turns": sum(map(injected, mine)),
+            "replay": score([r for r in replay if r["variant"] == variant], {"diverged"}),
+            "passkey": score([r for r in passkey if r["variant"] == variant], {"wrong", "missing"}),
+        }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

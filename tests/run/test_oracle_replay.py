@@ -1,0 +1,143 @@
+"""``--oracle replay`` end to end against the simulator in its deterministic mode, with its
+ground truth (``sim_injected``): every diverged send is an injected one (precision 1.0) and
+the injected sends it replays are found (recall)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.analysis.oracles import oracle_evidence
+from harness.errors import UsageError
+from harness.record.rundir import ORACLE_REPLAY_FILE, TRANSCRIPTS_FILE
+from harness.record.transcripts import load_transcripts
+from harness.record.turns import read_rows, read_turns
+from harness.report.build import write_report
+from harness.run.oracle_replay import (
+    check_sampling,
+    exactness,
+    first_difference,
+    output_text,
+    sampled,
+)
+from tests.cli.test_cli import harness
+from tests.run.test_replay import LOAD_SCALE, _fault_run
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["variant"], r["repeat"], r["session"], r["turn"], r["attempt"])
+
+
+async def test_replay_finds_exactly_the_injected_sends(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    url = make_sim(fault_scale=LOAD_SCALE, deterministic=True)
+    await _fault_run(url, tmp_path, 40, oracles=("replay",))
+    turns = read_turns(tmp_path / "turns.jsonl")
+    rows = read_rows(tmp_path / ORACLE_REPLAY_FILE)
+    answered = [t for t in turns if t["label"] != "transport_error"]
+    assert sorted(map(_key, rows)) == sorted(map(_key, answered))  # every send, once
+    assert {r["exact"] for r in rows} == {True}  # the sim's /server_info says deterministic
+    done = [r for r in rows if r["status"] in ("identical", "diverged")]
+    assert len(done) == len(rows)
+    injected = [r for r in done if r["sim_injected"] not in (None, "none")]
+    diverged = [r for r in done if r["status"] == "diverged"]
+    assert injected, "the sim's race should have hit some sends at this scale"
+    hits = [r for r in diverged if r["sim_injected"] not in (None, "none")]
+    assert len(hits) == len(diverged)  # precision 1.0: no healthy send called diverged
+    assert len(hits) >= 0.95 * len(injected)  # recall of what it replays
+    for r in diverged:
+        assert r["position"] >= 0
+        assert r["loaded_text"] != r["alone_text"]
+
+    evidence = oracle_evidence(tmp_path)
+    assert set(evidence) == {_key(r) for r in diverged}
+    assert all(v == ["replay"] for v in evidence.values())
+
+    summary = write_report(tmp_path)
+    [v] = summary["variants"]
+    rep = v["oracles"]["replay"]
+    assert rep["diverged"] == len(diverged)
+    assert rep["replayed"] == len(rows)
+    assert v["replay_divergence_rate"] == pytest.approx(len(diverged) / len(done))
+    assert rep["extra_requests"] == len(rows)
+    assert rep["load_share"] == pytest.approx(len(rows) / len(turns))
+    md = (tmp_path / "report.md").read_text()
+    assert "## Replay alone (exact oracle)" in md
+    assert "every divergence is a bug to report" in md
+    # a gate on it fails the command
+    gate = harness("report", str(tmp_path), "--fail-if", "replay_diverged_turns > 0")
+    assert gate.returncode == 1, gate.stderr
+    ok = harness("report", str(tmp_path), "--fail-if", "replay_divergence_rate > 0.99")
+    assert ok.returncode == 0, ok.stderr
+
+
+async def test_replay_on_a_healthy_deterministic_server_finds_nothing(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    url = make_sim(fault_scale=0.0, deterministic=True)
+    await _fault_run(url, tmp_path, 12, oracles=("replay",), oracle_sample=0.5)
+    rows = read_rows(tmp_path / ORACLE_REPLAY_FILE)
+    turns = read_turns(tmp_path / "turns.jsonl")
+    assert 0 < len(rows) < len(turns)  # a seeded sample
+    assert {r["status"] for r in rows} == {"identical"}
+    assert oracle_evidence(tmp_path) == {}
+    [v] = write_report(tmp_path)["variants"]
+    assert v["replay_divergence_rate"] == 0.0
+
+
+async def test_the_workload_is_the_same_with_the_oracle_off(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    url = make_sim(fault_scale=0.0, deterministic=True)
+    for name in ("off", "on"):
+        (tmp_path / name).mkdir()
+    await _fault_run(url, tmp_path / "off", 6, keep_transcripts=True)
+    await _fault_run(url, tmp_path / "on", 6, oracles=("replay",))
+    off = load_transcripts(tmp_path / "off" / TRANSCRIPTS_FILE)
+    on = load_transcripts(tmp_path / "on" / TRANSCRIPTS_FILE)
+    assert off.keys() == on.keys()
+    for key, t in off.items():
+        assert [t.wire(r["seq"]) for r in t.rows] == [on[key].wire(r["seq"]) for r in on[key].rows]
+    assert not (tmp_path / "off" / ORACLE_REPLAY_FILE).exists()
+
+
+def test_replay_refuses_sampling_that_is_not_fixed() -> None:
+    check_sampling(0.0, False)
+    check_sampling(0.7, True)
+    with pytest.raises(UsageError, match="needs deterministic sampling"):
+        check_sampling(0.7, False, "the trace workload")
+
+
+def test_comparison_pieces() -> None:
+    a = output_text({"content": "hello", "tool_calls": [
+        {"id": "x", "name": "f", "arguments": '{"a": 1}'}]})  # fmt: skip
+    b = output_text({"content": "hello", "tool_calls": [
+        {"id": "y", "name": "f", "arguments": {"a": 1}}]})  # fmt: skip
+    assert a == b  # call ids and argument encoding left out
+    assert first_difference("abc", "abd") == 2
+    assert first_difference("abc", "abc") is None
+    assert first_difference("ab", "abc") == 2
+    keys = [("v", 0, s, t, 0) for s in range(50) for t in range(20)]
+    picked = [k for k in keys if sampled(k, 0.1, 7)]
+    assert 50 < len(picked) < 150
+    assert picked == [k for k in keys if sampled(k, 0.1, 7)]
+    assert json.dumps(picked)
+
+
+def test_which_servers_are_exact() -> None:
+    assert exactness({}, target_says=True)[0]
+    assert exactness({"server_info": {"enable_deterministic_inference": True}})[0]
+    assert exactness({"launch": {"env": {"VLLM_BATCH_INVARIANT": "1"}, "command": []}})[0]
+    llama = ["python", "-m", "harness.llamacpp", "--parallel", "8"]
+    assert not exactness({"launch": {"command": llama}})[0]
+    one = [*llama, "--parallel", "1", "--no-prompt-cache"]  # the last one given wins
+    exact, why = exactness({"launch": {"command": one}})
+    assert exact
+    assert "--parallel 1" in why
+    assert not exactness({"launch": {"command": [*llama, "--parallel", "1"]}})[0]
+    assert not exactness({"server_info": {"enable_deterministic_inference": False}})[0]
