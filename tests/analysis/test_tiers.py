@@ -49,3 +49,19 @@ def test_records_from_before_the_tiers_get_them_from_their_label() -> None:
     [v] = summarize(pd.DataFrame(rows), "r")["variants"]
     assert (v["structural_turns"], v["suspect_turns"], v["corrupted_turns"]) == (1, 1, 2)
     assert v["headline_basis"] == "structural+suspect"
+
+
+def test_an_exact_oracle_confirms_a_suspect() -> None:
+    from harness.analysis.tiers import merge_oracles
+
+    rows = [
+        _turn("a", 0, "token_salad", "suspect"),  # the replay says it diverged
+        _turn("a", 1, "token_salad", "suspect", judge_confirmed=False),
+        _turn("a", 2, "ok_text"),  # an oracle's finding on a turn the detector passed
+    ]
+    frame = pd.DataFrame(rows).assign(repeat=0, attempt=0)
+    evidence = {("a", 0, 0, 0, 0): ["replay"], ("a", 0, 2, 0, 0): ["passkey"]}
+    [v] = summarize(merge_oracles(frame, evidence), "r")["variants"]
+    assert v["headline_basis"] == "structural+confirmed"
+    assert (v["confirmed_turns"], v["corrupted_turns"], v["suspect_turns"]) == (1, 1, 2)
+    assert v["tiers"]["suspect_acquitted"] == 1
