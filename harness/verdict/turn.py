@@ -242,6 +242,8 @@ def _score_one(
         if why is not None:
             evidence["acquitted"] = why
             return TextFinding(None, found.score, None, {}), windowed
+        if prose is not None:  # an offset into the strings is none into the text
+            found = TextFinding(found.label, found.score, None, found.signals)
     return found, windowed
 
 
@@ -311,9 +313,10 @@ def classify_turn(
         evidence["signals"] = finding.signals
         at = finding.offset
         field_len = len(reasoning) + 1 if reasoning.strip() else 0
-        # in the reasoning field (the offset is in it), or in the content
-        evidence["in_reasoning"] = in_reasoning and at is not None and at < field_len
-        if in_reasoning and not evidence["in_reasoning"]:
+        # in the reasoning field (the offset is in it), or in the content's reasoning
+        in_field = at < field_len if at is not None else not part.reasoning.strip()
+        evidence["in_reasoning"] = in_reasoning and in_field
+        if in_reasoning and not in_field:
             evidence["in_content_reasoning"] = True
         if at is not None:
             if not in_reasoning:
