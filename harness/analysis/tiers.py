@@ -179,9 +179,9 @@ def headline_line(summary: Mapping[str, Any]) -> str:
             f"{100 * fa['rate']:.2f}% of healthy turns ({100 * fa['ci'][0]:.2f}-"
             f"{100 * fa['ci'][1]:.2f}%)"
         )
-    line = "rates count structural + confirmed turns (suspects the model judge confirmed)"
+    line = "rates count structural + confirmed turns"
     if apart:
-        line += f"; {apart} unconfirmed suspect turns reported apart"
+        line += f"; {apart} unconfirmed suspects apart (report.md)"
     return line
 
 
