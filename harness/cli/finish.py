@@ -19,7 +19,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from harness.cli.gates import apply_gates, print_failure_line
+from harness.cli.gates import apply_gates, print_failure_line, print_replays
 from harness.drive.session import EXHAUSTED
 from harness.labels import server_failure
 from harness.record.rundir import SESSIONS_FILE, TURNS_FILE, RunDir
@@ -121,22 +121,6 @@ def finish_run(
         )
     _say(errors)
     return apply_gates(args, summary, run_code=code, run_problem=problem, interrupted=interrupted)
-
-
-#: How many replay lines the terminal shows (report.md lists more).
-SHOWN_REPLAYS = 3
-
-
-def print_replays(summary: Any) -> None:
-    """The first corrupted sessions, each as a ready-to-run ``harness replay`` line."""
-    replays = summary.get("replays") or {}
-    lines = (replays.get("lines") or [])[:SHOWN_REPLAYS]
-    if not lines:
-        return
-    more = replays.get("count", 0) - len(lines)
-    print("reproduce a corrupted session" + (f" ({more} more in report.md):" if more > 0 else ":"))
-    for line in lines:
-        print(f"  {line}")
 
 
 def _say(lines: list[str]) -> None:

@@ -104,3 +104,19 @@ def print_failure_line(
     from harness.analysis.gates import result_line
 
     print(result_line({"run_id": run_id, "variants": []}, [], code, interrupted, problem))
+
+
+#: How many replay lines the terminal shows (report.md lists more).
+SHOWN_REPLAYS = 3
+
+
+def print_replays(summary: Any) -> None:
+    """The first corrupted sessions, each as a ready-to-run ``harness replay`` line."""
+    replays = summary.get("replays") or {}
+    lines = (replays.get("lines") or [])[:SHOWN_REPLAYS]
+    if not lines:
+        return
+    more = replays.get("count", 0) - len(lines)
+    print("reproduce a corrupted session" + (f" ({more} more in report.md):" if more > 0 else ":"))
+    for line in lines:
+        print(f"  {line}")

@@ -16,6 +16,7 @@ from harness.cli.gates import (
     EXIT_USAGE,
     apply_gates,
     check_gate_args,
+    print_replays,
 )
 from harness.cli.limits import limits_from
 from harness.errors import InfrastructureError, UsageError
@@ -42,7 +43,6 @@ def _planned_variants(run_dir: Path) -> list[str] | None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.cli.finish import print_replays
     from harness.report.build import format_table, write_report
 
     check_gate_args(args, _planned_variants(_run_dir(args.run_dir)))  # before the rebuild

@@ -299,9 +299,9 @@ def classify_turn(
 
     # Salad and loops next: they are the root symptom, and often break the envelope too.
     # score_text masks well-formed markup itself; debris in arguments counts. Reasoning tags
-    # are this function's to judge (part.broken), literals to the detector. Markup the
-    # output ended inside (a block cut short) is the parser's to judge, not text.
-    visible = R.neutral(answer[:start] if _cut_inside(answer, parsed) else answer)
+    # are this function's to judge (part.broken), literals to the detector. A tag the output
+    # was cut inside (a block cut short) is the parser's to judge, not text.
+    visible = R.neutral(answer[: _cut_tag(answer)] if _cut_inside(answer, parsed) else answer)
     shown: list[tuple[int, int]] = []
     if "```" in visible or "~~~" in visible or "<<<<<<<" in visible:
         visible, shown = _without_quoted_calls(visible)
@@ -383,6 +383,13 @@ def _cut_inside(text: str, parsed: ParseResult) -> bool:
         return True
     off = parsed.offset
     return off is not None and off >= 0 and len(text) - off <= 40 and "\n" not in text[off:]
+
+
+def _cut_tag(text: str) -> int:
+    """Where a tag cut by the end of the output starts (``<｜DSML｜invoke name="get_wea``,
+    ``</｜DSML｜param``): the last ``<`` with no ``>`` after it, near the end; else the end."""
+    lt = text.rfind("<", max(0, len(text) - 80))
+    return lt if lt >= 0 and ">" not in text[lt:] else len(text)
 
 
 def _markup_start(content: str, parsed: ParseResult) -> int:

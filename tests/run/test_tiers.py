@@ -45,8 +45,9 @@ def test_the_headline_counts_structural_and_confirmed_turns(
     [v] = _summary(tmp_path / "on")["variants"]
     rows = read_turns(tmp_path / "on" / "turns.jsonl")
     flagged = [r for r in rows if r["corrupted"]]
-    assert {r["tier"] for r in flagged} <= {"structural", "suspect"}
-    assert v["suspect_turns"] == sum(r["tier"] == "suspect" for r in flagged) > 0
+    # (a loop that runs to the end is confirmed by its own text, at classification)
+    assert {r["tier"] for r in flagged} <= {"structural", "suspect", "confirmed"}
+    assert v["suspect_turns"] == sum(r["tier"] in ("suspect", "confirmed") for r in flagged) > 0
     assert v["structural_turns"] == sum(r["tier"] == "structural" for r in flagged)
     # the judge scored the suspects after the load, and only the confirmed ones count
     judged = [r for r in rows if r.get("judge_confirmed") is not None]
@@ -56,11 +57,13 @@ def test_the_headline_counts_structural_and_confirmed_turns(
     assert v["headline_basis"] == "structural+confirmed"
     assert v["corrupted_turns"] == v["structural_turns"] + v["confirmed_turns"]
     assert v["confirmed_turns"] == sum(
-        bool(r.get("judge_confirmed")) for r in flagged if r["tier"] == "suspect"
+        bool(r.get("judge_confirmed")) or r["tier"] == "confirmed"
+        for r in flagged
+        if r["tier"] != "structural"
     )
     # the simulator's ground truth: a confirmed turn is an injected one
     for r in flagged:
-        if r["tier"] == "suspect" and r.get("judge_confirmed"):
+        if r["tier"] == "confirmed" or (r["tier"] == "suspect" and r.get("judge_confirmed")):
             assert r["sim_injected"] != "none"
     assert "rates count structural + confirmed turns" in printed
 
