@@ -300,8 +300,11 @@ class Session:
                 try:
                     verdict = await asyncio.wait_for(judging_task, JUDGE_GRACE_S)
                 except (asyncio.CancelledError, TimeoutError):
+                    # stopped again, or the verdict lost with its process: the harness
+                    # stopped this turn, so it is cancelled (its answer kept), no one's fault
                     reason = "the run was stopped while the answer was classified"
-                    verdict = Verdict(L.HARNESS_ERROR, False, evidence={"reason": reason})
+                    out.failure = Failure("cancelled", reason)
+                    verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": "cancelled"})
                 with contextlib.suppress(EnvironmentFailure):
                     self._record(turn, attempt, inflight, sent_at, out, verdict)
                 raise
