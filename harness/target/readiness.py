@@ -124,6 +124,13 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+def _client(base_url: str, api_key: str | None, timeout: float) -> httpx.AsyncClient:
+    """The one client shape of this module's requests to a server: no proxy from the
+    environment, the project's certificates, the key as a bearer token."""
+    return httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False,
+                             verify=verify_context(), headers=_headers(api_key))  # fmt: skip
+
+
 async def wait_ready(
     base_url: str,
     *,
@@ -145,13 +152,7 @@ async def wait_ready(
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     refused = False
-    async with httpx.AsyncClient(
-        base_url=base_url,
-        timeout=5.0,
-        trust_env=False,
-        verify=verify_context(),
-        headers=_headers(api_key),
-    ) as http:
+    async with _client(base_url, api_key, 5.0) as http:
         while time.monotonic() < deadline:
             if alive is not None and not alive():
                 raise InfrastructureError(f"server at {base_url} exited while starting ({last})")
@@ -218,13 +219,7 @@ async def check_api(base_url: str, api_key: str | None = None) -> None:
     """A server the harness did not start, once ready: does ``/v1/models`` answer as an
     OpenAI API does? A web page or a 401/403 there is said at once (exit 2); other answers
     are left to the run (some servers do not list models)."""
-    async with httpx.AsyncClient(
-        base_url=base_url,
-        timeout=10.0,
-        trust_env=False,
-        verify=verify_context(),
-        headers=_headers(api_key),
-    ) as http:
+    async with _client(base_url, api_key, 10.0) as http:
         try:
             resp = await http.get("/v1/models")
         except httpx.HTTPError:
@@ -293,15 +288,8 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
 async def served_model(base_url: str, api_key: str | None = None) -> str | None:
     """The first model id in the server's /v1/models (None when it lists none, or could not
     be read)."""
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(
-            base_url=base_url,
-            timeout=10.0,
-            trust_env=False,
-            verify=verify_context(),
-            headers=headers,
-        ) as http:
+        async with _client(base_url, api_key, 10.0) as http:
             data = (await http.get("/v1/models")).json().get("data") or []
         return str(data[0]["id"])
     except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError, TypeError):
@@ -315,10 +303,7 @@ VERSION_PATHS = (("/server_info", "version"), ("/version", "version"), ("/props"
 
 async def server_version(base_url: str, api_key: str | None = None) -> str | None:
     """The version the server reports about itself, or None when it does not say."""
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(
-        base_url=base_url, timeout=3.0, trust_env=False, verify=verify_context(), headers=headers
-    ) as http:
+    async with _client(base_url, api_key, 3.0) as http:
         for path, key in VERSION_PATHS:
             try:
                 resp = await http.get(path)
