@@ -22,6 +22,7 @@ from typing import Any
 from harness.cli.gates import apply_gates, print_failure_line, print_replays
 from harness.drive.session import EXHAUSTED
 from harness.labels import server_failure
+from harness.record.outcomes import death_line
 from harness.record.rundir import SESSIONS_FILE, TURNS_FILE, RunDir
 from harness.record.turns import iter_turns
 from harness.run import stopsignals
@@ -36,6 +37,18 @@ MAX_EXHAUSTED_SHARE = 0.5
 
 def _interrupted_code(interrupted: str) -> int:
     return stopsignals.exit_code(signal.Signals[interrupted])
+
+
+def _died_line(outcome: VariantOutcome) -> str:
+    """A variant that stopped early; a server that died: when, and its last log lines."""
+    death = outcome.server_death
+    if not death:
+        return f"harness: variant {outcome.label}: {outcome.error}"
+    said = "\n".join(f"    {line}" for line in (death.get("last_lines") or [])[-4:])
+    return (
+        f"harness: variant {outcome.label}: {outcome.error}: {death_line(death)}; the last "
+        f"lines of its log ({death.get('log')}):\n{said}"
+    )
 
 
 def finish_run(
@@ -74,7 +87,7 @@ def finish_run(
     )
     # the errors are the last lines a person sees, each said once
     errors = [f"harness: error: {o.error}" for o in refused]
-    errors += [f"harness: variant {o.label}: {o.error}" for o in died]
+    errors += [_died_line(o) for o in died]
     if nothing_ran:
         problem = problem or "no turn was recorded"
         if not any(problem in line for line in errors):

@@ -3,9 +3,10 @@ and how the server metrics moved with the corruption rate.
 
 ``attach`` adds to ``summary.json``: ``model`` (one name, or the names when variants served
 different ones), ``servers`` (``harness.analysis.variantcheck.summary_part``),
-``server_warnings`` and ``metrics_vs_corruption`` (per variant, per metric: Spearman's rho
-against the corruption rate over time). ``markdown``/``html`` render them; JUnit gets them
-from ``harness.analysis.gates.summary_properties``.
+``server_warnings``, ``server_deaths`` (a variant's server that died under the load: how,
+when, its last log lines; from outcomes.json) and ``metrics_vs_corruption`` (per variant,
+per metric: Spearman's rho against the corruption rate over time). ``markdown``/``html``
+render them; JUnit gets them from ``harness.analysis.gates.summary_properties``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from harness.analysis import metrics_vs_corruption, variantcheck
 from harness.analysis.summary import RunData
+from harness.record.outcomes import death_line, server_deaths
 
 
 def attach(summary: dict[str, Any], run: RunData) -> None:
@@ -25,6 +27,9 @@ def attach(summary: dict[str, Any], run: RunData) -> None:
     summary["model"] = models[0] if len(models) == 1 else (models or None)
     summary["servers"] = {k: v for k, v in part.items() if k != "warnings"}
     summary["server_warnings"] = part["warnings"]
+    deaths = server_deaths(run.run_dir)
+    if deaths:
+        summary["server_deaths"] = deaths
     if run.metrics is not None and len(run.turns):
         frame = metrics_vs_corruption.binned(run.turns, run.metrics)
         corr = metrics_vs_corruption.correlations(frame)
@@ -46,8 +51,11 @@ def _settings(summary: Mapping[str, Any]) -> tuple[list[str], dict[str, dict[str
 
 
 def warning_lines(summary: Mapping[str, Any]) -> list[str]:
-    """Markdown: the server warnings, for the top of the report."""
-    return [f"- **Warning:** {w}" for w in summary.get("server_warnings") or []]
+    """Markdown: the server crashes and warnings, for the top of the report."""
+    crashed = [f"- **Server crash:** {death_line(d)} (a finding of its own: the turns it "
+               "cut are not counted as transport failures of the server; its last log lines "
+               "are under Servers)" for d in summary.get("server_deaths") or []]  # fmt: skip
+    return crashed + [f"- **Warning:** {w}" for w in summary.get("server_warnings") or []]
 
 
 def markdown(summary: Mapping[str, Any]) -> list[str]:
@@ -66,6 +74,10 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
         cells = [str(values.get(label, {}).get(k, "")) for k in keys]
         out.append(f"| {label} | {entry.get('kind') or '?'} | {sources} | " + " | ".join(cells)
                    + " |")  # fmt: skip
+    for death in summary.get("server_deaths") or []:
+        out += ["", f"**Crash:** {death_line(death)}. The last lines of its log "
+                f"(`{death.get('log')}`):", "", "```", *(death.get("last_lines") or []),
+                "```"]  # fmt: skip
     warnings = summary.get("server_warnings") or []
     out += ["", *(f"- **Warning:** {w}" for w in warnings)] if warnings else [
         "", "Every variant's server confirmed what the target file's verify rules ask, and no "
@@ -97,6 +109,9 @@ def html(summary: Mapping[str, Any]) -> list[str]:
     model = summary.get("model")
     shown = ", ".join(model) if isinstance(model, list) else str(model)
     parts = ["<h2>Servers</h2>", f"<p>Model: <code>{_html.escape(shown)}</code></p>"]
+    for death in summary.get("server_deaths") or []:
+        tail = _html.escape("\n".join(death.get("last_lines") or []))
+        parts.append(f"<p><b>Crash:</b> {_html.escape(death_line(death))}.</p><pre>{tail}</pre>")
     for w in summary.get("server_warnings") or []:
         parts.append(f"<p><b>Warning:</b> {_html.escape(w)}</p>")
     return parts

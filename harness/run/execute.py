@@ -69,7 +69,7 @@ from harness.run.shard import (
 )
 from harness.target.launch import Target, make_target
 from harness.target.metrics import MetricsScraper, flush_cache, warm_up
-from harness.target.readiness import EndpointTarget, server_version, watch
+from harness.target.readiness import EndpointTarget, died_message, server_version, watch
 from harness.workload.dialect import DialectChoice, choose, model_names
 from harness.workload.matrix import Variant
 
@@ -85,6 +85,7 @@ def write_run_json(opts: RunOptions, run_id: str) -> None:
         "run_id": run_id,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "scenario": opts.scenario.name,
+        "temperature": opts.scenario.temperature,  # greedy: variants' answers compare
         "scenario_source": opts.scenario.source,
         "target": str(opts.target.path) if opts.target else None,
         "target_copy": TARGET_COPY if opts.target else None,
@@ -155,6 +156,9 @@ class VariantOutcome:
     stop_run: bool = False  # every variant would be refused the same: the run ends
     server_version: str | None = None  # what the server said of itself, when it did
     model: str | None = None  # the model the requests named
+    #: the server died under the load: exit code or signal, seconds in, turns done, last
+    #: lines of its log (LaunchTarget.death); None when it did not (or is not ours to see)
+    server_death: dict[str, Any] | None = None
 
 
 def _target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
@@ -188,6 +192,7 @@ class _VariantRun:
     clock: dict[str, Any] | None = None  # a shard's clock.json, the server's offset to add
     ended: dict[str, int] = field(default_factory=dict)
     code: int = 0
+    death: dict[str, Any] | None = None  # the server died under the load (_death)
     stop_run: bool = False
     dialect_from: str | None = None  # where the variant's dialect came from, once decided
     #: --oracle kv_canary: the server log's canary lines during the load (run.oracle_alarms)
@@ -313,8 +318,9 @@ class _VariantRun:
                         await canary.stop()
                     alive = getattr(target, "alive", None)
                     if error is None and alive is not None and not alive():
-                        error = "the server process died during the run"
+                        error = died_message(getattr(target, "death", lambda: None)())
                         self.announce(f"{self.name}: {error}")
+                    self.death = self._death(target, error)
                     if error is not None and not self.code:
                         self.code = 3
                     if error is None:
@@ -339,8 +345,24 @@ class _VariantRun:
         self.announce(f"{self.name}: done in {wall:.0f}s")
         return VariantOutcome(
             self.variant.label, self.repeat, len(self.plans), self.ended, wall, error, self.code,
-            self.stop_run, version, model,
+            self.stop_run, version, model, self.death,
         )  # fmt: skip
+
+    def _death(self, target: Target, error: str | None) -> dict[str, Any] | None:
+        """The finding of a server that died under the load: how (its exit code or signal),
+        when (seconds into the load, turns done) and what it said last (its log)."""
+        death = getattr(target, "death", lambda: None)()
+        if error is None or death is None:
+            return None
+        counts = self.progress.variants.get(self.variant.label)
+        started = counts.started if counts is not None else None
+        return {
+            **death,
+            "variant": self.variant.label,
+            "repeat": self.repeat,
+            "after_s": round(time.monotonic() - started, 1) if started is not None else None,
+            "turns_done": counts.turns if counts is not None else None,
+        }
 
     async def _decide_dialect(self, base_url: str, model: str) -> RunOptions:
         """The variant's dialect, from the option, the scenario or the served model's name

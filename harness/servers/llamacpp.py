@@ -36,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError, InfrastructureError, UsageError
+from harness.servers import engines
+from harness.servers.engines import ENGINE_PACKAGE
+from harness.servers.http_front import HttpFront
 
 log = logging.getLogger("harness.llamacpp")
 
@@ -126,6 +129,22 @@ def build_parser() -> argparse.ArgumentParser:
         "llama.cpp's spinning thread pool slows down sharply when it competes for cores)",
     )
     p.add_argument(
+        "--defrag-thold",
+        type=float,
+        default=None,
+        help="KV cache defragmentation threshold: defragment when this fraction of the cache "
+        "is holes (builds that defragment: 0.1 by default; below 0 turns it off); default: "
+        "the build's own",
+    )
+    p.add_argument(
+        "--engine",
+        help=f"the build of {ENGINE_PACKAGE} to run: a version on the package registry "
+        f"(0.1.11 or {ENGINE_PACKAGE}==0.1.11, installed once into a virtual environment of "
+        "its own under the harness's cache folder) or the path of a virtual environment that "
+        "has it; default: the one installed beside the harness. Builds without an HTTP server "
+        "of their own (0.1.x) are served by the harness's OpenAI-compatible front",
+    )
+    p.add_argument(
         "--no-prompt-cache",
         action="store_true",
         help="do not reuse a slot's cached prompt prefix between requests",
@@ -179,30 +198,68 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def make_params(xl: Any, args: argparse.Namespace, model: Path) -> Any:
-    """An ``xllamacpp.CommonParams`` for the server (``xl`` is the imported module)."""
+    """An ``xllamacpp.CommonParams`` for the server (``xl`` is the imported module).
+
+    Builds differ: before 0.1.12 ``model`` is the path itself, before llama.cpp's HTTP
+    server was shipped there is one ``hostname`` and flash attention is a bool, and only
+    builds that share one KV cache between slots by default have ``kv_unified``."""
     p = xl.CommonParams()
-    p.model.path = str(model)
-    p.hostnames = [args.host]
+    if isinstance(p.model, str):
+        p.model = str(model)
+    else:
+        p.model.path = str(model)
+    if hasattr(p, "hostnames"):
+        p.hostnames = [args.host]
+    else:
+        p.hostname = args.host
     p.port = args.port
     p.n_parallel = args.parallel
     p.n_ctx = args.ctx * args.parallel
-    p.kv_unified = False  # each slot gets its own ctx tokens
+    if hasattr(p, "kv_unified"):
+        p.kv_unified = False  # each slot gets its own ctx tokens
     p.cont_batching = True
-    p.cache_prompt = not args.no_prompt_cache
+    if hasattr(p, "cache_prompt"):  # older builds: a request field (the HTTP front sets it)
+        p.cache_prompt = not args.no_prompt_cache
     p.endpoint_metrics = True
     p.endpoint_slots = True
-    p.use_jinja = True
+    if hasattr(p, "use_jinja"):  # older builds pick the model's template themselves
+        p.use_jinja = True
     p.cpuparams.n_threads = args.threads
     p.cpuparams_batch.n_threads = args.threads
     p.cache_type_k = getattr(xl.ggml_type, f"GGML_TYPE_{args.cache_type_k.upper()}")
     p.cache_type_v = getattr(xl.ggml_type, f"GGML_TYPE_{args.cache_type_v.upper()}")
-    p.flash_attn_type = getattr(
-        xl.llama_flash_attn_type, f"LLAMA_FLASH_ATTN_TYPE_{FLASH_ATTN[args.flash_attn]}"
-    )
-    alias = args.alias or (MODEL_ALIAS if args.model is None else model.stem)
-    p.model_alias = {alias}
+    if hasattr(p, "flash_attn_type"):
+        p.flash_attn_type = getattr(
+            xl.llama_flash_attn_type, f"LLAMA_FLASH_ATTN_TYPE_{FLASH_ATTN[args.flash_attn]}"
+        )
+    else:  # a bool: "auto" is on where a quantized V cache needs it
+        quantized_v = args.cache_type_v not in ("f32", "f16", "bf16")
+        p.flash_attn = args.flash_attn == "on" or (args.flash_attn == "auto" and quantized_v)
+    if args.defrag_thold is not None:
+        if not hasattr(p, "defrag_thold"):
+            raise UsageError(
+                "--defrag-thold: this build has no KV cache defragmentation setting (llama.cpp "
+                "dropped it once its cache stopped fragmenting); leave the flag out"
+            )
+        p.defrag_thold = args.defrag_thold
+    alias = alias_of(args, model)
+    p.model_alias = alias if isinstance(p.model_alias, str) else {alias}
     p.verbosity = args.verbosity
     return p
+
+
+def alias_of(args: argparse.Namespace, model: Path) -> str:
+    return str(args.alias or (MODEL_ALIAS if args.model is None else model.stem))
+
+
+def build_of(xl: Any) -> str:
+    """``b4933-1aa87ee5`` (llama.cpp's build number and commit), or the wheel's version."""
+    info = getattr(xl, "BUILD_INFO", None) or {}
+    number, commit = info.get("build_number"), info.get("commit")
+    if number:
+        return f"b{number}-{commit}"
+    version = getattr(xl, "__version__", None)
+    return f"{ENGINE_PACKAGE} {version}" if version else "unknown"
 
 
 def wait_healthy(base_url: str, timeout_s: float) -> None:
@@ -294,11 +351,17 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     check_args(args)
+    # a crash of the engine (SIGSEGV, SIGFPE, SIGABRT, SIGBUS) says so in the log, with the
+    # Python stacks of the threads that served requests: the harness reports it as a finding
+    faulthandler.enable()
+    if args.engine:
+        log.info("engine: %s from %s", ENGINE_PACKAGE, engines.use(args.engine))
     try:
         import xllamacpp as xl
     except ImportError:
         raise UsageError(
-            f"xllamacpp is not installed (install it with: {INSTALL_SERVER})"
+            f"xllamacpp is not installed (install it with: {INSTALL_SERVER}, or name a build "
+            "with --engine VERSION)"
         ) from None
     model = args.model if args.model is not None else default_model()
     params = make_params(xl, args, model)
@@ -314,13 +377,16 @@ def main(argv: list[str] | None = None) -> int:
         raise InfrastructureError(
             f"llama.cpp server did not start ({exc}); its log above says why"
         ) from None
+    if not hasattr(server, "listening_address"):  # a build without llama.cpp's HTTP server
+        return _serve_front(server, args, model, params, build_of(xl), t0)
     base_url = str(server.listening_address).rstrip("/")
     stopping = False
     try:
         wait_healthy(base_url, args.ready_timeout)
         log.info(
-            "llama.cpp server ready at %s in %.1fs (model %s, %d slots x %d ctx, K %s, V %s, "
+            "llama.cpp server %s ready at %s in %.1fs (model %s, %d slots x %d ctx, K %s, V %s, "
             "flash attention %s, %d threads)",
+            build_of(xl),
             base_url,
             time.perf_counter() - t0,
             model.name,
@@ -349,6 +415,56 @@ def main(argv: list[str] | None = None) -> int:
         del server
         faulthandler.cancel_dump_traceback_later()
     log.info("llama.cpp server stopped")
+    return 0
+
+
+def _serve_front(
+    server: Any, args: argparse.Namespace, model: Path, params: Any, build: str, t0: float
+) -> int:
+    """Serve ``server`` (a build with only a Python API) through the harness's HTTP front
+    until SIGTERM/SIGINT; the stop signals are blocked already."""
+    props = {
+        "total_slots": args.parallel,
+        "build_info": build,
+        "default_generation_settings": {"n_ctx": args.ctx},
+        "model_path": str(model),
+    }
+    try:
+        front = HttpFront(
+            (args.host, args.port),
+            server,
+            alias=alias_of(args, model),
+            props=props,
+            request_defaults={"cache_prompt": False} if args.no_prompt_cache else {},
+        )
+    except OSError as exc:
+        raise InfrastructureError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
+    front.start()
+    wait_healthy(front.base_url, args.ready_timeout)
+    log.info(
+        "llama.cpp %s (Python API, served by the harness's HTTP front) ready at %s in %.1fs "
+        "(model %s, %d slots x %d ctx, K %s, V %s, flash attention %s, defrag threshold %s, "
+        "%d threads)",
+        build,
+        front.base_url,
+        time.perf_counter() - t0,
+        model.name,
+        args.parallel,
+        args.ctx,
+        args.cache_type_k,
+        args.cache_type_v,
+        params.flash_attn,
+        f"{params.defrag_thold:g}",
+        args.threads,
+    )
+    if args.port_file is not None:
+        write_port_file(args.port_file, int(front.server_address[1]))
+    signum = signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    log.info("signal %d: stopping the llama.cpp server", signum)
+    front.shutdown()
+    front.server_close()
+    # the engine's destructor waits for requests in flight: nothing on disk to finish
+    _exit_without_destructor(settle_s=0.1)
     return 0
 
 

@@ -56,6 +56,10 @@ def safe_label(variant: Variant) -> str:
     return "_" + name if name.startswith(".") else name
 
 
+#: lines of a dead server's log kept with the finding (what it said last)
+DEATH_TAIL_LINES = 12
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last ``lines`` lines of a log file (bounded read), or '' if there is none."""
     try:
@@ -105,7 +109,8 @@ def level_additions(spec: TargetSpec, variant: Variant) -> tuple[list[str], dict
     args: list[str] = []
     env: dict[str, str] = {}
     for name, level in variant.factors:
-        entry = spec.factors[name][level]
+        entry = spec.level_spec(name, level)
+        assert entry is not None  # check_variant said so
         args.extend(entry.args)
         env.update(entry.env)
     return args, env
@@ -174,6 +179,24 @@ class LaunchTarget:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def death(self) -> dict[str, Any] | None:
+        """How the server process ended when nobody stopped it (None while it runs, or when
+        the harness stopped it): its exit code, the signal that killed it, the last lines
+        of its log (what it said)."""
+        code = self.proc.poll() if self.proc is not None else None
+        if code is None or self._stopped:
+            return None
+        killed = None
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                killed = signal.Signals(-code).name
+        return {
+            "exit_code": code,
+            "signal": killed,
+            "log": str(self.log_path),
+            "last_lines": log_tail(self.log_path, DEATH_TAIL_LINES).splitlines(),
+        }
 
     async def start(self) -> str:
         port = free_port(

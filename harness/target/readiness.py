@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -315,6 +316,19 @@ async def server_version(base_url: str, api_key: str | None = None) -> str | Non
     return None
 
 
+def died_message(death: Mapping[str, Any] | None) -> str:
+    """"the server process died during the run (killed by SIGSEGV)" and the like."""
+    text = "the server process died during the run"
+    if not death:
+        return text
+    how = (
+        f"killed by {death['signal']}"
+        if death.get("signal")
+        else f"exit code {death.get('exit_code')}"
+    )
+    return f"{text} ({how})"
+
+
 async def watch(target: object, task: asyncio.Task[Any], interval_s: float = 0.5) -> str | None:
     """Cancel ``task`` if the target's server process dies; say why."""
     alive = getattr(target, "alive", None)
@@ -323,6 +337,6 @@ async def watch(target: object, task: asyncio.Task[Any], interval_s: float = 0.5
     while not task.done():
         if not alive():
             task.cancel()
-            return "the server process died during the run"
+            return died_message(getattr(target, "death", lambda: None)())
         await asyncio.sleep(interval_s)
     return None

@@ -28,6 +28,9 @@ from harness.record.rundir import MASK
 from harness.workload.matrix import Variant
 
 MODES = ("launch", "endpoint", "hook")
+#: ``[factors.<name>."*"]``: any level, its value filled in for ``{level}`` (an engine's
+#: version: ``--ab llamacpp=0.1.11,0.1.12`` without a table per release)
+ANY_LEVEL = "*"
 READINESS_PATHS = ("/health_generate", "/health", "/v1/models")
 #: Placeholders the harness fills in itself; ``[vars]`` adds more.
 BUILTIN_VARS = ("port", "host", "python", "model")
@@ -103,12 +106,31 @@ class TargetSpec:
         levels' ``verify`` and the ``[verify]`` tables' entries for its levels."""
         out: dict[str, tuple[str, str]] = {}
         for factor, level in variant.factors:
-            entry = self.factors.get(factor, {}).get(level)
+            entry = self.level_spec(factor, level)
             for key, value in (entry.verify if entry is not None else {}).items():
                 out[key] = (value, factor)
             for key, value in self.verify.get(factor, {}).get(level, {}).items():
                 out[key] = (value, factor)
         return out
+
+    def level_spec(self, factor: str, level: str) -> LevelSpec | None:
+        """What ``factor=level`` adds: its own table, else the factor's ``"*"`` table with
+        ``{level}`` filled in (a level is letters, digits and ``. _ : + -`` only)."""
+        levels = self.factors.get(factor, {})
+        if level in levels:
+            return levels[level]
+        pattern = levels.get(ANY_LEVEL)
+        if pattern is None:
+            return None
+
+        def fill(text: str) -> str:
+            return text.replace("{level}", level)
+
+        return LevelSpec(
+            tuple(fill(a) for a in pattern.args),
+            MappingProxyType({k: fill(v) for k, v in pattern.env.items()}),
+            MappingProxyType({k: fill(v) for k, v in pattern.verify.items()}),
+        )
 
     def levels(self, factor: str) -> tuple[str, ...]:
         """The levels the file defines for ``factor`` (empty if it defines none)."""
@@ -133,7 +155,7 @@ class TargetSpec:
                     f"(it defines factors: {known}); add a [factors.{factor}.<level>] table "
                     "or drop it from --ab"
                 )
-            if level not in defined:
+            if level not in defined and ANY_LEVEL not in defined:
                 raise UsageError(
                     f"{self.path}: factor {factor!r} has no level {level!r} "
                     f"(levels defined: {', '.join(defined)})"

@@ -13,6 +13,7 @@ from typing import Any
 from harness.errors import ConfigError, UsageError
 from harness.target.serverfacts import SOURCES
 from harness.target.spec import (
+    ANY_LEVEL,
     BUILTIN_VARS,
     ENV_REF,
     MODES,
@@ -178,9 +179,14 @@ class _Builder:
                 )
             out[factor] = {}
             for level, body in levels.items():
-                where = f"[factors.{factor}.{level}]"
-                if not _LEVEL.match(level):
-                    raise self.fail(f"{where}: a level may only hold letters, digits and . _ : + -")
+                shown = f'"{level}"' if level == ANY_LEVEL else level
+                where = f"[factors.{factor}.{shown}]"
+                if not _LEVEL.match(level) and level != ANY_LEVEL:
+                    raise self.fail(
+                        f"{where}: a level may only hold letters, digits and . _ : + - (or "
+                        f'be "{ANY_LEVEL}": any level, filled in for {{level}})'
+                    )
+                known = {**values, "level": "x"} if level == ANY_LEVEL else values
                 if not isinstance(body, dict):
                     raise self.fail(f"{where}: must be a table with 'args' and/or 'env'")
                 self._no_unknown(body, {"args", "env", "verify"}, where)
@@ -188,8 +194,8 @@ class _Builder:
                 if args and mode != "launch":
                     raise self.fail(f"{where}: 'args' only apply in launch mode; use 'env'")
                 for arg in args:
-                    self._check_placeholders(arg, values, where)
-                env = self._env(body, where, values, allow_port=mode == "launch")
+                    self._check_placeholders(arg, known, where)
+                env = self._env(body, where, known, allow_port=mode == "launch")
                 out[factor][level] = LevelSpec(tuple(args), env, self._verify(body, where))
         return out
 

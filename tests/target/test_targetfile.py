@@ -225,3 +225,19 @@ def test_the_deterministic_targets_say_so_for_the_replay_oracle() -> None:
     assert vllm.launch is not None
     assert vllm.launch.env["VLLM_BATCH_INVARIANT"] == "1"
     assert not load_target(TARGETS / "sim.toml").deterministic
+
+
+def test_any_level_fills_in_its_value(tmp_path: Path) -> None:
+    """A ``"*"`` level takes any level ``--ab`` gives (an engine's version), ``{level}``
+    filled in; a level of its own table wins; the other factors still check their levels."""
+    spec = load_target(TARGETS / "llamacpp_versions.toml")
+    args = make_target(spec, Variant((("llamacpp", "0.1.11"),)), tmp_path).argv(1234)
+    assert args[-2:] == ["--engine", "0.1.11"]
+    installed = make_target(spec, Variant((("llamacpp", "installed"),)), tmp_path).argv(1234)
+    assert "--engine" not in installed
+    with pytest.raises(UsageError, match="has no level 'x'"):
+        spec.check_variant(Variant((("defrag", "x"),)))
+    bad = write(tmp_path, 'mode = "launch"\n[launch]\ncommand = ["x"]\n'
+                '[factors.v."*"]\nargs = ["--engine", "{lvl}"]\n')  # fmt: skip
+    with pytest.raises(ConfigError, match=r"unknown placeholder \{lvl\}"):
+        load_target(bad)
