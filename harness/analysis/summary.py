@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis import coverage, judge, livecontext, oracles, stats, tiers
+from harness.analysis import coverage, crossvariant, judge, livecontext, oracles, stats, tiers
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record import safejson
@@ -103,11 +103,27 @@ def load_run(run_dir: Path | str) -> RunData:
         mrows = _read_jsonl(run_dir / METRICS_FILE)
         if mrows:
             metrics = pd.DataFrame.from_records(mrows)
-    frame = pd.DataFrame.from_records(read_turns(turns_path, text=True))
-    decided, _ = judge.decide(judge.read_rows(run_dir))  # judge.jsonl: the confirmed tier
-    frame = tiers.merge_oracles(frame, oracles.oracle_evidence(run_dir))  # exact oracles
-    turns = prepare(tiers.merge_judge(frame, decided))
-    return RunData(run_dir=run_dir, turns=turns, meta=meta, metrics=metrics)
+    frame = turn_frame(run_dir)
+    if meta.get("temperature") == 0:
+        frame = with_reference(frame)
+    return RunData(run_dir=run_dir, turns=prepare(frame), meta=meta, metrics=metrics)
+
+
+def turn_frame(run_dir: Path) -> pd.DataFrame:
+    """turns.jsonl with what was found after the load: the judge's decisions (judge.jsonl,
+    the confirmed tier) and the exact oracles' findings."""
+    frame = pd.DataFrame.from_records(read_turns(run_dir / TURNS_FILE, text=True))
+    decided, _ = judge.decide(judge.read_rows(run_dir))
+    frame = tiers.merge_oracles(frame, oracles.oracle_evidence(run_dir))
+    return tiers.merge_judge(frame, decided)
+
+
+def with_reference(frame: pd.DataFrame) -> pd.DataFrame:
+    """Greedy runs: each answer against the other variants' answers to the same request (one
+    cut short against another is confirmed corrupted: analysis.crossvariant)."""
+    if "variant" not in frame or frame["variant"].nunique() < 2:
+        return frame
+    return tiers.merge_reference(frame, crossvariant.evidence(frame.to_dict("records")))
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
@@ -132,7 +148,10 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["label"] = df["label"].fillna("").astype(str)
     df["content"] = df["content"].fillna("").astype(str)
     df["variant"] = df["variant"].astype(str)
-    df["is_transport"] = df["transport_error"].notna() | (df["label"] == TRANSPORT_ERROR)
+    # a send the server failed because its output was no text (verdict.turn.failure_verdict)
+    # is corrupted, not a transport error
+    failed = df["transport_error"].notna() & ~df["label"].isin(CORRUPTED_LABELS)
+    df["is_transport"] = failed | (df["label"] == TRANSPORT_ERROR)
     errors = df["transport_error"].where(df["transport_error"].notna(), "").astype(str)
     df["is_cancelled"] = df["is_transport"] & errors.str.startswith(CANCELLED + ":")
     if "corrupted" in df:

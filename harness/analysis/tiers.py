@@ -61,16 +61,25 @@ def mark(df: pd.DataFrame) -> None:
     df["tier"] = tier.where(flagged, "").astype(str)
     df["is_structural"] = flagged & (df["tier"] == STRUCTURAL)
     # the verdict confirmed some itself (a loop to the end); the detector flagged them all
-    exact = flagged & (df["tier"] == CONFIRMED)
-    df["is_suspect"] = flagged & ((df["tier"] == SUSPECT) | exact)
+    by_text = flagged & (df["tier"] == CONFIRMED)
+    df["is_suspect"] = flagged & ((df["tier"] == SUSPECT) | by_text)
+    # another variant wrote the same bytes for the same request (analysis.crossvariant): the
+    # model's own output, not the server's corruption; one cut short against it: corrupted
+    reference = _bool_column(df, "reference")
+    same = df["is_suspect"] & (reference == "same")
+    cut = reference == "cut_short"
+    exact = by_text & ~same
     judge = _bool_column(df, "judge_confirmed")
     oracle = _bool_column(df, "oracle_confirmed")
     scored = df["is_suspect"] & (judge.notna() | oracle.notna())
     df["is_scored"] = scored  # judged by an oracle after the load
-    df["is_judged"] = scored | exact
-    df["is_confirmed"] = exact | (df["is_suspect"] & ((judge == True) | (oracle == True)))  # noqa: E712
+    df["is_judged"] = scored | exact | same
+    by_model = df["is_suspect"] & ((judge == True) | (oracle == True)) & ~same  # noqa: E712
+    df["is_confirmed"] = exact | by_model | cut
+    df["is_reference_acquitted"] = same
+    df["is_reference_confirmed"] = cut
     judged_variants = set(df.loc[scored, "variant"])
-    by_detector = ~df["variant"].isin(judged_variants)
+    by_detector = ~df["variant"].isin(judged_variants) & ~same
     df.loc[df["is_confirmed"], "tier"] = CONFIRMED
     df["is_corrupted"] = df["is_structural"] | df["is_confirmed"] | (df["is_suspect"] & by_detector)
 
@@ -106,6 +115,31 @@ def merge_oracles(df: pd.DataFrame, evidence: Mapping[tuple[Any, ...], list[str]
     return df
 
 
+def merge_reference(
+    df: pd.DataFrame, evidence: Mapping[tuple[Any, ...], tuple[str, str]]
+) -> pd.DataFrame:
+    """``reference`` (``cut_short`` or ``same``) on the turns compared with another variant's
+    answer to the same request (analysis.crossvariant.evidence), ``confirmed_by`` naming the
+    variant where the answer was cut short against it."""
+    if not evidence or df.empty:
+        return df
+    key = ["variant", "repeat", "session", "turn", "attempt"]
+    cols = [df[k] if k in df else pd.Series([0] * len(df), index=df.index) for k in key]
+    found = [evidence.get(tuple(k)) for k in zip(*cols, strict=True)]
+    df = df.copy()
+    df["reference"] = pd.Series([f[0] if f else None for f in found], index=df.index, dtype=object)
+    before = (
+        df["confirmed_by"] if "confirmed_by" in df else pd.Series([None] * len(df), index=df.index)
+    )
+    df["confirmed_by"] = [
+        [*(b if isinstance(b, list) else []), f"reference ({f[1]})"]
+        if f and f[0] == "cut_short"
+        else b
+        for b, f in zip(before, found, strict=True)
+    ]
+    return df
+
+
 def _bool_column(df: pd.DataFrame, name: str) -> pd.Series:
     if name not in df:
         return pd.Series([None] * len(df), index=df.index, dtype=object)
@@ -131,6 +165,11 @@ def variant_tiers(ok: pd.DataFrame) -> dict[str, Any]:
             "suspect_unconfirmed": int(len(unjudged)) if not judged else 0,
         },
     }
+    if "is_reference_acquitted" in ok:
+        out["reference"] = {
+            "acquitted": int(ok["is_reference_acquitted"].sum()),
+            "cut_short": int(ok["is_reference_confirmed"].sum()),
+        }
     apart = acquitted if judged else suspects.iloc[0:0]
     apart = pd.concat([apart, unjudged]) if judged else apart
     if len(apart):
@@ -194,10 +233,13 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
     out = ["", "## How the corrupted turns were found", "",
            "Structural: an envelope, schema or markup failure the parsers found exactly. "
            "Confirmed: a suspect of the text detector that the model judge (the same model "
-           "scoring the output alone, teacher-forced) or an exact oracle confirmed. The rates "
-           "above count structural + confirmed turns, or structural + suspect turns where no "
-           "suspect could be judged (the text detector alone).", "",
-           "| variant | structural | confirmed | suspects acquitted by the judge | "
+           "scoring the output alone, teacher-forced) or an exact oracle confirmed, or (greedy "
+           "runs) an answer cut short against another variant's answer to the same request. "
+           "A suspect that another variant wrote byte for byte is the model's own output: "
+           "acquitted by the reference. The rates above count structural + confirmed turns, "
+           "or structural + suspect turns where no suspect could be judged (the text "
+           "detector alone).", "",
+           "| variant | structural | confirmed | suspects acquitted | "
            "suspects not judged | rates count |", "|---|---|---|---|---|---|"]  # fmt: skip
     for v in rows:
         t = v["tiers"]
@@ -205,6 +247,12 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
         out.append(f"| {v['label']} | {t[STRUCTURAL]} | {t[CONFIRMED]} | "
                    f"{t.get('suspect_acquitted', 0)} | {unjudged} | "
                    f"{str(v.get('headline_basis', '')).replace('+', ' + ')} |")  # fmt: skip
+    refs = [(v["label"], v["reference"]) for v in rows if v.get("reference")]
+    if any(r["acquitted"] or r["cut_short"] for _, r in refs):
+        parts = [f"`{label}` {r['cut_short']} cut short, {r['acquitted']} suspects "
+                 "acquitted (the same bytes)" for label, r in refs]  # fmt: skip
+        out += ["", "Against the other variants' answers to the same requests (greedy): "
+                + "; ".join(parts) + "."]  # fmt: skip
     for v in rows:
         examples = v.get("suspect_examples") or []
         if examples:

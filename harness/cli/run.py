@@ -195,7 +195,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     if isinstance(saved.get("argv"), list):  # the command line as typed, secrets masked
         saved["argv"] = _masked([str(a) for a in saved["argv"]])
     saved["target_var"] = _shown_target_vars(getattr(args, "target_var", None) or [])
-    concurrency = args.concurrency or scenario.sessions
+    concurrency = args.concurrency or scenario.concurrency or scenario.sessions
     shard, start_at = _shard_options(args)
     return RunOptions(
         scenario=_with_passkeys(args, scenario).with_overrides(

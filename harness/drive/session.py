@@ -25,6 +25,7 @@ from harness.record.safejson import Unencodable
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
 from harness.verdict import Verdict
+from harness.verdict.turn import failure_verdict
 from harness.workload import passkeys
 from harness.workload.dialect import AUTO, DialectLock
 from harness.workload.pressure import plan_pressure, server_capacity
@@ -289,7 +290,7 @@ class Session:
         if failed is not None:
             verdict = failed
         elif out.failure is not None:
-            verdict = Verdict(L.TRANSPORT_ERROR, False, evidence={"failure": str(out.failure)})
+            verdict = failure_verdict(str(out.failure))  # a transport error, or unencodable
         else:
             judging_task = asyncio.ensure_future(self._classify(out, turn))
             try:

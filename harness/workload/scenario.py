@@ -62,6 +62,9 @@ class Scenario:
     prefix_groups: int = 0  # sessions sharing a system prompt, in this many groups (0: none)
     branches: int = 1  # sessions per family: the first runs, the others fork from it
     branch_at: int = 0  # the turn at which the forks take the first one's history
+    #: requests in flight at most when the command line does not say (0: one per session);
+    #: a scenario for a server with few slots keeps the queue short enough for its timeouts
+    concurrency: int = 0
     passkeys: bool = False  # --passkeys: plant an id early, ask it back (workload.passkeys)
     #: --oracle spec_accept: ask SGLang for its per-request meta_info (speculative counters)
     return_meta_info: bool = False
@@ -102,6 +105,7 @@ _KNOWN = {
     "tasks",
     "tools",
     "temperature",
+    "concurrency",
     *_INT_FIELDS,
 }
 
@@ -153,6 +157,12 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
     for key, value in kwargs.items():
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{source}: '{key}' must be an integer, got {value!r}")
+    concurrency = raw.get("concurrency", 0)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
+        raise ConfigError(
+            f"{source}: 'concurrency' must be a whole number of requests (0: one per session), "
+            f"got {concurrency!r}"
+        )
     temperature = raw.get("temperature", 0.0)
     if not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
         raise ConfigError(f"{source}: 'temperature' must be a number in [0, 2]")
@@ -167,6 +177,7 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
         workload=workload,
         questions=tuple(questions),
         temperature=float(temperature),
+        concurrency=concurrency,
         source=source,
         **kwargs,
     )

@@ -1,0 +1,86 @@
+"""The same request answered by two variants: an answer cut short against the other's.
+
+With greedy sampling and a seeded workload, every variant of a run sends the same first
+request of each session, and the same later ones for as long as the earlier answers were the
+same. Two healthy builds of an engine give the same answer to the same request, or answers
+that part somewhere and go on, each at its own length. A damaged one gives short junk
+("This wisinggesmol found its prime minister." where the other wrote 300 tokens), a lone
+word, or stops half-way: text the detector passes (it reads as words) and that only a
+reference shows. So each turn whose request both variants sent (their sessions agreed on
+every earlier answer) is compared:
+
+- an answer is **cut short** (``CUT_SHORT``) when it ended by itself (``finish_reason``
+  stop), is under ``SHORT_SHARE`` of the other variant's answer, and the other's has at least
+  ``MIN_REFERENCE_CHARS`` characters. Such a turn is corrupted, tier ``confirmed``
+  (``confirmed_by`` names the reference), whatever the detector said of it;
+- an answer byte for byte the same as the other variant's (``SAME``) is what the model
+  itself writes for that request: a suspect of the detector among them (a small model's own
+  loop at temperature 0) is acquitted. A race in a cache does not write the same bytes on
+  two servers; the parsers' structural findings are exact and stay.
+
+Only where the run sampled greedily (``temperature`` 0 in run.json): two samples of one
+request differ by design. The first differing answer of a session ends its comparison (the
+next requests differ). ``cut_short(a, b)`` is the rule for two answers; ``evidence`` applies
+it to a run's turns, each variant against every other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from itertools import permutations
+from typing import Any
+
+SHORT_SHARE = 0.35  # an answer under this share of the other's length is cut short
+MIN_REFERENCE_CHARS = 200  # ... when the other's has at least this many characters
+
+Key = tuple[Any, ...]  # (variant, repeat, session, turn, attempt), as in turns.jsonl
+CUT_SHORT, SAME = "cut_short", "same"
+
+
+def cut_short(answer: Mapping[str, Any], reference: Mapping[str, Any]) -> bool:
+    """Whether ``answer`` stopped by itself far shorter than ``reference`` (same request)."""
+    mine = str(answer.get("content") or "").strip()
+    theirs = str(reference.get("content") or "").strip()
+    if mine == theirs or answer.get("finish_reason") != "stop":
+        return False
+    return len(theirs) >= MIN_REFERENCE_CHARS and len(mine) < SHORT_SHARE * len(theirs)
+
+
+def _final_sends(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[tuple[Any, ...], Any]]:
+    """variant -> (repeat, session) -> turn -> the turn's last send."""
+    out: dict[str, dict[tuple[Any, ...], Any]] = {}
+    for r in rows:
+        turns = out.setdefault(str(r.get("variant")), {}).setdefault(
+            (r.get("repeat") or 0, r.get("session")), {}
+        )
+        turn = r.get("turn") or 0
+        if turn not in turns or (r.get("attempt") or 0) >= (turns[turn].get("attempt") or 0):
+            turns[turn] = r
+    return out
+
+
+def _answered(row: Mapping[str, Any] | None) -> bool:
+    return row is not None and not row.get("transport_error") and row.get("content") is not None
+
+
+def evidence(rows: Iterable[Mapping[str, Any]]) -> dict[Key, tuple[str, str]]:
+    """For each send compared with another variant's answer to the same request: ``CUT_SHORT``
+    or ``SAME``, and the label of that variant (a cut found against any variant wins)."""
+    sends = _final_sends(rows)
+    out: dict[Key, tuple[str, str]] = {}
+    for mine, theirs in permutations(sorted(sends), 2):
+        for session, turns in sends[mine].items():
+            others = sends[theirs].get(session, {})
+            for turn in sorted(turns):
+                a, b = turns[turn], others.get(turn)
+                if not (_answered(a) and _answered(b)):
+                    break
+                key = (mine, a.get("repeat") or 0, a.get("session"), turn, a.get("attempt") or 0)
+                same = str(a.get("content")).strip() == str(b.get("content")).strip()
+                if cut_short(a, b):
+                    out[key] = (CUT_SHORT, theirs)
+                elif same and key not in out:
+                    out[key] = (SAME, theirs)
+                if not same:
+                    break  # the next requests differ
+    return out
