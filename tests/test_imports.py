@@ -82,6 +82,7 @@ LAZY_HEAVY: set[tuple[str, str]] = {
     ("harness.cli.inspection", "harness.run.judge"),  # classify --judge: the run stack
     ("harness.cli.inspection", "harness.client.scoring"),  # httpx
     ("harness.cli.finish", "harness.report.build"),
+    ("harness.cli.bisect", "harness.run.bisect"),  # pandas (the runs' turns read together)
     ("harness.analysis.sequential", "harness.analysis.stats"),  # scipy
 }
 

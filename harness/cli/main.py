@@ -19,6 +19,7 @@ from harness import __version__
 from harness.argtypes import DefaultsHelpFormatter
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
+from harness.cli.bisect import add_bisect_parser, cmd_bisect
 from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
 from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
 from harness.cli.limits import add_limit_args
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_replay_parser(sub)
     add_trace_parser(sub)
+    add_bisect_parser(sub)
 
     cls = sub.add_parser("classify", help="classify saved outputs (JSONL) without a run")
     cls.add_argument("input", nargs="?", type=Path, help="input JSONL (default: stdin)")
@@ -290,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             from harness.cli.run import cmd_trace
 
             return cmd_trace(args)
+        if args.command == "bisect":
+            return cmd_bisect(args)
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         if args.command in RESULT_COMMANDS:  # CI reads the last line: it says what failed
