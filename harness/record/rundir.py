@@ -31,7 +31,7 @@ METRICS_FILE = "metrics.jsonl"  # the server's Prometheus numbers over time
 SELF_REPORT_FILE = "selfreport.jsonl"  # the harness's own lag and CPU, per variant load
 CONFIRM_FILE = "confirm.jsonl"  # corrupted turns re-sent alone
 REFERENCE_FILE = "reference.jsonl"  # sessions re-run one at a time after the load
-CANARY_FILE = "canary.jsonl"  # --canary: teacher-forced scores of the probes (run.canary)
+CANARY_FILE = "canary.jsonl"  # --canary: teacher-forced scores of the probes (run.canary_runner)
 JUDGE_FILE = "judge.jsonl"  # --confirm: teacher-forced scores of judged turns (run.judge)
 REFERENCE_ENDS_FILE = "reference_sessions.jsonl"  # which of those ran to their end
 # the exact oracles (analysis.oracles): one row per checked send, keyed like confirm.jsonl

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.analysis import canary as analysis  # noqa: E402
+from harness.analysis import canary_deviations as analysis  # noqa: E402
 
 DPI = 110
 TINY = 1e-12  # a KL of exactly zero, drawn on the log axis
