@@ -45,13 +45,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import eval_detector as ev  # noqa: E402
 
-from harness.verdict import text as new_text  # noqa: E402
+from harness.verdict.detector import text as new_text  # noqa: E402
 
 Case = tuple[str, str, str | None]  # (name, text, context)
 
 
 def load_base(rev: str, into: Path) -> ModuleType:
-    """``harness.verdict.text`` as it is at ``rev``, imported apart from the working tree's
+    """``harness.verdict.detector.text`` as it is at ``rev``, imported apart from the working tree's
     (its modules are taken out of ``sys.modules`` again; its functions keep their globals)."""
     tar = subprocess.run(
         ["git", "archive", rev, "harness"], cwd=ROOT, check=True, capture_output=True
@@ -63,7 +63,7 @@ def load_base(rev: str, into: Path) -> ModuleType:
         del sys.modules[k]
     sys.path.insert(0, str(into))
     try:
-        mod = importlib.import_module("harness.verdict.text")
+        mod = importlib.import_module("harness.verdict.detector.text")
         if hasattr(mod, "model"):  # the fitted decision's model file: read it while it is there
             mod.model.load()
     finally:
@@ -228,7 +228,7 @@ def fitted_parts(rows: list[dict[str, Any]], rounds: int = 5) -> None:
     """Where the time of this checkout's ``score_fitted`` goes on the turns of 100-500
     characters: the rules, the features, the trees, each timed per text in the order the
     decision runs them (so each step meets the caches the step before it left)."""
-    from harness.verdict import features, model
+    from harness.verdict.detector.fitted import features, model
 
     fitted = model.load()
     texts = [new_text._unescape(t) for t, _ in turns(rows)]

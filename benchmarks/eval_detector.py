@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.dialects import dsml  # noqa: E402
-from harness.verdict import text as text_mod  # noqa: E402
+from harness.verdict.detector import text as text_mod  # noqa: E402
 
 CLASSES = ("salad", "repetition", "malformed_tool_call")
 _TO_CLASS = {

@@ -1,17 +1,19 @@
-"""Fit the text detector and write its model file (``harness/verdict/detector_model.npz``).
+"""Fit the text detector and write its model file
+(``harness/verdict/detector/fitted/detector_model.npz``).
 
     python benchmarks/train_detector.py corpus/corpus.jsonl [--out PATH] [--fpr 0.0025]
 
-Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus_build.py``. Steps:
+Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus_build.py``. The modules
+named below are those of ``harness.verdict.detector.fitted``. Steps:
 
-1. count the character model (``harness.verdict.charmodel``) and the word model
-   (``harness.verdict.wordmodel``) on the clean texts of the ``ngram`` split only (its
-   chunks and its whole files, ``ngram_full.jsonl``), so that the classifier learns what
-   surprisal looks like on text the model has not seen, which is what it meets at run time;
-   fit the n-gram weights (``harness.verdict.charweights``) on the ``ngram`` split's clean
-   chunks and the corruption ``augment.jsonl`` made of them (written by ``corpus_build.py``);
-2. compute every feature (``harness.verdict.features``) of the ``train`` rows (with the
-   ``train`` corruption of ``augment.jsonl``) and the ``val`` rows;
+1. count the character model (``charmodel``) and the word model (``wordmodel``) on the clean
+   texts of the ``ngram`` split only (its chunks and its whole files, ``ngram_full.jsonl``),
+   so that the classifier learns what surprisal looks like on text the model has not seen,
+   which is what it meets at run time; fit the n-gram weights (``charweights``) on the
+   ``ngram`` split's clean chunks and the corruption ``augment.jsonl`` made of them (written
+   by ``corpus_build.py``);
+2. compute every feature (``features``) of the ``train`` rows (with the ``train``
+   corruption of ``augment.jsonl``) and the ``val`` rows;
 3. fit two ensembles of gradient-boosted trees (scikit-learn's
    HistGradientBoostingClassifier) on ``train``, each source and class weighted alike: corrupted
    against clean, monotone non-decreasing in the rules' windowed score (more evidence of the
@@ -23,8 +25,8 @@ Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus_build.py``
    then a third, the lowest that keeps that goal, for the texts where the rules fired
    strongly (``text.STRONG``, the cap of the rules' score as a feature: past it the trees
    see no more evidence, and a loop of 30 copies looks to them like one of 8);
-5. write the tables, the trees (as flat arrays, ``harness.verdict.model.Trees``) and the
-   thresholds to one ``.npz``.
+5. write the tables, the trees (as flat arrays, ``model.Trees``) and the thresholds
+   to one ``.npz``.
 
 The ``test`` split and the operating system's documentation (``osdoc``) are never read here.
 """
@@ -45,9 +47,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.verdict import charmodel, charweights, features, masking, wordmodel  # noqa: E402
-from harness.verdict import text as text_mod  # noqa: E402
-from harness.verdict.model import FORMAT, MODEL_FILE, Trees, read  # noqa: E402
+from harness.verdict.detector import masking  # noqa: E402
+from harness.verdict.detector import text as text_mod  # noqa: E402
+from harness.verdict.detector.fitted import charmodel, charweights, features, wordmodel  # noqa: E402
+from harness.verdict.detector.fitted.model import FORMAT, MODEL_FILE, Trees, read  # noqa: E402
 
 BITS = (16, 20, 21)
 BITS6 = 23

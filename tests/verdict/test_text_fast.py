@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.verdict import classify_text, masking, repeat, salad
-from harness.verdict import text as text_mod
-from harness.verdict.text import score_text
+from harness.verdict import classify_text
+from harness.verdict.detector import masking, repeat, salad
+from harness.verdict.detector import text as text_mod
+from harness.verdict.detector.text import score_text
 
 EVAL = Path(__file__).resolve().parent.parent / "data" / "eval"
 PROSE = (
@@ -220,7 +221,7 @@ def test_scores_are_the_same_in_every_process() -> None:
 
     script = (
         "import json, sys\n"
-        "from harness.verdict.text import score_text\n"
+        "from harness.verdict.detector.text import score_text\n"
         "rows = [json.loads(x) for x in sys.stdin]\n"
         "print(json.dumps([score_text(r['text'], r.get('context')).score for r in rows]))\n"
     )

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import numpy as np
 
-from harness.verdict import charmodel
+from harness.verdict.detector.fitted import charmodel
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

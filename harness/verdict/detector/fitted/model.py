@@ -28,10 +28,10 @@ import numpy as np
 import numpy.typing as npt
 
 from harness.errors import ConfigError
-from harness.verdict import features
-from harness.verdict.charmodel import CharModel
-from harness.verdict.charweights import CharWeights
-from harness.verdict.wordmodel import WordModel
+from harness.verdict.detector.fitted import features
+from harness.verdict.detector.fitted.charmodel import CharModel
+from harness.verdict.detector.fitted.charweights import CharWeights
+from harness.verdict.detector.fitted.wordmodel import WordModel
 
 MODEL_FILE = Path(__file__).with_name("detector_model.npz")
 FORMAT = 3  # the file's layout (1: a small neural network; 2: tree ensembles; 3: + n-gram weights)

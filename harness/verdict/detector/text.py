@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.verdict import features, model, repeat, salad, scripts
-from harness.verdict.chars import Chars
-from harness.verdict.masking import Masked, mask, shared_markup
+from harness.verdict.detector import repeat, salad, scripts
+from harness.verdict.detector.chars import Chars
+from harness.verdict.detector.fitted import features, model
+from harness.verdict.detector.masking import Masked, mask, shared_markup
 
 THRESHOLD = 0.7
 #: The rules fired strongly: their score reached the cap of its feature (``features.vector``

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from harness.verdict.charmodel import codes
+from harness.verdict.detector.fitted.charmodel import codes
 
 U32 = np.uint32
 _M = 0x01000193  # odd: invertible mod 2**32
