@@ -2,43 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def _module() -> ModuleType:
-    path = ROOT / "benchmarks" / "corpus_build.py"
-    spec = importlib.util.spec_from_file_location("corpus_build", path)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["corpus_build"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-cb = _module()
+from tools.detector import corpus as cb
 
 
 @pytest.fixture(scope="module")
-def tk() -> object:
+def tk() -> cb.Tokenizer:
     from harness.servers.llamacpp import default_model
 
     return cb.Tokenizer(cb.gguf_tokens(default_model()))
 
 
-def test_tokenizer_round_trips_any_script(tk: object) -> None:
+def test_tokenizer_round_trips_any_script(tk: cb.Tokenizer) -> None:
     for text in ("Hello, world!", "Été à Paris — 你好世界, Привет", "def f(x):\n    return x"):
-        pieces = tk.encode(text)  # type: ignore[attr-defined]
+        pieces = tk.encode(text)
         assert len(pieces) < len(text.encode("utf-8"))  # real merges, not bytes
-        assert tk.decode(pieces) == text  # type: ignore[attr-defined]
+        assert tk.decode(pieces) == text
 
 
 def test_splits_are_by_group_and_stable() -> None:
@@ -55,7 +37,7 @@ def test_chunks_have_answer_sizes() -> None:
             assert cb.MIN_LEN <= len(c) <= cb.MAX_LEN
 
 
-def test_corruptions_change_the_text_and_carry_a_label(tk: object) -> None:
+def test_corruptions_change_the_text_and_carry_a_label(tk: cb.Tokenizer) -> None:
     rng = random.Random(3)
     pools = cb.script_pools(tk)
     a = "Köln ist eine Stadt am Rhein. Sie hat einen großen Dom und viele Brücken.\n" * 3

@@ -14,7 +14,7 @@ import pytest
 from harness.verdict.detector import masking, text
 from harness.verdict.detector.fitted import charmodel, features, model, wordmodel
 
-SAMPLE = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "corpus_sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "corpus_sample.jsonl"
 
 
 def _texts() -> list[str]:

@@ -61,7 +61,7 @@ def test_mojibake_and_doubled_word_features() -> None:
 def test_model_file_is_checked(tmp_path: Path) -> None:
     bad = tmp_path / "m.npz"
     bad.write_bytes(b"not a model")
-    with pytest.raises(ConfigError, match="train_detector"):
+    with pytest.raises(ConfigError, match="tools.detector.train"):
         model.read(bad)
     z = dict(np.load(model.MODEL_FILE))
     z["format"] = np.array(1)

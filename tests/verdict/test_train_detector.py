@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
 from harness.verdict.detector.fitted import charmodel
+from tools.detector import train as td
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def _module() -> ModuleType:
-    path = ROOT / "benchmarks" / "train_detector.py"
-    spec = importlib.util.spec_from_file_location("train_detector", path)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["train_detector"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-td = _module()
 NOUNS = "river garden letter window market teacher engine harbour meadow lantern".split()  # noqa: SIM905
 VERBS = "opened closed painted carried followed watched cleaned measured".split()  # noqa: SIM905
 

@@ -2,7 +2,7 @@
 
 ``detector_model.npz`` (next to this module) holds the character and word models' tables, the
 n-gram weights of ``charweights.py`` (float16) and two
-ensembles of gradient-boosted decision trees, both fit by ``benchmarks/train_detector.py``
+ensembles of gradient-boosted decision trees, both fit by ``tools/detector/train.py``
 (scikit-learn's ``HistGradientBoostingClassifier``, a training dependency only: nothing here
 imports it) and exported as flat arrays:
 
@@ -170,7 +170,7 @@ def _trees(z: dict[str, npt.NDArray[np.generic]], name: str) -> Trees:
 
 
 def read(path: Path) -> DetectorModel:
-    rebuild = "rebuild it with python benchmarks/train_detector.py"
+    rebuild = "rebuild it with python -m tools.detector.train"
     try:
         with np.load(path, allow_pickle=False) as f:
             z = {k: f[k] for k in f.files}

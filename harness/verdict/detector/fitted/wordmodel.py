@@ -4,7 +4,7 @@ Corruption that keeps every character n-gram plausible still shows at the word l
 tokens of two outputs interleaved, a span swapped in at the wrong place, a few words
 replaced by glued sub-word pieces (``sessnegotiate``) make words, or pairs of neighbouring
 words, that clean text does not use. The model is two bit tables, counted on clean text
-only (``benchmarks/train_detector.py``): the words used at least twice, and the pairs of
+only (``tools/detector/train.py``): the words used at least twice, and the pairs of
 neighbouring words used at least twice, each hashed to one bit.
 
 A word is a maximal run of word characters of the normalized code points

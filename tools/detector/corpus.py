@@ -1,6 +1,6 @@
 """Build the detector's corpus: clean answer-sized texts from real sources, and corrupted ones.
 
-    python benchmarks/corpus_build.py corpus/ [--smollm corpus/smollm.jsonl] [--seed 0]
+    python -m tools.detector.corpus corpus/ [--smollm corpus/smollm.jsonl] [--seed 0]
 
 Writes ``corpus/corpus.jsonl`` (one line per text: ``id``, ``source``, ``group``, ``split``,
 ``label`` in clean / salad / repetition, ``kind`` (how it was made) and ``text``) and a small
@@ -24,7 +24,7 @@ a sentence of the same package's documentation, bullet and numbered lists, Markd
   ``conftest.py``), which keep deliberately broken text as fixtures (garbled encodings, mail
   test data, shuffled input), and chunks that say they hold garbled text (``gibberish``,
   ``garbage``, ``mojibake``, ``nonsense``: ``_GIBBERISH = "aihwerij235234ljsdn..."``).
-* ``smollm``: SmolLM2-135M's low-temperature answers (``corpus_smollm.py``), one group per
+* ``smollm``: SmolLM2-135M's low-temperature answers (``smollm.py``), one group per
   topic.
 * ``osdoc`` (evaluation only, never trained or tuned on): the operating system's own
   documentation outside any Python environment: /usr/share/doc, the manual pages rendered by
@@ -65,9 +65,11 @@ import subprocess
 import sys
 import sysconfig
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from tools.detector import corruptgen
 
 CODE_EXT = {
     ".py": "python",
@@ -276,7 +278,7 @@ def pyhelp_texts(rng: random.Random) -> Iterator[tuple[str, str, str]]:
     for name in names[:150]:
         try:
             mod = __import__(name)
-            text = pydoc.render_doc(mod, renderer=pydoc.plaintext)
+            text = pydoc.render_doc(mod, renderer=pydoc.plaintext)  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001 (any module may fail to import or render)
             continue
         yield f"pyhelp:pydoc:{name}", "doc.pydoc", text
@@ -476,7 +478,7 @@ def _sentence(rng: random.Random, prose: list[str]) -> str:
     return rng.choice(sents) if sents else ""
 
 
-def table(rng: random.Random, rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+def table(rng: random.Random, rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         lines.append("| " + " | ".join(c.replace("|", "/") for c in r) + " |")
@@ -630,7 +632,8 @@ def corrupt(
     if kind == "interleave":
         o = tk.encode(other[:2000])
         i = _cut(rng, toks)
-        mixed, a, b = [], toks[i:], o[rng.randrange(0, max(1, len(o) // 2)) :]
+        mixed: list[str] = []
+        a, b = toks[i:], o[rng.randrange(0, max(1, len(o) // 2)) :]
         n = rng.randint(30, 200)
         while len(mixed) < n and (a or b):
             src = a if (rng.random() < 0.5 and a) or not b else b
@@ -641,9 +644,9 @@ def corrupt(
     if kind == "vocab":
         i = _cut(rng, toks)
         n = rng.randint(5, 80)
-        junk = [rng.choice(tk.vocab) for _ in range(n)]
+        noise = [rng.choice(tk.vocab) for _ in range(n)]
         tail = toks[i:] if rng.random() < 0.3 else []
-        return "salad", kind, tk.decode(toks[:i] + junk + tail)
+        return "salad", kind, tk.decode(toks[:i] + noise + tail)
     if kind == "multi_vocab":
         # a multilingual model's vocabulary: pieces of 1-6 characters of texts in other
         # languages and scripts, glued with and without spaces, after a clean start or alone
@@ -716,26 +719,26 @@ def corrupt(
         forms = [f'{{"name": "{nm}{nm}", "arguments": {{}}}}', f"{nm}{nm}", f"{nm}{nm}({nm})"]
         return "salad", kind, text[: rng.randrange(0, len(text))] + "\n" + rng.choice(forms)
     if kind == "words":
-        words = list(re.finditer(r"\w{3,}", text))
-        if len(words) < 5:
+        spans = list(re.finditer(r"\w{3,}", text))
+        if len(spans) < 5:
             return None
-        out = text
-        j = rng.randrange(0, len(words))
-        near = words[j : j + rng.randint(10, 20)]
+        edited = text
+        j = rng.randrange(0, len(spans))
+        near = spans[j : j + rng.randint(10, 20)]
         for m in sorted(
             rng.sample(near, min(len(near), rng.randint(4, 10))), key=lambda m: -m.start()
         ):
             junk = "".join(rng.choice(tk.vocab).lstrip("Ġ") for _ in range(rng.randint(2, 4)))
-            out = out[: m.start()] + tk.decode([junk]) + out[m.end() :]
-        return "salad", kind, out
+            edited = edited[: m.start()] + tk.decode([junk]) + edited[m.end() :]
+        return "salad", kind, edited
     if kind == "short_salad":
         sc = _script(next((c for c in text if c.isalpha()), "a"))
         pool = pools["LATIN"]
         if sc != "LATIN":  # pieces of 1-4 characters of the texts themselves
-            src = text + other
+            both = text + other
             pool = [
-                src[k : k + rng.randint(1, 4)]
-                for k in (rng.randrange(0, len(src)) for _ in range(200))
+                both[k : k + rng.randint(1, 4)]
+                for k in (rng.randrange(0, len(both)) for _ in range(200))
             ]
         n = rng.randint(4, 25)
         glue = rng.random() < 0.7 and sc == "LATIN"
@@ -767,10 +770,10 @@ def corrupt(
         i = rng.randrange(0, len(text))
         sp = rng.choice(SPECIALS)
         junk = sp if rng.random() < 0.5 else sp + rng.choice(["assistant\n", "user\n", ""])
-        rest = text[i : i + rng.randint(0, 200)]
-        if not rest.strip():  # one end-of-turn token at the very end is where it belongs
-            rest = " " + other[: rng.randint(10, 120)]
-        return "salad", kind, text[:i] + junk + rest
+        after = text[i : i + rng.randint(0, 200)]
+        if not after.strip():  # one end-of-turn token at the very end is where it belongs
+            after = " " + other[: rng.randint(10, 120)]
+        return "salad", kind, text[:i] + junk + after
     if kind == "mojibake":
         if all(ord(c) < 128 for c in text):
             return None
@@ -780,16 +783,16 @@ def corrupt(
         seg = text[i:].encode("utf-8").decode(enc, "replace")
         return "salad", kind, text[:i] + seg
     if kind == "truncate":
-        b = text.encode("utf-8")
-        cuts = [k for k in range(1, len(b)) if 0x80 <= b[k] < 0xC0]
+        raw = text.encode("utf-8")
+        cuts = [k for k in range(1, len(raw)) if 0x80 <= raw[k] < 0xC0]
         if not cuts:
             return None
         pos = sorted(rng.sample(cuts, min(len(cuts), rng.randint(1, 6))))
         parts, last = [], 0
         for p in pos:
-            parts.append(b[last:p])
+            parts.append(raw[last:p])
             last = p + rng.randint(1, 2)
-        parts.append(b[last:])
+        parts.append(raw[last:])
         return "salad", kind, b"".join(parts).decode("utf-8", "replace")
     # glue: English (or the text's) sub-word pieces glued together
     pieces = [t for t in toks if len(t) > 2]
@@ -1092,21 +1095,10 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     # the project's own generator on its hand-written seeds, seeds 3-8 (training rows in
     # the style of tests/data/eval/generated.jsonl, which is seed 1)
-    here = Path(__file__).resolve().parent
+    seeds = Path(__file__).resolve().parents[2] / "tests" / "data" / "eval" / "handwritten.jsonl"
     for seed in range(3, 9):
-        subprocess.run(
-            [
-                sys.executable,
-                str(here / "corruptgen.py"),
-                str(here.parent / "tests" / "data" / "eval" / "handwritten.jsonl"),
-                str(a.out / f"gen{seed}.jsonl"),
-                "--seed",
-                str(seed),
-                "--per-seed",
-                "3",
-            ],
-            check=True,
-        )
+        out = a.out / f"gen{seed}.jsonl"
+        corruptgen.main([str(seeds), str(out), "--seed", str(seed), "--per-seed", "3"])
     with (a.out / "corpus.jsonl").open("w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")

@@ -1,9 +1,9 @@
 """Fit the text detector and write its model file
 (``harness/verdict/detector/fitted/detector_model.npz``).
 
-    python benchmarks/train_detector.py corpus/corpus.jsonl [--out PATH] [--fpr 0.0025]
+    python -m tools.detector.train corpus/corpus.jsonl [--out PATH] [--fpr 0.0025]
 
-Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus_build.py``. The modules
+Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus.py``. The modules
 named below are those of ``harness.verdict.detector.fitted``. Steps:
 
 1. count the character model (``charmodel``) and the word model (``wordmodel``) on the clean
@@ -11,7 +11,7 @@ named below are those of ``harness.verdict.detector.fitted``. Steps:
    so that the classifier learns what surprisal looks like on text the model has not seen,
    which is what it meets at run time; fit the n-gram weights (``charweights``) on the
    ``ngram`` split's clean chunks and the corruption ``augment.jsonl`` made of them (written
-   by ``corpus_build.py``);
+   by ``corpus.py``);
 2. compute every feature (``features``) of the ``train`` rows (with the ``train``
    corruption of ``augment.jsonl``) and the ``val`` rows;
 3. fit two ensembles of gradient-boosted trees (scikit-learn's
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -44,14 +43,12 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness.verdict.detector import masking
+from harness.verdict.detector import text as text_mod
+from harness.verdict.detector.fitted import charmodel, charweights, features, wordmodel
+from harness.verdict.detector.fitted.model import FORMAT, MODEL_FILE, Trees, read
 
-from harness.verdict.detector import masking  # noqa: E402
-from harness.verdict.detector import text as text_mod  # noqa: E402
-from harness.verdict.detector.fitted import charmodel, charweights, features, wordmodel  # noqa: E402
-from harness.verdict.detector.fitted.model import FORMAT, MODEL_FILE, Trees, read  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[2]
 BITS = (16, 20, 21)
 BITS6 = 23
 MIN6 = 2  # a 6-gram seen once is as likely a typo as usage
@@ -365,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     augmented = a.corpus.with_name("augment.jsonl")
     if not augmented.exists():
         raise SystemExit(
-            f"{augmented} is missing: write it with python benchmarks/corpus_build.py "
+            f"{augmented} is missing: write it with python -m tools.detector.corpus "
             f"{a.corpus.parent} --augment-only"
         )
     with augmented.open(encoding="utf-8") as f:
@@ -395,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         l2_regularization=1.0,
         early_stopping=False,
         random_state=a.seed,
-        **TREES,  # type: ignore[arg-type]
+        **TREES,
     )
     clf.fit(xt, y, sample_weight=balanced(train))
     bad_rows = np.flatnonzero(y)

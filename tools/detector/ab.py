@@ -1,18 +1,18 @@
 """The detector of this checkout against the one of a git revision: findings and speed.
 
-    python benchmarks/detector_ab.py FILE.jsonl [FILE.jsonl ...] [--base REV] [--no-speed]
+    python -m tools.detector.ab FILE.jsonl [FILE.jsonl ...] [--base REV] [--no-speed]
 
 Loads ``harness/`` as it is at ``--base`` (default ``HEAD``: uncommitted changes against
 the last commit) next to the working tree's, in the same process. Then:
 
 * **findings**: ``score_text`` of both on every example (with its context and without),
-  on the run-like mix and the long text of ``eval_detector.py``, and on ``--slices``
+  on the run-like mix and the long text of ``evaluate.py``, and on ``--slices``
   random substrings of them (any length, any cut); label, score, offset and signals must
   be identical. Exits 1 on any difference, listing the first ones.
 * **parts** (``--parts``): the same, step by step (mask, tokens, each family of
   signals, windows) on the outputs of the run-like mix; with ``--fitted``, where the
   time of ``score_fitted`` goes on the turns (the rules, the features, the trees).
-* **speed**: turns of 100-500 characters and the three workloads of ``eval_detector.py``
+* **speed**: turns of 100-500 characters and the three workloads of ``evaluate.py``
   (``fallback_classify``, so the DSML parse is timed too, the same code on both sides),
   one pass of base then one of new, again and again until each side has ``--seconds`` of
   CPU time: MB/s and CPU microseconds per text per side, and the median ratio of
@@ -39,13 +39,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness.verdict.detector import text as new_text
+from tools.detector import evaluate as ev
 
-import eval_detector as ev  # noqa: E402
-
-from harness.verdict.detector import text as new_text  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 Case = tuple[str, str, str | None]  # (name, text, context)
 
@@ -63,7 +60,10 @@ def load_base(rev: str, into: Path) -> ModuleType:
         del sys.modules[k]
     sys.path.insert(0, str(into))
     try:
-        mod = importlib.import_module("harness.verdict.detector.text")
+        try:
+            mod = importlib.import_module("harness.verdict.detector.text")
+        except ModuleNotFoundError:  # a revision from before the detector's own subpackage
+            mod = importlib.import_module("harness.verdict.text")
         if hasattr(mod, "model"):  # the fitted decision's model file: read it while it is there
             mod.model.load()
     finally:
