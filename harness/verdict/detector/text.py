@@ -45,24 +45,6 @@ _CAPS = {
     "glued_sentence": 0.6,
 }
 REPETITION_SIGNALS = frozenset({"loop", "drift", "char_run", "special_token_run", "stutter_run"})
-_SIGNALS = (
-    "special_token",
-    "special_token_run",
-    "replacement_char",
-    "char_run",
-    "symbol_soup",
-    "glued_punctuation",
-    "stray_symbol",
-    "identifier_soup",
-    "stutter",
-    "script_switch",
-    "script_variety",
-    "glued_words",
-    "glued_sentence",
-    "loop",
-    "drift",
-    "tool_value",
-)
 #: Signals that describe prose; code legitimately has "?;", "parseHTML", "aa aa".
 _PROSE_ONLY = frozenset(
     {
