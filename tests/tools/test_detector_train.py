@@ -1,4 +1,4 @@
-"""The training command's own fit of the n-gram weights (``charweights``), on texts written here."""
+"""The training command's own fits (tools.detector.train, .decision), on data made here."""
 
 from __future__ import annotations
 

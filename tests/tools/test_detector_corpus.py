@@ -1,4 +1,4 @@
-"""The corpus builder's parts: the real tokenizer, splits by group, corruption processes."""
+"""The corpus builder's parts (tools.detector): the tokenizer, splits by group, corruption."""
 
 from __future__ import annotations
 
