@@ -16,7 +16,7 @@ part before ``:``, a whole source at a time). Every turn is classified as a serv
   none can be): the exact tier's false alarms on these real calls.
 
 Both per source with 95 % Wilson intervals, and overall. With ``--corrupt K`` (default 2),
-each turn that is prose also gets K corrupted copies made by ``corruptgen.py`` (salad,
+each turn that is prose also gets K corrupted copies made by ``tools.detector.corruptgen`` (salad,
 debris, loops: a generator independent of the detector and of the simulator), and the
 share the detector flags is reported per source and per kind of corruption.
 
@@ -36,12 +36,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import corruptgen  # noqa: E402
 
 from harness.analysis.stats import wilson  # noqa: E402
 from harness.verdict import CONFIRMED, STRUCTURAL, SUSPECT, classify_turn  # noqa: E402
+from tools.detector import corruptgen  # noqa: E402
 
 
 def server_calls(calls: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from harness.verdict import classify_turn
-from harness.verdict.text import score_text
+from harness.verdict.detector.text import score_text
 
 
 def inputs(size: int) -> dict[str, str]:

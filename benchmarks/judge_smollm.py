@@ -1,7 +1,7 @@
 """The judge's rule on a real engine: SmolLM2-135M on llama.cpp (CPU) scores its own greedy
 answers and corrupted versions of them, teacher-forced.
 
-The corruptions come from ``benchmarks/corruptgen.py`` (independent of the simulator and of
+The corruptions come from ``tools/detector/corruptgen.py`` (independent of the simulator and of
 the judge) plus a fluent one made here: the second half of an answer replaced by the second
 half of another prompt's answer (every word plausible, the answer wrong). The healthy answers
 are split in two: the first half is the run's healthy reference (what ``--judge-sample``
@@ -34,13 +34,11 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import corruptgen  # noqa: E402
 
 from harness.analysis import judge as rule  # noqa: E402
 from harness.analysis.stats import wilson  # noqa: E402
 from harness.client.scoring import Scorer, ScoringFailed  # noqa: E402
+from tools.detector import corruptgen  # noqa: E402
 
 TOPICS = [
     "a lighthouse", "compound interest", "a glacier", "photosynthesis", "a sonnet", "a compiler",

@@ -209,6 +209,22 @@ def test_no_function_local_import_of_a_harness_module_but_the_lazy_heavy_ones() 
     assert LAZY_HEAVY - local == set()  # the list stays exact
 
 
+def test_the_package_never_imports_the_tooling() -> None:
+    """``tools/`` (the detector's corpus, training and evaluation) reads the package; the
+    package never reads it: it is not shipped."""
+    wrong = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                targets = [node.module or ""]
+            else:
+                continue
+            wrong += [f"{name}:{node.lineno}" for t in targets if t.split(".")[0] == "tools"]
+    assert not wrong
+
+
 def test_the_graph_reader_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> None:
     """A package whose two modules import each other, one of them inside a function (and
     through a relative import): the reader sees both edges, the local one as local."""

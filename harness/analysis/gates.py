@@ -93,7 +93,7 @@ KNOWN_METRICS = (
     # a tools workload only (harness.analysis.coverage): sessions that got no tool call at
     # all, and the share of turns that carried one
     "sessions_without_tool_calls", "tool_call_share",
-    # --canary (harness.analysis.canary) and --confirm's judge (harness.analysis.judge)
+    # --canary (harness.analysis.canary_deviations) and --confirm's judge (harness.analysis.judge)
     "canary_max_kl", "canary_deviating_share", "confirmed_session_corruption_rate",
     # the verdict's tiers (harness.analysis.tiers): the headline rates count structural +
     # confirmed (or structural + suspect where no suspect could be judged)

@@ -18,7 +18,7 @@ from harness.cli.gates import (
     check_gate_args,
     print_replays,
 )
-from harness.cli.limits import limits_from
+from harness.cli.limit_flags import limits_from
 from harness.errors import InfrastructureError, UsageError
 from harness.record.rundir import TURNS_FILE
 from harness.run.merge import merge_shards

@@ -22,7 +22,7 @@ from harness.argtypes import positive_int as _positive_int
 from harness.cli.bisect import add_bisect_parser, cmd_bisect
 from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
 from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
-from harness.cli.limits import add_limit_args
+from harness.cli.limit_flags import add_limit_args
 from harness.cli.run_options import add_run_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.errors import EnvironmentFailure, HarnessError

@@ -21,7 +21,7 @@ from harness.argtypes import api_key_from_env
 from harness.cli import progress as cli_progress
 from harness.cli.finish import finish_run
 from harness.cli.gates import check_gate_args
-from harness.cli.limits import limits_from
+from harness.cli.limit_flags import limits_from
 from harness.client.fdlimit import ensure_open_files
 from harness.client.raw import check_api
 from harness.drive.driver import Progress

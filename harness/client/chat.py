@@ -53,8 +53,8 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
-from harness.client.limits import Limits
 from harness.client.output import BadResponse, Failure, TooLarge, TurnOutput
+from harness.client.response_limits import Limits
 from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
 from harness.record.payload import HistoryEncoder
 from harness.record.transcripts import chat_payload

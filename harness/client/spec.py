@@ -7,8 +7,8 @@ from typing import Any
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.chat import ChatClient
-from harness.client.limits import Limits
 from harness.client.raw import RawClient
+from harness.client.response_limits import Limits
 
 
 @dataclass(frozen=True)

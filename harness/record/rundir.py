@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -18,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import EnvironmentFailure, UsageError
-
-log = logging.getLogger(__name__)
+from harness.record.turns import jsonl_rows
 
 TURNS_FILE = "turns.jsonl"  # one line per finished turn (record.turns)
 INTERRUPTED_FILE = "turns.interrupted.jsonl"  # turns of sessions a resume runs again
@@ -31,7 +29,7 @@ METRICS_FILE = "metrics.jsonl"  # the server's Prometheus numbers over time
 SELF_REPORT_FILE = "selfreport.jsonl"  # the harness's own lag and CPU, per variant load
 CONFIRM_FILE = "confirm.jsonl"  # corrupted turns re-sent alone
 REFERENCE_FILE = "reference.jsonl"  # sessions re-run one at a time after the load
-CANARY_FILE = "canary.jsonl"  # --canary: teacher-forced scores of the probes (run.canary)
+CANARY_FILE = "canary.jsonl"  # --canary: teacher-forced scores of the probes (run.canary_runner)
 JUDGE_FILE = "judge.jsonl"  # --confirm: teacher-forced scores of judged turns (run.judge)
 REFERENCE_ENDS_FILE = "reference_sessions.jsonl"  # which of those ran to their end
 # the exact oracles (analysis.oracles): one row per checked send, keyed like confirm.jsonl
@@ -172,17 +170,9 @@ class RunDir:
             return 0
         keep: list[dict[str, Any]] = []
         moved: list[dict[str, Any]] = []
-        with open(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    rec = json.loads(raw)
-                except json.JSONDecodeError:
-                    log.warning("%s:%d: unreadable line skipped (torn write?)", path, lineno)
-                    continue
-                key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
-                (keep if key in done else moved).append(rec)
+        for _, rec in jsonl_rows(path):
+            key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
+            (keep if key in done else moved).append(rec)
         if moved:
             with open(self.path / INTERRUPTED_FILE, "a") as fh:
                 fh.writelines(json.dumps(r) + "\n" for r in moved)

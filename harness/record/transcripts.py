@@ -25,7 +25,6 @@ finished sessions are dropped.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +35,7 @@ import orjson
 from harness.errors import UsageError
 from harness.record import safejson
 from harness.record.payload import HistoryEncoder
-from harness.record.turns import JsonlAppender
-
-log = logging.getLogger(__name__)
+from harness.record.turns import JsonlAppender, jsonl_rows
 
 
 def chat_payload(
@@ -278,20 +275,12 @@ def iter_transcripts(path: Path) -> Iterator[Transcript]:
     found: dict[tuple[str, int, int], Transcript] = {}
     if not path.exists():
         return iter(())
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                log.warning("%s:%d: unreadable line skipped (torn write?)", path, lineno)
-                continue
-            key = (str(row.get("variant", "")), int(row.get("repeat", 0)), int(row["session"]))
-            if row.get("kind") == "session":
-                found[key] = Transcript(row, [])
-            elif key in found:
-                found[key].rows.append(row)
+    for _, row in jsonl_rows(path, orjson.loads):
+        key = (str(row.get("variant", "")), int(row.get("repeat", 0)), int(row["session"]))
+        if row.get("kind") == "session":
+            found[key] = Transcript(row, [])
+        elif key in found:
+            found[key].rows.append(row)
     for t in found.values():
         t.rows.sort(key=lambda r: r["seq"])
     return iter(found.values())

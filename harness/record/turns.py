@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypedDict
 
@@ -147,19 +147,28 @@ class TurnWriter:
         self.close()
 
 
-def iter_turns(path: Path, *, text: bool = False) -> Iterator[TurnRecord]:
-    """Yield the records of a turns.jsonl; a torn or invalid line is logged and skipped."""
+def jsonl_rows(
+    path: Path, loads: Callable[[bytes], Any] = json.loads
+) -> Iterator[tuple[bytes, Any]]:
+    """Each line of a JSONL file of a run folder with its value (``loads``); a torn or invalid
+    line is logged and skipped, a blank one passed over."""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
             try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError:
+                value = loads(raw)
+            except json.JSONDecodeError:  # (orjson's is one too)
                 log.warning("%s:%d: unreadable line skipped (torn write?)", path, lineno)
                 continue
-            # an escaped surrogate in the line (a lone one, or a pair: checked in the value)
-            yield safejson.printable(rec) if text and b"\\ud" in raw.lower() else rec
+            yield raw, value
+
+
+def iter_turns(path: Path, *, text: bool = False) -> Iterator[TurnRecord]:
+    """Yield the records of a turns.jsonl; a torn or invalid line is logged and skipped."""
+    for raw, rec in jsonl_rows(path):
+        # an escaped surrogate in the line (a lone one, or a pair: checked in the value)
+        yield safejson.printable(rec) if text and b"\\ud" in raw.lower() else rec
 
 
 def read_turns(path: Path, *, text: bool = False) -> list[TurnRecord]:

@@ -16,7 +16,16 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis import canary, confirm, coverage, frames, judge, oracles, stats, tiers
+from harness.analysis import (
+    canary_deviations,
+    confirm,
+    coverage,
+    frames,
+    judge,
+    oracles,
+    stats,
+    tiers,
+)
 from harness.analysis import load as analysis_load
 from harness.analysis import summary as analysis
 from harness.analysis.summary import Summary, fmt_p, fmt_pct
@@ -34,12 +43,12 @@ from harness.report import facts as report_facts
 from harness.report import html as report_html
 from harness.report import plots, replays
 from harness.report import servers as report_servers
-from harness.report.canary import markdown as canary_markdown
-from harness.report.canary import plot_canary
 from harness.report.confirm import markdown as confirm_markdown
 from harness.report.html import METHOD, comparison_line
 from harness.report.oracles import markdown as oracles_markdown
 from harness.report.oracles import plot_passkeys
+from harness.report.teacher_forced import markdown as canary_markdown
+from harness.report.teacher_forced import plot_canary
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +375,7 @@ def self_report_lines(summary: Mapping[str, Any]) -> list[str]:
 def build_summary(run: analysis.RunData, alpha: float = analysis.ALPHA) -> Summary:
     summary = analysis.summarize(run.turns, run.run_id, run.variants, alpha=alpha)
     confirm.attach(summary, run.run_dir)  # confirm.jsonl / reference.jsonl, when recorded
-    canary.attach(summary, run.run_dir)  # canary.jsonl, when recorded
+    canary_deviations.attach(summary, run.run_dir)  # canary.jsonl, when recorded
     judge.attach(summary, run.run_dir)  # judge.jsonl, when recorded
     oracles.attach(summary, run.run_dir)  # oracle_*.jsonl, when an exact oracle ran
     _attach_self_report(summary, run.run_dir)

@@ -54,7 +54,7 @@ from harness.record.rundir import (
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import JsonlAppender, TurnWriter
 from harness.run.afterload import after_load, after_load_left
-from harness.run.canary import Canary, open_canary
+from harness.run.canary_runner import Canary, open_canary
 from harness.run.options import RunOptions
 from harness.run.oracle_alarms import LogWatch
 from harness.run.oracle_replay import exactness

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
-from harness.client.limits import Limits
+from harness.client.response_limits import Limits
 from harness.run.oracle_alarms import SpecRules
 from harness.run.plan import run_order
 from harness.run.shard import Shard

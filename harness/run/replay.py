@@ -28,8 +28,8 @@ from typing import Any
 from harness.analysis import stats
 from harness.client import DEFAULT_REQUEST_TIMEOUT, connections_for
 from harness.client.chat import ChatClient
-from harness.client.limits import Limits
 from harness.client.output import TurnOutput
+from harness.client.response_limits import Limits
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.errors import UsageError
 from harness.record.rundir import TRANSCRIPTS_FILE, RunDir, unmasked_target_vars

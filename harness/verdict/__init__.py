@@ -1,6 +1,8 @@
 """Classify one turn: envelope checks, argument checks, reasoning apart, salad and repetition
--> ``Verdict`` (``turn.py``). The text detector (``text.py`` and the modules it reads) is one
-of its parts; it never reads the simulator's ground truth."""
+-> ``Verdict`` (``turn.py``). Its parts: ``toolcheck`` (the calls against the declared tools),
+``reasoning`` (reasoning split off) and the text detector (``detector``: the hand-written
+rules and the fitted decision); ``batch`` is ``harness classify``. It never reads the
+simulator's ground truth."""
 
 from __future__ import annotations
 

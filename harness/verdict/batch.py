@@ -31,7 +31,7 @@ from typing import Any, TextIO, cast
 from harness.dialects import registry
 from harness.errors import HarnessError, UsageError
 from harness.verdict import Verdict, classify_turn
-from harness.verdict.text import THRESHOLD
+from harness.verdict.detector.text import THRESHOLD
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from harness.dialects import registry
 from harness.dialects.markup import mask_fences
-from harness.verdict.salad import SPECIAL
+from harness.verdict.detector.salad import SPECIAL
 
 #: (opener, closer) of each think-block family.
 _PAIRS = (

@@ -20,10 +20,10 @@ from typing import Any
 from harness import labels as L
 from harness.dialects import dsml, registry
 from harness.dialects.base import ParseResult, ToolCall
-from harness.verdict import coherence
 from harness.verdict import reasoning as R
-from harness.verdict.masking import edit_blocks, original_offset, quoted_calls
-from harness.verdict.text import TextFinding, score_text
+from harness.verdict.detector import coherence
+from harness.verdict.detector.masking import edit_blocks, original_offset, quoted_calls
+from harness.verdict.detector.text import TextFinding, score_text
 from harness.verdict.toolcheck import (
     check_calls,
     check_server_calls,

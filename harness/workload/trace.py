@@ -118,16 +118,20 @@ def load_trace(path: Path) -> list[Conversation]:
         if not line.strip():
             continue
         where = f"{path}:{n}"
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{where}: not valid JSON ({exc.msg})") from None
-        except RecursionError:
-            raise ConfigError(f"{where}: JSON nested too deep to read") from None
-        out.append(parse_conversation(doc, where, f"line-{n}"))
+        out.append(parse_conversation(_json_line(line, where), where, f"line-{n}"))
     if not out:
         raise ConfigError(f"{path}: no conversation in the file")
     return out
+
+
+def _json_line(line: str, where: str) -> Any:
+    """One line's JSON value; ``ConfigError`` naming ``where`` when it cannot be read."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: JSON nested too deep to read") from None
 
 
 def _request_of(
@@ -154,13 +158,7 @@ def convert_log(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"log line {n}: not valid JSON ({exc.msg})") from None
-        except RecursionError:
-            raise ConfigError(f"log line {n}: JSON nested too deep to read") from None
-        messages, tools, answer, t = _request_of(doc)
+        messages, tools, answer, t = _request_of(_json_line(line, f"log line {n}"))
         _check_messages(messages, f"log line {n}")
         conv = next(
             (

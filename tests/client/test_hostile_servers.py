@@ -20,8 +20,8 @@ import pytest
 from harness import labels as L
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.chat import ChatClient
-from harness.client.limits import Limits
 from harness.client.output import TurnOutput
+from harness.client.response_limits import Limits
 from harness.drive.driver import DriveOptions, drive
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.record.safejson import Unencodable

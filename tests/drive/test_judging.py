@@ -146,7 +146,7 @@ def test_the_detector_loads_outside_the_driving_process(
         f"""
         import asyncio, json
         from pathlib import Path
-        from harness.verdict import model
+        from harness.verdict.detector.fitted import model
         from tests.drive.test_judging import _run
         rows = asyncio.run(_run({url!r}, Path({str(tmp_path / "t.jsonl")!r}), judges=1))
         print(json.dumps([model.load.cache_info().currsize, sorted({{r["label"] for r in rows}})]))

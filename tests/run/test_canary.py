@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.analysis import canary as analysis
+from harness.analysis import canary_deviations as analysis
 from harness.cli.main import main
 from harness.drive.driver import Progress
 from harness.record.rundir import CANARY_FILE
@@ -19,7 +19,7 @@ from harness.record.turns import read_turns
 from harness.report.build import write_report
 from harness.run.execute import execute, write_run_json
 from harness.run.options import RunOptions
-from harness.workload.canary import LONG_SHARES, probes, session_probe
+from harness.workload.canary_probes import LONG_SHARES, probes, session_probe
 from harness.workload.matrix import Variant
 from tests.run.test_replay import small_scenario
 

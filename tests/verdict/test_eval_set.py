@@ -1,31 +1,19 @@
 """The detector on the project's own labelled set meets the quality bar.
 
-Runs the evaluation of benchmarks/eval_detector.py (its self-contained classifier: the DSML
+Runs the evaluation of tools/detector/evaluate.py (its self-contained classifier: the DSML
 parser for tool-call markup, then score_text) on the hand-written and generated examples.
 The hold-out split is reported in docs/detector.md, not asserted here.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
+
+from tools.detector import evaluate as ev
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 EVAL = ROOT / "tests" / "data" / "eval"
-
-
-def _eval_module() -> ModuleType:
-    path = ROOT / "benchmarks" / "eval_detector.py"
-    spec = importlib.util.spec_from_file_location("eval_detector", path)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["eval_detector"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_eval_files_are_well_formed() -> None:
@@ -43,7 +31,6 @@ def test_eval_files_are_well_formed() -> None:
 
 
 def test_quality_bar_on_the_project_set() -> None:
-    ev = _eval_module()
     rows = ev.load([EVAL / "handwritten.jsonl", EVAL / "generated.jsonl"])
     metrics, _ = ev.evaluate(rows, ev.fallback_classify)
     garbled = metrics["garbled"]
@@ -53,7 +40,6 @@ def test_quality_bar_on_the_project_set() -> None:
 
 
 def test_evaluate_counts_by_class() -> None:
-    ev = _eval_module()
     rows = [
         {"id": "a", "text": "x", "label": "salad"},
         {"id": "b", "text": "y", "label": "clean"},

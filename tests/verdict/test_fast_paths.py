@@ -11,9 +11,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from harness.verdict import charmodel, features, masking, model, text, wordmodel
+from harness.verdict.detector import masking, text
+from harness.verdict.detector.fitted import charmodel, features, model, wordmodel
 
-SAMPLE = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "corpus_sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "corpus_sample.jsonl"
 
 
 def _texts() -> list[str]:

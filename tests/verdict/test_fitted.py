@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError
-from harness.verdict import charmodel, charweights, features, model, wordmodel
-from harness.verdict.text import THRESHOLD, rules, score_fitted, score_text
+from harness.verdict.detector.fitted import charmodel, charweights, features, model, wordmodel
+from harness.verdict.detector.text import THRESHOLD, rules, score_fitted, score_text
 
 PROSE = (
     "The committee met on Tuesday to review the budget for the coming year. After a long "
@@ -61,7 +61,7 @@ def test_mojibake_and_doubled_word_features() -> None:
 def test_model_file_is_checked(tmp_path: Path) -> None:
     bad = tmp_path / "m.npz"
     bad.write_bytes(b"not a model")
-    with pytest.raises(ConfigError, match="train_detector"):
+    with pytest.raises(ConfigError, match="tools.detector.train"):
         model.read(bad)
     z = dict(np.load(model.MODEL_FILE))
     z["format"] = np.array(1)
@@ -237,7 +237,7 @@ CALLS = "I'll check each city.\n" + "\n".join(
 
 
 def test_loops_are_looked_for_without_well_formed_calls() -> None:
-    from harness.verdict.masking import without_markup
+    from harness.verdict.detector.masking import without_markup
 
     assert without_markup(PROSE)[0] is PROSE
     left, _ = without_markup(CALLS)
@@ -262,7 +262,7 @@ def test_one_end_of_turn_token_at_the_very_end_is_clean() -> None:
 
 
 def test_offsets_past_removed_markup_map_back() -> None:
-    from harness.verdict.masking import original_offset, without_markup
+    from harness.verdict.detector.masking import original_offset, without_markup
 
     text = "Use <\uff5cDSML\uff5ctool_calls> x </\uff5cDSML\uff5ctool_calls> then write here."
     left, removed = without_markup(text)
@@ -281,7 +281,7 @@ def test_quoted_tool_call_markup_is_not_salad() -> None:
 
 
 def test_identifiers_marked_as_inline_code_are_not_words_of_the_prose() -> None:
-    from harness.verdict.masking import without_markup
+    from harness.verdict.detector.masking import without_markup
 
     text = "Next I will open `qzx_flushv2` and compare it with `wbk_evictlru` before editing."
     left, removed = without_markup(text)
@@ -362,7 +362,7 @@ def test_runs_of_spaces_read_as_one_space() -> None:
 def test_a_raw_call_turn_shown_in_a_code_block_is_content_not_salad() -> None:
     from harness import labels as L
     from harness.verdict import classify_turn
-    from harness.verdict.masking import quoted_calls
+    from harness.verdict.detector.masking import quoted_calls
 
     turn = (
         '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Tokyo'

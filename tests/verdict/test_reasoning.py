@@ -10,7 +10,8 @@ import pytest
 from harness import labels as L
 from harness.dialects import dsml
 from harness.dialects.base import ToolCall
-from harness.verdict import CONFIRMED, STRUCTURAL, SUSPECT, classify_text, classify_turn, coherence
+from harness.verdict import CONFIRMED, STRUCTURAL, SUSPECT, classify_text, classify_turn
+from harness.verdict.detector import coherence
 from harness.verdict.reasoning import HARMONY, OPEN_BY_TEMPLATE, THINK, split
 
 THOUGHT = (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.dialects import dsml
-from harness.verdict.text import THRESHOLD, TextFinding, score_text
+from harness.verdict.detector.text import THRESHOLD, TextFinding, score_text
 
 EVAL = Path(__file__).resolve().parent.parent / "data" / "eval"
 PREFIX = (

@@ -3,7 +3,6 @@ quiet on the clean look-alikes; broken envelopes are left to the dialects."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.verdict import classify_text, masking, repeat, salad
-from harness.verdict import text as text_mod
-from harness.verdict.text import score_text
+from harness.verdict import classify_text
+from harness.verdict.detector import masking, repeat, salad
+from harness.verdict.detector import text as text_mod
+from harness.verdict.detector.text import score_text
+from tools.detector import corruptgen
 
 EVAL = Path(__file__).resolve().parent.parent / "data" / "eval"
 PROSE = (
@@ -31,17 +32,10 @@ def _rows() -> list[dict[str, str]]:
 
 
 def _corrupted_plain_texts() -> list[dict[str, str]]:
-    """Fresh corruptions (benchmarks/corruptgen.py, two seeds) of the plain seeds: the
+    """Fresh corruptions (tools/detector/corruptgen.py, two seeds) of the plain seeds: the
     cases the first pass must not wave through."""
-    path = EVAL.parent.parent.parent / "benchmarks" / "corruptgen.py"
-    spec = importlib.util.spec_from_file_location("corruptgen", path)
-    assert spec is not None
-    assert spec.loader is not None
-    gen = importlib.util.module_from_spec(spec)
-    sys.modules["corruptgen"] = gen
-    spec.loader.exec_module(gen)
     seeds = [r for r in _rows() if r["id"].startswith("hw-") and r["label"] == "clean"]
-    return [r for s in (7, 8) for r in gen.generate(seeds, s, 4)]
+    return [r for s in (7, 8) for r in corruptgen.generate(seeds, s, 4)]
 
 
 def test_first_pass_only_passes_texts_without_any_event() -> None:
@@ -220,7 +214,7 @@ def test_scores_are_the_same_in_every_process() -> None:
 
     script = (
         "import json, sys\n"
-        "from harness.verdict.text import score_text\n"
+        "from harness.verdict.detector.text import score_text\n"
         "rows = [json.loads(x) for x in sys.stdin]\n"
         "print(json.dumps([score_text(r['text'], r.get('context')).score for r in rows]))\n"
     )

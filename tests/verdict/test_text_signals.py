@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.verdict import repeat, salad, scripts
-from harness.verdict.text import THRESHOLD, rules, score_text
+from harness.verdict.detector import repeat, salad, scripts
+from harness.verdict.detector.text import THRESHOLD, rules, score_text
 
 PROSE = (
     "The migration has three steps. First, we add the new column with a default value so "

@@ -11,7 +11,7 @@ its three predecessors is::
 
 with ``n3`` the count of the 3-gram context and ``n4`` the count of the 4-gram; the same
 one level down gives ``s3``. A fourth table marks the 6-grams clean text uses (which word
-follows which, across a space). The tables are counted by ``benchmarks/train_detector.py`` on
+follows which, across a space). The tables are counted by ``tools/detector/train.py`` on
 clean text only and ship in the detector's model file (``detector_model.npz``).
 """
 

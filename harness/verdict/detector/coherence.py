@@ -35,9 +35,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from harness.verdict import scripts as S
-from harness.verdict.chars import Chars
-from harness.verdict.text import REPETITION_SIGNALS
+from harness.verdict.detector import scripts as S
+from harness.verdict.detector.chars import Chars
+from harness.verdict.detector.text import REPETITION_SIGNALS
 
 #: Rule signals that are no evidence on their own in such text: the character model's
 #: surprisal and its P (what is being second-guessed), and a closing quote or a bracket

@@ -1,32 +1,15 @@
-"""The training command's own fit of the n-gram weights (``charweights``), on texts written here."""
+"""The training command's own fits (tools.detector.train, .decision), on data made here."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
-from harness.verdict import charmodel
+from harness.verdict.detector.fitted import charmodel
+from tools.detector import decision
+from tools.detector import train as td
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def _module() -> ModuleType:
-    path = ROOT / "benchmarks" / "train_detector.py"
-    spec = importlib.util.spec_from_file_location("train_detector", path)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["train_detector"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-td = _module()
 NOUNS = "river garden letter window market teacher engine harbour meadow lantern".split()  # noqa: SIM905
 VERBS = "opened closed painted carried followed watched cleaned measured".split()  # noqa: SIM905
 
@@ -66,3 +49,26 @@ def test_fitted_weights_score_the_corrupted_window() -> None:
     assert max(clean) < min(bad)  # every held-out corrupted text above every clean one
     again = td.fit_charweights(_rows(random.Random(3), 60), bits=16, epochs=30, seed=0)
     assert np.array_equal(again.weights, w.weights)  # reproducible
+
+
+def test_thresholds_keep_the_false_positive_goal_per_source() -> None:
+    """The pair of thresholds with the best recall within the goal (overall and per source),
+    and the strong threshold no higher than the one when the rules fired."""
+    rng = np.random.default_rng(1)
+    n = 300
+    y = rng.random(n) < 0.4
+    p = np.where(y, rng.beta(6, 2, n), rng.beta(2, 6, n))
+    fired = np.where(y, rng.random(n) < 0.7, rng.random(n) < 0.1)
+    rows = [
+        {"label": "salad" if bad else "clean", "source": "ab"[i % 2]} for i, bad in enumerate(y)
+    ]
+    fpr = 0.02
+    hi, lo = decision.pick_thresholds(p, fired, rows, fpr)
+    assert lo <= hi
+    flagged = (p >= hi) | (fired & (p >= lo))
+    assert flagged[~y].mean() <= fpr
+    assert flagged[y].mean() > 0.5
+    strong = fired & (p > 0.5)
+    t = decision.pick_strong(p, strong, flagged, rows, fpr, lo)
+    assert t <= lo
+    assert (flagged | (strong & (p >= t)))[~y].mean() <= fpr

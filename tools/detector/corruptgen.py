@@ -4,7 +4,7 @@ This generator is independent of the simulator's fault model on purpose: the det
 not be judged by the code that made the faults. Every transform draws from a seeded
 ``random.Random``, so the output is reproducible.
 
-    python benchmarks/corruptgen.py SEEDS.jsonl OUT.jsonl [--seed N] [--per-seed K]
+    python -m tools.detector.corruptgen SEEDS.jsonl OUT.jsonl [--seed N] [--per-seed K]
 
 SEEDS.jsonl holds ``{"id", "text", "label"}`` lines; only ``clean`` ones are used. The pool
 of foreign fragments for salad comes from all the seeds together (many scripts), so the
@@ -17,13 +17,10 @@ import argparse
 import json
 import random
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from harness.dialects import dsml  # noqa: E402
+from harness.dialects import dsml
 
 BAR = "\uff5c"
 SPECIAL = [
@@ -63,7 +60,7 @@ class Gen:
     def fragment(self) -> str:
         """A piece of 1 to 8 characters from a random seed (any script)."""
         t = self.rng.choice(self.pool)
-        words = _WORD.findall(t) or [t]
+        words: list[str] = _WORD.findall(t) or [t]
         w = self.rng.choice(words)
         n = self.rng.randint(1, min(8, len(w)))
         i = self.rng.randint(0, len(w) - n)
@@ -71,7 +68,7 @@ class Gen:
 
     def identifier(self) -> str:
         parts = [self.fragment() for _ in range(self.rng.randint(2, 3))]
-        styles = [str.upper, str.lower, str.capitalize, lambda s: s]
+        styles: list[Callable[[str], str]] = [str.upper, str.lower, str.capitalize, lambda s: s]
         return "".join(self.rng.choice(styles)(p) for p in parts)
 
     # ------------------------------------------------------------------ salad
@@ -320,20 +317,21 @@ def hash_id(s: str) -> int:
     return sum(ord(c) * (i + 1) for i, c in enumerate(s))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("seeds", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--per-seed", type=int, default=3)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     seeds = [json.loads(x) for x in a.seeds.read_text(encoding="utf-8").splitlines() if x.strip()]
     seeds = [s for s in seeds if s.get("label") == "clean"]
     rows = generate(seeds, a.seed, a.per_seed)
     with a.out.open("w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 import numpy.typing as npt
 
-from harness.verdict.chars import RULE_CHARS, SOUP_NORMAL, BoolArray, Chars
+from harness.verdict.detector.chars import RULE_CHARS, SOUP_NORMAL, BoolArray, Chars
 
 __all__ = ["SPECIAL", "Chars", "events", "primary_events", "special_tokens", "stutter_events"]
 

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from harness.dialects.jsonstrict import StrictJSONError, raw_decode_strict
 from harness.dialects.registry import markup_spans
 from harness.dialects.registry import parse as parse_markup
-from harness.verdict.salad import SPECIAL as _DEBRIS
+from harness.verdict.detector.salad import SPECIAL as _DEBRIS
 
 #: One or two backticks around a code span. Written with a literal backtick first (the same
 #: matches as ``(`{1,2})...\1``), so the regex engine jumps from backtick to backtick.

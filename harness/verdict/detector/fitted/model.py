@@ -2,7 +2,7 @@
 
 ``detector_model.npz`` (next to this module) holds the character and word models' tables, the
 n-gram weights of ``charweights.py`` (float16) and two
-ensembles of gradient-boosted decision trees, both fit by ``benchmarks/train_detector.py``
+ensembles of gradient-boosted decision trees, both fit by ``tools/detector/train.py``
 (scikit-learn's ``HistGradientBoostingClassifier``, a training dependency only: nothing here
 imports it) and exported as flat arrays:
 
@@ -28,10 +28,10 @@ import numpy as np
 import numpy.typing as npt
 
 from harness.errors import ConfigError
-from harness.verdict import features
-from harness.verdict.charmodel import CharModel
-from harness.verdict.charweights import CharWeights
-from harness.verdict.wordmodel import WordModel
+from harness.verdict.detector.fitted import features
+from harness.verdict.detector.fitted.charmodel import CharModel
+from harness.verdict.detector.fitted.charweights import CharWeights
+from harness.verdict.detector.fitted.wordmodel import WordModel
 
 MODEL_FILE = Path(__file__).with_name("detector_model.npz")
 FORMAT = 3  # the file's layout (1: a small neural network; 2: tree ensembles; 3: + n-gram weights)
@@ -170,7 +170,7 @@ def _trees(z: dict[str, npt.NDArray[np.generic]], name: str) -> Trees:
 
 
 def read(path: Path) -> DetectorModel:
-    rebuild = "rebuild it with python benchmarks/train_detector.py"
+    rebuild = "rebuild it with python -m tools.detector.train"
     try:
         with np.load(path, allow_pickle=False) as f:
             z = {k: f[k] for k in f.files}

@@ -1,17 +1,19 @@
-"""Fit the text detector and write its model file (``harness/verdict/detector_model.npz``).
+"""Fit the text detector and write its model file
+(``harness/verdict/detector/fitted/detector_model.npz``).
 
-    python benchmarks/train_detector.py corpus/corpus.jsonl [--out PATH] [--fpr 0.0025]
+    python -m tools.detector.train corpus/corpus.jsonl [--out PATH] [--fpr 0.0025]
 
-Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus_build.py``. Steps:
+Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus.py``. The modules
+named below are those of ``harness.verdict.detector.fitted``. Steps:
 
-1. count the character model (``harness.verdict.charmodel``) and the word model
-   (``harness.verdict.wordmodel``) on the clean texts of the ``ngram`` split only (its
-   chunks and its whole files, ``ngram_full.jsonl``), so that the classifier learns what
-   surprisal looks like on text the model has not seen, which is what it meets at run time;
-   fit the n-gram weights (``harness.verdict.charweights``) on the ``ngram`` split's clean
-   chunks and the corruption ``augment.jsonl`` made of them (written by ``corpus_build.py``);
-2. compute every feature (``harness.verdict.features``) of the ``train`` rows (with the
-   ``train`` corruption of ``augment.jsonl``) and the ``val`` rows;
+1. count the character model (``charmodel``) and the word model (``wordmodel``) on the clean
+   texts of the ``ngram`` split only (its chunks and its whole files, ``ngram_full.jsonl``),
+   so that the classifier learns what surprisal looks like on text the model has not seen,
+   which is what it meets at run time; fit the n-gram weights (``charweights``) on the
+   ``ngram`` split's clean chunks and the corruption ``augment.jsonl`` made of them (written
+   by ``corpus.py``);
+2. compute every feature (``features``) of the ``train`` rows (with the ``train``
+   corruption of ``augment.jsonl``) and the ``val`` rows;
 3. fit two ensembles of gradient-boosted trees (scikit-learn's
    HistGradientBoostingClassifier) on ``train``, each source and class weighted alike: corrupted
    against clean, monotone non-decreasing in the rules' windowed score (more evidence of the
@@ -23,8 +25,8 @@ Needs the ``[train]`` extra (scikit-learn) and a corpus from ``corpus_build.py``
    then a third, the lowest that keeps that goal, for the texts where the rules fired
    strongly (``text.STRONG``, the cap of the rules' score as a feature: past it the trees
    see no more evidence, and a loop of 30 copies looks to them like one of 8);
-5. write the tables, the trees (as flat arrays, ``harness.verdict.model.Trees``) and the
-   thresholds to one ``.npz``.
+5. write the tables, the trees (as flat arrays, ``model.Trees``) and the thresholds
+   to one ``.npz``.
 
 The ``test`` split and the operating system's documentation (``osdoc``) are never read here.
 """
@@ -34,7 +36,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -42,13 +43,13 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness.verdict.detector import masking
+from harness.verdict.detector import text as text_mod
+from harness.verdict.detector.fitted import charmodel, charweights, features, wordmodel
+from harness.verdict.detector.fitted.model import FORMAT, MODEL_FILE, read
+from tools.detector.decision import as_trees, export, pick_strong, pick_thresholds
 
-from harness.verdict import charmodel, charweights, features, masking, wordmodel  # noqa: E402
-from harness.verdict import text as text_mod  # noqa: E402
-from harness.verdict.model import FORMAT, MODEL_FILE, Trees, read  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[2]
 BITS = (16, 20, 21)
 BITS6 = 23
 MIN6 = 2  # a 6-gram seen once is as likely a typo as usage
@@ -171,124 +172,6 @@ def balanced(rows: list[dict[str, Any]], floor: int = 200) -> np.ndarray:
     return out
 
 
-def export(clf: Any, name: str) -> dict[str, np.ndarray]:
-    """A fitted binary HistGradientBoostingClassifier as the flat arrays of ``Trees``."""
-    feat, thr, left, right, value, roots = [], [], [], [], [], []
-    depth = 0
-    base = 0
-    for (pred,) in clf._predictors:
-        nodes = pred.nodes
-        n = len(nodes)
-        idx = np.arange(base, base + n)
-        leaf = nodes["is_leaf"].astype(bool)
-        feat.append(np.where(leaf, 0, nodes["feature_idx"]))
-        thr.append(np.where(leaf, np.inf, nodes["num_threshold"]))
-        left.append(np.where(leaf, idx, base + nodes["left"]))
-        right.append(np.where(leaf, idx, base + nodes["right"]))
-        value.append(np.where(leaf, nodes["value"], 0.0))
-        roots.append(base)
-        depth = max(depth, int(nodes["depth"].max()))
-        base += n
-    return {
-        f"{name}_feature": np.concatenate(feat).astype(np.int16),
-        f"{name}_threshold": np.concatenate(thr).astype(np.float64),
-        f"{name}_left": np.concatenate(left).astype(np.int32),
-        f"{name}_right": np.concatenate(right).astype(np.int32),
-        f"{name}_value": np.concatenate(value).astype(np.float64),
-        f"{name}_roots": np.array(roots, dtype=np.int32),
-        f"{name}_baseline": np.array(float(np.ravel(clf._baseline_prediction)[0])),
-        f"{name}_depth": np.array(depth),
-    }
-
-
-def _trees(arrays: dict[str, np.ndarray], name: str) -> Trees:
-    return Trees(
-        feature=arrays[f"{name}_feature"].astype(np.intp),
-        threshold=arrays[f"{name}_threshold"],
-        left=arrays[f"{name}_left"].astype(np.intp),
-        right=arrays[f"{name}_right"].astype(np.intp),
-        value=arrays[f"{name}_value"],
-        roots=arrays[f"{name}_roots"].astype(np.intp),
-        baseline=float(arrays[f"{name}_baseline"]),
-        depth=int(arrays[f"{name}_depth"]),
-    )
-
-
-def _fpr_ok(bad: np.ndarray, clean: np.ndarray, src: np.ndarray, fpr: float) -> bool:
-    """At most ``fpr`` overall and ``2 * fpr`` on every source of at least ``1 / fpr`` clean
-    texts (on fewer, one false positive is already more than twice the goal)."""
-    if bad[clean].mean() > fpr:
-        return False
-    for s in set(src[clean]):
-        sel = clean & (src == s)
-        if sel.sum() >= 1 / fpr and bad[sel].mean() > 2 * fpr:
-            return False
-    return True
-
-
-def pick_thresholds(
-    p: np.ndarray,
-    fired: np.ndarray,
-    rows: list[dict[str, Any]],
-    fpr: float,
-    keep: tuple[np.ndarray, np.ndarray, np.ndarray, float] | None = None,
-) -> tuple[float, float]:
-    """(threshold, threshold when the rules fired): a text is corrupted when P >= the first,
-    or when the rules fired and P >= the second. The pair with the best recall on ``rows``
-    whose false-positive rate is at most ``fpr`` overall and ``2 * fpr`` per source; with
-    ``keep`` = (P, fired, corrupted, recall) of another labelled set, only pairs that keep
-    that recall on it count, and the one with the fewest false positives on ``rows`` wins
-    when none meets ``fpr``."""
-    clean = np.array([r["label"] == "clean" for r in rows])
-    src = np.array([r["source"] for r in rows])
-    qs = np.quantile(p[clean], np.linspace(0.5, 1, 201))
-    qb = np.quantile(p[~clean], np.linspace(0, 1, 201)) if (~clean).any() else qs
-    grid = np.unique(np.concatenate((qs, qb, np.linspace(0.01, 0.5, 50), [1.0])))
-    best = (-1.0, 1.0, 1.0)
-    fallback = (2.0, 1.0, 1.0)
-    for hi in grid:
-        for lo in grid:
-            if lo > hi:
-                break
-            if keep is not None:  # no worse than the rules alone on the kept set
-                kp, kf, ky, rec = keep
-                kbad = (kp >= hi) | (kf & (kp >= lo))
-                if kbad[ky].mean() < min(rec, kf[ky].mean()) or kbad[~ky].sum() > kf[~ky].sum():
-                    continue
-            bad = (p >= hi) | (fired & (p >= lo))
-            if _fpr_ok(bad, clean, src, fpr):
-                r = float(bad[~clean].mean())
-                if r > best[0]:
-                    best = (r, float(hi), float(lo))
-            elif bad[clean].mean() < fallback[0]:
-                fallback = (float(bad[clean].mean()), float(hi), float(lo))
-    if best[0] >= 0:
-        return best[1], best[2]
-    return fallback[1], fallback[2]
-
-
-def pick_strong(
-    p: np.ndarray,
-    strong: np.ndarray,
-    bad: np.ndarray,
-    rows: list[dict[str, Any]],
-    fpr: float,
-    ceiling: float,
-) -> float:
-    """The threshold on P for the texts where the rules fired strongly (their score reached
-    ``text.STRONG``): the lowest, at most ``ceiling`` (the threshold when they fired), that
-    keeps the false-positive rate of ``bad`` (the decision so far) within ``fpr`` overall and
-    ``2 * fpr`` per source, as ``pick_thresholds`` counts it."""
-    clean = np.array([r["label"] == "clean" for r in rows])
-    src = np.array([r["source"] for r in rows])
-    for t in np.unique(np.concatenate(([0.0], p[strong], [ceiling]))):
-        if t > ceiling:
-            break
-        if _fpr_ok(bad | (strong & (p >= t)), clean, src, fpr):
-            return float(t)
-    return ceiling
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus", type=Path)
@@ -362,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     augmented = a.corpus.with_name("augment.jsonl")
     if not augmented.exists():
         raise SystemExit(
-            f"{augmented} is missing: write it with python benchmarks/corpus_build.py "
+            f"{augmented} is missing: write it with python -m tools.detector.corpus "
             f"{a.corpus.parent} --augment-only"
         )
     with augmented.open(encoding="utf-8") as f:
@@ -392,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         l2_regularization=1.0,
         early_stopping=False,
         random_state=a.seed,
-        **TREES,  # type: ignore[arg-type]
+        **TREES,
     )
     clf.fit(xt, y, sample_weight=balanced(train))
     bad_rows = np.flatnonzero(y)
@@ -402,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     yr = np.array([train[i]["label"] == "repetition" for i in bad_rows])
     rep.fit(xt[bad_rows], yr, sample_weight=balanced([train[i] for i in bad_rows]))
     arrays: dict[str, Any] = {**export(clf, "corrupted"), **export(rep, "repetition")}
-    trees = _trees(arrays, "corrupted")
+    trees = as_trees(arrays, "corrupted")
     if not np.allclose(trees.raw_many(xv), clf.decision_function(xv), atol=1e-6):
         raise SystemExit("the exported trees do not reproduce scikit-learn's decision")
     pv = 1 / (1 + np.exp(-trees.raw_many(xv)))

@@ -1,18 +1,18 @@
 """The detector of this checkout against the one of a git revision: findings and speed.
 
-    python benchmarks/detector_ab.py FILE.jsonl [FILE.jsonl ...] [--base REV] [--no-speed]
+    python -m tools.detector.ab FILE.jsonl [FILE.jsonl ...] [--base REV] [--no-speed]
 
 Loads ``harness/`` as it is at ``--base`` (default ``HEAD``: uncommitted changes against
 the last commit) next to the working tree's, in the same process. Then:
 
 * **findings**: ``score_text`` of both on every example (with its context and without),
-  on the run-like mix and the long text of ``eval_detector.py``, and on ``--slices``
+  on the run-like mix and the long text of ``evaluate.py``, and on ``--slices``
   random substrings of them (any length, any cut); label, score, offset and signals must
   be identical. Exits 1 on any difference, listing the first ones.
 * **parts** (``--parts``): the same, step by step (mask, tokens, each family of
   signals, windows) on the outputs of the run-like mix; with ``--fitted``, where the
   time of ``score_fitted`` goes on the turns (the rules, the features, the trees).
-* **speed**: turns of 100-500 characters and the three workloads of ``eval_detector.py``
+* **speed**: turns of 100-500 characters and the three workloads of ``evaluate.py``
   (``fallback_classify``, so the DSML parse is timed too, the same code on both sides),
   one pass of base then one of new, again and again until each side has ``--seconds`` of
   CPU time: MB/s and CPU microseconds per text per side, and the median ratio of
@@ -39,19 +39,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness.verdict.detector import text as new_text
+from tools.detector import evaluate as ev
 
-import eval_detector as ev  # noqa: E402
-
-from harness.verdict import text as new_text  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 Case = tuple[str, str, str | None]  # (name, text, context)
 
 
 def load_base(rev: str, into: Path) -> ModuleType:
-    """``harness.verdict.text`` as it is at ``rev``, imported apart from the working tree's
+    """``harness.verdict.detector.text`` as it is at ``rev``, imported apart from the working tree's
     (its modules are taken out of ``sys.modules`` again; its functions keep their globals)."""
     tar = subprocess.run(
         ["git", "archive", rev, "harness"], cwd=ROOT, check=True, capture_output=True
@@ -63,7 +60,10 @@ def load_base(rev: str, into: Path) -> ModuleType:
         del sys.modules[k]
     sys.path.insert(0, str(into))
     try:
-        mod = importlib.import_module("harness.verdict.text")
+        try:
+            mod = importlib.import_module("harness.verdict.detector.text")
+        except ModuleNotFoundError:  # a revision from before the detector's own subpackage
+            mod = importlib.import_module("harness.verdict.text")
         if hasattr(mod, "model"):  # the fitted decision's model file: read it while it is there
             mod.model.load()
     finally:
@@ -228,7 +228,7 @@ def fitted_parts(rows: list[dict[str, Any]], rounds: int = 5) -> None:
     """Where the time of this checkout's ``score_fitted`` goes on the turns of 100-500
     characters: the rules, the features, the trees, each timed per text in the order the
     decision runs them (so each step meets the caches the step before it left)."""
-    from harness.verdict import features, model
+    from harness.verdict.detector.fitted import features, model
 
     fitted = model.load()
     texts = [new_text._unescape(t) for t, _ in turns(rows)]

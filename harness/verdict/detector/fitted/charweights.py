@@ -4,7 +4,7 @@ The character model (``charmodel.py``) says how improbable a text is under clean
 does not know what corruption looks like. This model does: a weight for every hashed
 character n-gram (normalized 3-, 4- and 5-grams, and 3-grams of the raw code points, so
 that case matters: ``bolE``), fit to tell corrupted texts from clean ones
-(``benchmarks/train_detector.py``, on the ``ngram`` split of the corpus: its clean texts and
+(``tools/detector/train.py``, on the ``ngram`` split of the corpus: its clean texts and
 corruption made from them, never the texts the trees are fit on). A text's score is its
 worst window: the largest mean of the weights of the n-grams ending in any ``WINDOW``
 consecutive characters, the whole text when it is shorter. The weights are fit for exactly

@@ -4,7 +4,7 @@ Corruption that keeps every character n-gram plausible still shows at the word l
 tokens of two outputs interleaved, a span swapped in at the wrong place, a few words
 replaced by glued sub-word pieces (``sessnegotiate``) make words, or pairs of neighbouring
 words, that clean text does not use. The model is two bit tables, counted on clean text
-only (``benchmarks/train_detector.py``): the words used at least twice, and the pairs of
+only (``tools/detector/train.py``): the words used at least twice, and the pairs of
 neighbouring words used at least twice, each hashed to one bit.
 
 A word is a maximal run of word characters of the normalized code points
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from harness.verdict.charmodel import codes
+from harness.verdict.detector.fitted.charmodel import codes
 
 U32 = np.uint32
 _M = 0x01000193  # odd: invertible mod 2**32

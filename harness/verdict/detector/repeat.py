@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from harness.verdict.tokens import (
+from harness.verdict.detector.tokens import (
     _M1,
     TOKEN,
     Ids,

@@ -27,12 +27,12 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
-from harness.verdict import salad
-from harness.verdict.charmodel import CharModel, Reading, codes
-from harness.verdict.charweights import CharWeights
-from harness.verdict.masking import original_offset, without_markup
-from harness.verdict.wordmodel import WordModel
-from harness.verdict.wordmodel import words as word_hashes
+from harness.verdict.detector import salad
+from harness.verdict.detector.fitted.charmodel import CharModel, Reading, codes
+from harness.verdict.detector.fitted.charweights import CharWeights
+from harness.verdict.detector.fitted.wordmodel import WordModel
+from harness.verdict.detector.fitted.wordmodel import words as word_hashes
+from harness.verdict.detector.masking import original_offset, without_markup
 
 RULE_SIGNALS = (
     "special_token",

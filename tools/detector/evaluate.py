@@ -1,6 +1,6 @@
 """Measure the text classifier on labelled JSONL files: quality per class and speed.
 
-    python benchmarks/eval_detector.py FILE.jsonl [FILE.jsonl ...] [--errors] [--no-speed]
+    python -m tools.detector.evaluate FILE.jsonl [FILE.jsonl ...] [--errors] [--no-speed]
 
 Each line is ``{"id", "text", "label", "context"?}`` with label one of ``salad``,
 ``repetition``, ``malformed_tool_call``, ``clean``, ``ambiguous``. Prints precision, recall
@@ -20,17 +20,14 @@ import argparse
 import json
 import random
 import re
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from harness.dialects import dsml  # noqa: E402
-from harness.verdict import text as text_mod  # noqa: E402
+from harness.dialects import dsml
+from harness.verdict.detector import text as text_mod
 
 CLASSES = ("salad", "repetition", "malformed_tool_call")
 _TO_CLASS = {
@@ -49,7 +46,7 @@ def fallback_classify(
     score_text: Callable[[str, str | None], Any] = text_mod.score_text,
 ) -> str:
     """DSML parse errors and broken JSON envelopes first, then salad / repetition
-    (``score_text``: this checkout's by default; detector_ab.py passes another one)."""
+    (``score_text``: this checkout's by default; ab.py passes another one)."""
     pr = dsml.parse(text)
     if pr.found and not pr.ok:
         return "malformed_tool_call"
@@ -202,7 +199,7 @@ def by_source(
     classify: Callable[[str, str | None], str],
     key: str = "source",
     preds: list[str] | None = None,
-) -> tuple[list[str], list[tuple[str, str, str, str, str]]]:
+) -> tuple[list[str], list[tuple[str, ...]]]:
     """Markdown table rows: per ``key`` value, clean FPR and recall per class (Wilson 95 %).
     ``preds``: the classes already predicted for ``rows`` (one pass for several keys)."""
     if preds is None:
@@ -213,7 +210,7 @@ def by_source(
             continue
         groups.setdefault(str(r.get(key, "?")), []).append((r["label"], pred))
         groups.setdefault("all", []).append((r["label"], pred))
-    out = []
+    out: list[tuple[str, ...]] = []
     for name in [*sorted(g for g in groups if g != "all"), "all"]:
         pairs = groups[name]
         clean = [p for t, p in pairs if t == "clean"]
@@ -234,7 +231,7 @@ def by_source(
         "salad recall",
         "repetition recall",
     ]
-    return header, out  # type: ignore[return-value]
+    return header, out
 
 
 def predict(rows: list[dict[str, Any]], classify: Callable[[str, str | None], str]) -> list[str]:
@@ -242,7 +239,7 @@ def predict(rows: list[dict[str, Any]], classify: Callable[[str, str | None], st
     return [_TO_CLASS.get(classify(r["text"], r.get("context")), "clean") for r in rows]
 
 
-def print_markdown(header: list[str], table: list[tuple[str, ...]]) -> None:
+def print_markdown(header: list[str], table: Sequence[tuple[str, ...]]) -> None:
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for r in table:

@@ -23,7 +23,7 @@ from harness.client.scoring import Scorer, ScoringFailed, ScoringMismatch, detec
 from harness.record.rundir import CANARY_FILE, TURNS_FILE
 from harness.record.turns import JsonlAppender
 from harness.run.options import RunOptions
-from harness.workload.canary import Probe, probes, session_probe
+from harness.workload.canary_probes import Probe, probes, session_probe
 
 log = logging.getLogger(__name__)
 

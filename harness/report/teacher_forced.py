@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harness.analysis import canary as analysis  # noqa: E402
+from harness.analysis import canary_deviations as analysis  # noqa: E402
+from harness.analysis.summary import fmt_pct  # noqa: E402
 
 DPI = 110
 TINY = 1e-12  # a KL of exactly zero, drawn on the log axis
@@ -92,7 +93,7 @@ def markdown(summary: Mapping[str, Any]) -> Iterator[str]:
             req = c.get("share_of_requests")
             yield (f"| {v['label']} | {c['probes']} | {c['scored']} | {dev} | "
                    f"{_fmt(c['max_kl'])} | {_fmt(c['noise_floor_kl'])} | "
-                   f"{'n/a' if req is None else f'{req:.1%}'} |")  # fmt: skip
+                   f"{fmt_pct(req)} |")  # fmt: skip
             if c.get("off"):
                 yield f"| {v['label']}: canary off: {c['off']} | | | | | | |"
         yield ""
@@ -113,6 +114,6 @@ def markdown(summary: Mapping[str, Any]) -> Iterator[str]:
             yield (
                 f"| {v['label']} | {j['flagged_judged']} | {j['flagged_confirmed']} | "
                 f"{j['passed_judged']} | {j['passed_confirmed']} | "
-                f"{j['threshold_nll']:.2f} | {'n/a' if rate is None else f'{rate:.1%}'} |"
+                f"{j['threshold_nll']:.2f} | {fmt_pct(rate)} |"
             )
         yield ""

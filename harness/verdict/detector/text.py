@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.verdict import features, model, repeat, salad, scripts
-from harness.verdict.chars import Chars
-from harness.verdict.masking import Masked, mask, shared_markup
+from harness.verdict.detector import repeat, salad, scripts
+from harness.verdict.detector.chars import Chars
+from harness.verdict.detector.fitted import features, model
+from harness.verdict.detector.masking import Masked, mask, shared_markup
 
 THRESHOLD = 0.7
 #: The rules fired strongly: their score reached the cap of its feature (``features.vector``
@@ -44,24 +45,6 @@ _CAPS = {
     "glued_sentence": 0.6,
 }
 REPETITION_SIGNALS = frozenset({"loop", "drift", "char_run", "special_token_run", "stutter_run"})
-_SIGNALS = (
-    "special_token",
-    "special_token_run",
-    "replacement_char",
-    "char_run",
-    "symbol_soup",
-    "glued_punctuation",
-    "stray_symbol",
-    "identifier_soup",
-    "stutter",
-    "script_switch",
-    "script_variety",
-    "glued_words",
-    "glued_sentence",
-    "loop",
-    "drift",
-    "tool_value",
-)
 #: Signals that describe prose; code legitimately has "?;", "parseHTML", "aa aa".
 _PROSE_ONLY = frozenset(
     {

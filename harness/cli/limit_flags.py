@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from harness.argtypes import positive_float, positive_int
-from harness.client.limits import Limits
+from harness.client.response_limits import Limits
 
 
 def add_limit_args(parser: argparse.ArgumentParser) -> None:

@@ -1,49 +1,32 @@
-"""The corpus builder's parts: the real tokenizer, splits by group, corruption processes."""
+"""The corpus builder's parts (tools.detector): the tokenizer, splits by group, corruption."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def _module() -> ModuleType:
-    path = ROOT / "benchmarks" / "corpus_build.py"
-    spec = importlib.util.spec_from_file_location("corpus_build", path)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["corpus_build"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-cb = _module()
+from tools.detector import answer_like, corruption, splits, tokenizer
+from tools.detector import corpus as cb
 
 
 @pytest.fixture(scope="module")
-def tk() -> object:
+def tk() -> tokenizer.Tokenizer:
     from harness.servers.llamacpp import default_model
 
-    return cb.Tokenizer(cb.gguf_tokens(default_model()))
+    return tokenizer.Tokenizer(tokenizer.gguf_tokens(default_model()))
 
 
-def test_tokenizer_round_trips_any_script(tk: object) -> None:
+def test_tokenizer_round_trips_any_script(tk: tokenizer.Tokenizer) -> None:
     for text in ("Hello, world!", "Été à Paris — 你好世界, Привет", "def f(x):\n    return x"):
-        pieces = tk.encode(text)  # type: ignore[attr-defined]
+        pieces = tk.encode(text)
         assert len(pieces) < len(text.encode("utf-8"))  # real merges, not bytes
-        assert tk.decode(pieces) == text  # type: ignore[attr-defined]
+        assert tk.decode(pieces) == text
 
 
 def test_splits_are_by_group_and_stable() -> None:
-    assert cb.split_of("pypkg:numpy") == cb.split_of("pypkg:numpy")
-    got = {cb.split_of(f"pypkg:p{i}") for i in range(200)}
+    assert splits.split_of("pypkg:numpy") == splits.split_of("pypkg:numpy")
+    got = {splits.split_of(f"pypkg:p{i}") for i in range(200)}
     assert got == {"ngram", "train", "val", "test"}
 
 
@@ -51,18 +34,18 @@ def test_chunks_have_answer_sizes() -> None:
     text = "\n".join(f"Line {i} of a long document about nothing much." for i in range(400))
     rng = random.Random(0)
     for _ in range(20):
-        for c in cb.chunks(text, rng, 3):
-            assert cb.MIN_LEN <= len(c) <= cb.MAX_LEN
+        for c in answer_like.chunks(text, rng, 3):
+            assert answer_like.MIN_LEN <= len(c) <= answer_like.MAX_LEN
 
 
-def test_corruptions_change_the_text_and_carry_a_label(tk: object) -> None:
+def test_corruptions_change_the_text_and_carry_a_label(tk: tokenizer.Tokenizer) -> None:
     rng = random.Random(3)
-    pools = cb.script_pools(tk)
+    pools = corruption.script_pools(tk)
     a = "Köln ist eine Stadt am Rhein. Sie hat einen großen Dom und viele Brücken.\n" * 3
     b = "The quick brown fox jumps over the lazy dog while the cat sleeps on the mat."
     kinds = set()
     for _ in range(300):
-        got = cb.corrupt(rng, a, b, tk, pools)
+        got = corruption.corrupt(rng, a, b, tk, pools)
         if got is None:
             continue
         label, kind, text = got
@@ -95,9 +78,9 @@ def test_augment_corrupts_only_the_splits_it_fits_on() -> None:
     ]
     got = list(cb.augment(rows, 7))
     assert got == list(cb.augment(rows, 7))  # seeded
-    splits = {r["split"] for r in got}
-    assert splits <= {"ngram", "train"}
-    assert splits == {"ngram", "train"}
+    made = {r["split"] for r in got}
+    assert made <= {"ngram", "train"}
+    assert made == {"ngram", "train"}
     assert {r["label"] for r in got} <= {"salad", "repetition"}
     n_train = sum(r["split"] == "train" for r in got)
     assert n_train <= cb.AUGMENT["train"] * 6

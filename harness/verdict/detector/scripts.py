@@ -19,7 +19,7 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
-from harness.verdict.chars import Chars
+from harness.verdict.detector.chars import Chars
 
 NONLETTER = 0
 NEUTRAL = 1  # letters without a script worth counting (math alphanumerics, modifiers, ...)

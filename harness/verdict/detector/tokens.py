@@ -17,7 +17,7 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
-from harness.verdict.chars import WIDE, Chars
+from harness.verdict.detector.chars import WIDE, Chars
 
 _SPACELESS = (
     "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3100-\u312f"

