@@ -317,7 +317,7 @@ async def server_version(base_url: str, api_key: str | None = None) -> str | Non
 
 
 def died_message(death: Mapping[str, Any] | None) -> str:
-    """"the server process died during the run (killed by SIGSEGV)" and the like."""
+    """The message of a server that died: "... during the run (killed by SIGSEGV)"."""
     text = "the server process died during the run"
     if not death:
         return text
