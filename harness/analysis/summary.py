@@ -28,8 +28,8 @@ from harness.analysis import coverage, crossvariant, judge, livecontext, oracles
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record import safejson
-from harness.record.rundir import METRICS_FILE, RUN_FILE, TURNS_FILE
-from harness.record.turns import read_turns
+from harness.record.rundir import CONFIRM_FILE, METRICS_FILE, RUN_FILE, TURNS_FILE
+from harness.record.turns import read_rows, read_turns
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,7 @@ def turn_frame(run_dir: Path) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(read_turns(run_dir / TURNS_FILE, text=True))
     decided, _ = judge.decide(judge.read_rows(run_dir))
     frame = tiers.merge_oracles(frame, oracles.oracle_evidence(run_dir))
+    frame = tiers.merge_alone(frame, read_rows(run_dir / CONFIRM_FILE))  # re-sent alone
     return tiers.merge_judge(frame, decided)
 
 

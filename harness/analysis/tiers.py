@@ -66,18 +66,25 @@ def mark(df: pd.DataFrame) -> None:
     # another variant wrote the same bytes for the same request (analysis.crossvariant): the
     # model's own output, not the server's corruption; one cut short against it: corrupted
     reference = _bool_column(df, "reference")
-    same = df["is_suspect"] & (reference == "same")
+    # re-sent alone after the load (confirm.jsonl): the same bytes alone are the model's own
+    # answer to that request; clean alone, the load's doing
+    alone = _bool_column(df, "alone")
+    again = df["is_suspect"] & (alone == "model_own")
+    clean_alone = df["is_suspect"] & (alone == "confirmed_under_load")
+    same = (df["is_suspect"] & (reference == "same")) | again
     cut = reference == "cut_short"
     exact = by_text & ~same
     judge = _bool_column(df, "judge_confirmed")
     oracle = _bool_column(df, "oracle_confirmed")
-    scored = df["is_suspect"] & (judge.notna() | oracle.notna())
+    scored = df["is_suspect"] & (judge.notna() | oracle.notna() | again | clean_alone)
     df["is_scored"] = scored  # judged by an oracle after the load
     df["is_judged"] = scored | exact | same
-    by_model = df["is_suspect"] & ((judge == True) | (oracle == True)) & ~same  # noqa: E712
+    by_model = df["is_suspect"] & ((judge == True) | (oracle == True) | clean_alone) & ~same  # noqa: E712
     df["is_confirmed"] = exact | by_model | cut
-    df["is_reference_acquitted"] = same
+    df["is_reference_acquitted"] = df["is_suspect"] & (reference == "same")
     df["is_reference_confirmed"] = cut
+    df["is_alone_acquitted"] = again
+    df["is_alone_confirmed"] = clean_alone & df["is_confirmed"]
     judged_variants = set(df.loc[scored, "variant"])
     by_detector = ~df["variant"].isin(judged_variants) & ~same
     df.loc[df["is_confirmed"], "tier"] = CONFIRMED
@@ -115,6 +122,31 @@ def merge_oracles(df: pd.DataFrame, evidence: Mapping[tuple[Any, ...], list[str]
     return df
 
 
+def merge_alone(df: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """``alone``: what a flagged send gave when re-sent alone after the load (confirm.jsonl):
+    ``model_own`` (the same answer, byte for byte: what the model writes for this request
+    without any load), ``reproduces_alone`` (corrupted alone too, otherwise: a corruption that
+    needs no load stays counted) or ``confirmed_under_load`` (clean alone); undecided ones
+    left out."""
+    found = {}
+    for r in rows:
+        status = r.get("status")
+        if status not in ("reproduces_alone", "confirmed_under_load"):
+            continue
+        if status == "reproduces_alone" and r.get("same_as_recorded"):
+            status = "model_own"
+        found[tuple(r.get(k) for k in ("variant", "repeat", "session", "turn", "attempt"))] = status
+    if not found or df.empty:
+        return df
+    key = ["variant", "repeat", "session", "turn", "attempt"]
+    cols = [df[k] if k in df else pd.Series([0] * len(df), index=df.index) for k in key]
+    df = df.copy()
+    df["alone"] = pd.Series(
+        [found.get(tuple(k)) for k in zip(*cols, strict=True)], index=df.index, dtype=object
+    )
+    return df
+
+
 def merge_reference(
     df: pd.DataFrame, evidence: Mapping[tuple[Any, ...], tuple[str, str]]
 ) -> pd.DataFrame:
@@ -149,7 +181,9 @@ def _bool_column(df: pd.DataFrame, name: str) -> pd.Series:
 def variant_tiers(ok: pd.DataFrame) -> dict[str, Any]:
     """The tier counts of one variant's classified turns, and the basis of its headline."""
     suspects = ok[ok["is_suspect"]]
-    judged = bool(suspects["is_scored"].any()) if len(suspects) else False
+    # judged: the judge or an oracle scored some, or another variant wrote every suspect
+    decided = suspects["is_scored"] | suspects.get("is_reference_acquitted", False)
+    judged = bool(suspects["is_scored"].any() or decided.all()) if len(suspects) else False
     acquitted = suspects[suspects["is_judged"] & ~suspects["is_confirmed"]]
     unjudged = suspects[~suspects["is_judged"]]
     out: dict[str, Any] = {
@@ -169,6 +203,10 @@ def variant_tiers(ok: pd.DataFrame) -> dict[str, Any]:
         out["reference"] = {
             "acquitted": int(ok["is_reference_acquitted"].sum()),
             "cut_short": int(ok["is_reference_confirmed"].sum()),
+        }
+        out["alone"] = {
+            "acquitted": int(ok["is_alone_acquitted"].sum()),
+            "confirmed": int(ok["is_alone_confirmed"].sum()),
         }
     apart = acquitted if judged else suspects.iloc[0:0]
     apart = pd.concat([apart, unjudged]) if judged else apart
@@ -247,6 +285,12 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
         out.append(f"| {v['label']} | {t[STRUCTURAL]} | {t[CONFIRMED]} | "
                    f"{t.get('suspect_acquitted', 0)} | {unjudged} | "
                    f"{str(v.get('headline_basis', '')).replace('+', ' + ')} |")  # fmt: skip
+    lone = [(v["label"], v["alone"]) for v in rows if v.get("alone")]
+    if any(r["acquitted"] or r["confirmed"] for _, r in lone):
+        parts = [f"`{label}` {r['confirmed']} clean alone (confirmed), {r['acquitted']} "
+                 "flagged again alone (the model's own: acquitted)"
+                 for label, r in lone]  # fmt: skip
+        out += ["", "The flagged turns re-sent alone after the load: " + "; ".join(parts) + "."]
     refs = [(v["label"], v["reference"]) for v in rows if v.get("reference")]
     if any(r["acquitted"] or r["cut_short"] for _, r in refs):
         parts = [f"`{label}` {r['cut_short']} cut short, {r['acquitted']} suspects "

@@ -54,6 +54,8 @@ from harness.run.oracle_alarms import canary_rows, spec_rows
 from harness.run.oracle_passkeys import passkey_variant
 from harness.run.oracle_replay import replay_oracle_variant
 from harness.run.replay import resend
+from harness.target.launch import make_target
+from harness.target.spec import substitute
 from harness.workload.matrix import Variant
 from harness.workload.scenario import Scenario
 
@@ -165,11 +167,50 @@ async def confirm_variant(
                     else CONFIRMED_UNDER_LOAD
                 )
                 out = {"run_id": run_id, **dict(zip(ROW_KEY, key, strict=True))}
-                out.update(status=status, recorded_label=recorded.get("label"), **got.row())
+                out.update(status=status, recorded_label=recorded.get("label"), **got.row(recorded))
+                out["content"] = (got.out.content or "")[:4000]  # what it said alone
                 fh.write(json.dumps(out, ensure_ascii=False) + "\n")
                 fh.flush()
                 rows.append(out)
     return rows
+
+
+async def confirm_on_lone_server(
+    opts: RunOptions,
+    run_id: str,
+    variant: Variant,
+    repeat: int,
+    client: ChatClient,
+    announce: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """``confirm_variant`` on a fresh server of the variant that takes requests one at a
+    time (the target's ``[alone] args`` added to its command): what a damaged cache did to the
+    loaded server cannot reach the lone answers, and a server that corrupts only under
+    concurrency gives them clean."""
+    spec = opts.target
+    assert spec is not None
+    assert spec.alone_args is not None
+    values = {**spec.vars, "model": spec.model}
+    extra = [substitute(a, values) for a in spec.alone_args]
+    sim = list(opts.sim_args) if spec.name == "sim" else []
+    target = make_target(spec, variant, opts.out_dir, extra_args=[*sim, *extra], repeat=repeat)
+    announce(f"{variant.label}: a fresh server for the flagged turns alone ({' '.join(extra)})")
+    base_url = await target.start()
+    try:
+        lone = ChatClient(
+            base_url,
+            model=client.model,
+            api_key=opts.api_key,
+            max_connections=2,
+            request_timeout=client.request_timeout,
+            limits=client.limits,
+        )
+        try:
+            return await confirm_variant(lone, opts.out_dir, run_id, variant.label, repeat)
+        finally:
+            await lone.aclose()
+    finally:
+        await target.stop()
 
 
 async def reference_variant(
@@ -232,8 +273,14 @@ async def after_load(
     requests on the same server, now idle. The judge runs by default (``--judge auto``) once
     the variant has a flagged turn (not on a shard: its reference is the whole variant's)."""
     name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
-    if opts.confirm:
-        rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
+    lone_server = opts.target.alone_args if opts.target is not None else None
+    if opts.shard is not None:
+        lone_server = None  # (a shard's flagged turns are re-sent by --confirm only)
+    if opts.confirm or (lone_server is not None and flagged(opts.out_dir, variant.label, repeat)):
+        if lone_server is not None:
+            rows = await confirm_on_lone_server(opts, run_id, variant, repeat, client, announce)
+        else:
+            rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
         alone = sum(1 for r in rows if r["status"] == REPRODUCES_ALONE)
         announce(f"{name}: {len(rows)} corrupted turns re-sent alone, {alone} corrupted again")
     auto = opts.judge == "auto" and opts.shard is None

@@ -57,6 +57,12 @@ class _Handler(BaseHTTPRequestHandler):
     server: HttpFront
     protocol_version = "HTTP/1.1"
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):  # the client went away: its business
+            self.close_connection = True
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
         log.debug("%s " + format, self.address_string(), *args)
 

@@ -74,6 +74,18 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def last_words(path: Path, lines: int = DEATH_TAIL_LINES) -> list[str]:
+    """What a dead server said last: the lines of its log before a crash report (Python's
+    ``Fatal Python error: Segmentation fault`` and the thread stacks after it say where
+    Python was, not what the engine did), then that line; else its last ``lines`` lines."""
+    tail = log_tail(path, 4000).splitlines()
+    fatal = [i for i, line in enumerate(tail) if line.startswith("Fatal Python error")]
+    if not fatal:
+        return tail[-lines:]
+    i = fatal[-1]
+    return [*tail[max(0, i - lines + 1) : i], tail[i]]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now (the OS picks it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -195,7 +207,7 @@ class LaunchTarget:
             "exit_code": code,
             "signal": killed,
             "log": str(self.log_path),
-            "last_lines": log_tail(self.log_path, DEATH_TAIL_LINES).splitlines(),
+            "last_lines": last_words(self.log_path),
         }
 
     async def start(self) -> str:

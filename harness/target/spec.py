@@ -96,6 +96,10 @@ class TargetSpec:
     #: the server runs in a deterministic mode (a request alone gives exactly what it gives in
     #: a batch): ``--oracle replay`` compares exactly (harness.run.oracle_replay)
     deterministic: bool = False
+    #: launch mode, ``[alone] args``: added to a variant's command for a fresh server that
+    #: takes requests one at a time; its flagged turns are re-sent there after the load
+    #: (harness.run.afterload). None: no such server (re-sent on the loaded one with --confirm)
+    alone_args: tuple[str, ...] | None = None
     #: ``[verify.<factor>.<level>]`` tables (any mode): what the server reports at that level
     verify: Mapping[str, Mapping[str, Mapping[str, str]]] = field(
         default_factory=lambda: MappingProxyType({})

@@ -64,7 +64,7 @@ class _Builder:
         allowed = {
             "name", "mode", "description", "model", "served_model", "vars", "ready", "launch",
             "hook", "base_url", "endpoints", "factors", "warm_up", "flush_cache", "metrics",
-            "verify", "deterministic",
+            "verify", "deterministic", "alone",
         }  # fmt: skip
         self._no_unknown(raw, allowed, "top level")
         mode = raw.get("mode")
@@ -81,7 +81,10 @@ class _Builder:
         spec: dict[str, Any] = {}
         if mode == "launch":
             spec["launch"] = self._launch(values)
-        elif raw.get("launch") is not None:
+            spec["alone_args"] = self._alone(values)
+        elif raw.get("alone") is not None:
+            raise self.fail(f'an [alone] table is only used with mode = "launch", not {mode!r}')
+        if mode != "launch" and raw.get("launch") is not None:
             raise self.fail(f'a [launch] table is only used with mode = "launch", not {mode!r}')
         if mode == "hook":
             spec["hook"] = self._hook(values)
@@ -125,6 +128,18 @@ class _Builder:
         )
 
     # -- pieces ---------------------------------------------------------------------------
+
+    def _alone(self, values: Mapping[str, str]) -> tuple[str, ...] | None:
+        """``[alone] args``: what to add to a variant's command for a fresh server that takes
+        requests one at a time (the corrupted turns re-sent alone after the load)."""
+        if self.raw.get("alone") is None:
+            return None
+        table = self._table(self.raw, "alone")
+        self._no_unknown(table, {"args"}, "[alone]")
+        args = self._str_list(table, "args", "[alone]")
+        for arg in args:
+            self._check_placeholders(arg, values, "[alone]")
+        return tuple(args)
 
     def _vars(self) -> dict[str, str]:
         table = self._table(self.raw, "vars")

@@ -65,3 +65,37 @@ def test_an_exact_oracle_confirms_a_suspect() -> None:
     assert v["headline_basis"] == "structural+confirmed"
     assert (v["confirmed_turns"], v["corrupted_turns"], v["suspect_turns"]) == (1, 1, 2)
     assert v["tiers"]["suspect_acquitted"] == 1
+
+
+def test_the_same_request_alone_and_on_another_variant() -> None:
+    """A suspect flagged again when re-sent alone (or written byte for byte by another
+    variant) is the model's own answer: acquitted; one clean alone is confirmed; an answer
+    the detector passed that was cut short against another variant's is confirmed."""
+    from harness.analysis import crossvariant
+    from harness.analysis.tiers import merge_alone, merge_reference
+
+    loop = "It handles the stream pages. " * 12
+    rows = [
+        _turn("a", 0, "repetition", "suspect", content=loop),  # b wrote the same: acquitted
+        _turn("b", 0, "repetition", "suspect", content=loop),
+        _turn("a", 1, "repetition", "confirmed", content="x " * 30),  # the same loop alone
+        _turn("a", 2, "token_salad", "suspect", content="wisinggesmol"),  # clean alone
+        _turn("a", 3, "ok_text", content="Explain:", finish_reason="stop"),  # cut short
+        _turn("b", 3, "ok_text", content=loop, finish_reason="stop"),
+    ]
+    frame = merge_reference(pd.DataFrame(rows), crossvariant.evidence(rows))
+    confirm = [
+        {"variant": "a", "repeat": 0, "session": 1, "turn": 0, "attempt": 0,
+         "status": "reproduces_alone", "label": "repetition", "recorded_label": "repetition",
+         "same_as_recorded": True},
+        {"variant": "a", "repeat": 0, "session": 2, "turn": 0, "attempt": 0,
+         "status": "confirmed_under_load"},
+    ]  # fmt: skip
+    frame = merge_alone(frame.assign(repeat=0, attempt=0), confirm)
+    a, b = summarize(frame, "r")["variants"]
+    assert a["corrupted_sessions"] == 2  # session 2 (clean alone) and 3 (cut short)
+    assert a["tiers"]["suspect_acquitted"] == 2
+    assert a["reference"] == {"acquitted": 1, "cut_short": 1}
+    assert a["alone"] == {"acquitted": 1, "confirmed": 1}
+    assert b["corrupted_turns"] == 0
+    assert b["headline_basis"] == "structural+confirmed"
