@@ -44,9 +44,15 @@ def add_bisect_parser(sub: Any) -> None:
         help="a level is bad when its sessions corrupt more than the good end's at one-sided "
         "p below this (default 0.01)",
     )
-    p.add_argument(
-        "run_args", nargs=argparse.REMAINDER, help="after --: the arguments of each harness run"
-    )
+    p.set_defaults(run_args=[])  # after --: the arguments of each harness run (split_run_args)
+
+
+def split_run_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``harness bisect ... -- RUN_ARGS``: (the bisect's own arguments, each run's)."""
+    if argv[:1] != ["bisect"] or "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -54,8 +60,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from harness.run.bisect import Bisect, between, registry_versions, version_key
 
     run_args = list(args.run_args)
-    if run_args[:1] == ["--"]:
-        run_args = run_args[1:]
     if "--ab" in run_args or "--out" in run_args:
         raise UsageError("harness bisect sets --ab and --out of each run itself: leave them out")
     if not 0 < args.alpha < 1:

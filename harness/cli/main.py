@@ -19,7 +19,7 @@ from harness import __version__
 from harness.argtypes import DefaultsHelpFormatter
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
-from harness.cli.bisect import add_bisect_parser, cmd_bisect
+from harness.cli.bisect import add_bisect_parser, cmd_bisect, split_run_args
 from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
 from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
 from harness.cli.limit_flags import add_limit_args
@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         return sim_main(argv[1:])
     parser = build_parser()
     parser.argv = argv  # type: ignore[attr-defined]  # the hints read the command line
+    argv, run_args = split_run_args(argv)  # harness bisect ... -- RUN_ARGS
     try:
         args = parser.parse_args(argv)
     except UsageExit as exc:  # CI reads the last line: it says the command failed
@@ -269,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             print_failure_line(None, EXIT_USAGE, exc.message)
         raise
     args.argv = argv  # the command line as typed (run.json, the report)
+    if run_args:
+        args.run_args = run_args
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
