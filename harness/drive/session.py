@@ -238,6 +238,7 @@ class Session:
             "temperature": s.temperature,
             "max_tokens": s.max_tokens,
             "seed": self.plan.seed_for(turn),
+            **dict(s.sampling),  # [sampling]: more fields, as the server names them
         }
         if self.tools:
             body["tools"] = self.tools

@@ -65,6 +65,9 @@ class Scenario:
     #: requests in flight at most when the command line does not say (0: one per session);
     #: a scenario for a server with few slots keeps the queue short enough for its timeouts
     concurrency: int = 0
+    #: more sampling fields sent with every request, as the server names them (a penalty
+    #: that keeps a small model from looping: ``repeat_penalty``, ``frequency_penalty``)
+    sampling: tuple[tuple[str, Any], ...] = ()
     passkeys: bool = False  # --passkeys: plant an id early, ask it back (workload.passkeys)
     #: --oracle spec_accept: ask SGLang for its per-request meta_info (speculative counters)
     return_meta_info: bool = False
@@ -106,6 +109,7 @@ _KNOWN = {
     "tools",
     "temperature",
     "concurrency",
+    "sampling",
     *_INT_FIELDS,
 }
 
@@ -163,6 +167,7 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
             f"{source}: 'concurrency' must be a whole number of requests (0: one per session), "
             f"got {concurrency!r}"
         )
+    sampling = _sampling(raw.get("sampling", {}), source)
     temperature = raw.get("temperature", 0.0)
     if not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
         raise ConfigError(f"{source}: 'temperature' must be a number in [0, 2]")
@@ -178,11 +183,32 @@ def parse_scenario(raw: dict[str, Any], source: str) -> Scenario:
         questions=tuple(questions),
         temperature=float(temperature),
         concurrency=concurrency,
+        sampling=sampling,
         source=source,
         **kwargs,
     )
     _check_numbers(scenario, source)
     return scenario
+
+
+#: request fields the scenario sets by its own keys (or the harness does): not in [sampling]
+_OWN_FIELDS = ("messages", "model", "stream", "tools", "temperature", "max_tokens", "seed")
+
+
+def _sampling(raw: Any, source: str) -> tuple[tuple[str, Any], ...]:
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{source}: 'sampling' must be a table, e.g. [sampling] repeat_penalty = 1.15"
+        )
+    for key, value in raw.items():
+        if key in _OWN_FIELDS:
+            raise ConfigError(
+                f"{source}: [sampling] {key}: set by the scenario's own keys or by the harness; "
+                "leave it out of [sampling]"
+            )
+        if not isinstance(value, int | float | str | bool):
+            raise ConfigError(f"{source}: [sampling] {key}: give a number, a string or a boolean")
+    return tuple(sorted(raw.items()))
 
 
 def _pressure_keys(raw: dict[str, Any], source: str) -> dict[str, Any]:

@@ -37,6 +37,9 @@ def test_default_scenario_loads_and_declares_valid_tools() -> None:
             "not a valid JSON schema",
         ),
         ("name = \n", "not valid TOML"),
+        ('name = "x"\nworkload = "chat"\nconcurrency = -1\n', "'concurrency' must be a whole"),
+        ('name = "x"\nworkload = "chat"\n[sampling]\nmax_tokens = 9\n', "by the scenario's own"),
+        ('name = "x"\nworkload = "chat"\n[sampling]\nstop = [1]\n', "give a number, a string"),
     ],
 )
 def test_bad_scenarios_say_what_to_fix(tmp_path: Path, body: str, message: str) -> None:
@@ -85,3 +88,10 @@ def test_scenario_and_target_files_that_cannot_be_read_say_why(
     assert "\n" not in said
     expected = f"not UTF-8 (byte 11); a {what} is UTF-8 TOML" if b"\xe9" in body else "too deep"
     assert expected in said
+
+
+def test_the_shipped_kv_churn_scenario_sends_its_penalty() -> None:
+    root = Path(__file__).resolve().parents[2]
+    s = load_scenario(root / "scenarios" / "kv_churn.toml")
+    assert dict(s.sampling) == {"repeat_penalty": 1.15}
+    assert s.concurrency == 4
