@@ -53,12 +53,12 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
+from harness.client.door import auth_headers, verify_context
 from harness.client.output import BadResponse, Failure, TooLarge, TurnOutput
 from harness.client.response_limits import Limits
 from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
 from harness.record.payload import HistoryEncoder
 from harness.record.transcripts import chat_payload
-from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +134,11 @@ class ChatClient:
         self.observers: list[Any] = []
         self._url = self.base_url + "/v1/chat/completions"
         # no compression: a compressed answer is one more thing to bound (``_Body``)
-        self._headers = {"content-type": "application/json", "accept-encoding": "identity"}
-        if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
+        self._headers = {
+            "content-type": "application/json",
+            "accept-encoding": "identity",
+            **auth_headers(api_key),
+        }
         self._timeout = aiohttp.ClientTimeout(
             total=None,
             connect=request_timeout,  # a free pooled connection, then connecting
