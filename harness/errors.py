@@ -1,4 +1,5 @@
-"""The harness's exception tree. Only cli.py turns these into exit codes.
+"""The harness's exception tree and exit codes. Only the commands (harness/cli/, the
+simulator's main) turn the exceptions into exit codes.
 
     HarnessError            anything the user can fix; message says what to fix
     ├── UsageError          bad flags or input files                       -> exit 2
