@@ -29,7 +29,8 @@ import json
 import re
 from collections.abc import Sequence
 
-from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.base import ToolCall
+from harness.dialects.declare import Entry, MarkupDialect
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
 from harness.dialects.markup import (
     NC_NEWLINES,
@@ -37,11 +38,12 @@ from harness.dialects.markup import (
     Fail,
     Scanner,
     Tools,
+    Writer,
     expect_ws,
+    known_version,
     layout_of,
     need,
 )
-from harness.errors import UsageError
 
 BAR, SP = "\uff5c", "\u2581"
 CALLS_BEGIN = f"<{BAR}tool{SP}calls{SP}begin{BAR}>"
@@ -65,9 +67,7 @@ _CANON_FENCE = ("\n", "json", "\n", "\n", "")
 
 
 def _version(version: str) -> str:
-    if version not in VERSIONS:
-        raise UsageError(f"unknown DeepSeek version {version!r}: use one of {', '.join(VERSIONS)}")
-    return version
+    return known_version(version, VERSIONS, "DeepSeek version")
 
 
 def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
@@ -155,10 +155,26 @@ def _v3_call(
     return ToolCall(name, _json(m.group(5), at + m.start(5), calls))
 
 
+def _writer(version: str) -> Writer:
+    def write(calls: Sequence[ToolCall]) -> str:
+        parts = []
+        for c in calls:
+            args = json.dumps(c.arguments, ensure_ascii=False)
+            if version == "v3":
+                parts.append(f"{CALL_BEGIN}function{SEP}{c.name}\n```json\n{args}\n```{CALL_END}")
+            else:
+                parts.append(f"{CALL_BEGIN}{c.name}{SEP}{args}{CALL_END}")
+        joined = ("\n" if version == "v3" else "").join(parts)
+        return f"{CALLS_BEGIN}{joined}{CALLS_END}"
+
+    return write
+
+
 GRAMMARS = {
-    v: BlockGrammar(name, _OPENER, FRAGMENT, _scanner(v), eos=(EOS,), separator="", what="DeepSeek")
+    v: BlockGrammar(name, _OPENER, FRAGMENT, _scanner(v), eos=(EOS,), separator="",
+                    what="DeepSeek", write=_writer(v))
     for v, name in VERSIONS.items()
-}
+}  # fmt: skip
 
 
 #: V3 writes a type and a fence around the arguments, V3.1 the JSON right after the separator
@@ -173,31 +189,14 @@ def layout(text: str) -> str | None:
     return layout_of(text, _V3_LAYOUT, _V31_LAYOUT, (VERSIONS["v3"], VERSIONS["v31"]))
 
 
-def first_marker(text: str, version: str = "v3") -> int:
-    return GRAMMARS[_version(version)].first_marker(text)
-
-
-def parse(
-    text: str, version: str = "v3", *, server_content: bool = False, tools: Tools = None
-) -> ParseResult:
-    """Parse one assistant output with the V3/R1 (``v3``) or V3.1 (``v31``) markers."""
-    return GRAMMARS[_version(version)].parse(text, server_content=server_content, tools=tools)
-
-
-def complete_calls(text: str, tools: Tools = None, version: str = "v3") -> tuple[ToolCall, ...]:
-    return GRAMMARS[_version(version)].complete_calls(text, tools)
-
-
 def encode(content: str, calls: Sequence[ToolCall], version: str = "v3") -> str:
-    _version(version)
-    if not calls:
-        return content + EOS
-    parts = []
-    for c in calls:
-        args = json.dumps(c.arguments, ensure_ascii=False)
-        if version == "v3":
-            parts.append(f"{CALL_BEGIN}function{SEP}{c.name}\n```json\n{args}\n```{CALL_END}")
-        else:
-            parts.append(f"{CALL_BEGIN}{c.name}{SEP}{args}{CALL_END}")
-    joined = ("\n" if version == "v3" else "").join(parts)
-    return f"{content}{CALLS_BEGIN}{joined}{CALLS_END}{EOS}"
+    """The canonical raw turn with the V3/R1 (``v3``) or V3.1 (``v31``) markers."""
+    return GRAMMARS[_version(version)].encode(content, calls)
+
+
+DIALECTS = (
+    Entry(MarkupDialect.of(GRAMMARS["v3"]), rank=80, auto=True,
+          aliases=("deepseek_v3", "deepseekv3", "deepseek-r1"), layout=layout),
+    Entry(MarkupDialect.of(GRAMMARS["v31"]), rank=81, auto=True,
+          aliases=("deepseek_v31", "deepseekv31"), layout=layout),
+)  # fmt: skip

@@ -22,7 +22,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.base import ToolCall
+from harness.dialects.declare import Entry, MarkupDialect
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict, raw_decode_strict
 from harness.dialects.markup import (
     NC_NEWLINES,
@@ -30,11 +31,12 @@ from harness.dialects.markup import (
     Fail,
     Scanner,
     Tools,
+    Writer,
+    known_version,
     layout_of,
     skip_ws,
     snippet,
 )
-from harness.errors import UsageError
 
 TOOL_CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 EOS = "</s>"
@@ -53,9 +55,7 @@ _KEYS = {"name", "arguments", "id"}
 
 
 def _version(version: str) -> str:
-    if version not in VERSIONS:
-        raise UsageError(f"unknown Mistral version {version!r}: use one of {', '.join(VERSIONS)}")
-    return version
+    return known_version(version, VERSIONS, "Mistral version")
 
 
 def _decode(body: str, pos: int, what: str, calls: Sequence[ToolCall]) -> tuple[Any, int]:
@@ -153,11 +153,27 @@ def _scan_v11(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[
         start = nxt
 
 
+def _write_v3(calls: Sequence[ToolCall]) -> str:
+    items = [
+        {"name": c.name, "arguments": c.arguments, "id": f"call{i:05d}"}
+        for i, c in enumerate(calls)
+    ]
+    return f"{TOOL_CALLS} {json.dumps(items, ensure_ascii=False)}"
+
+
+def _write_v11(calls: Sequence[ToolCall]) -> str:
+    return "".join(
+        f"{TOOL_CALLS}{c.name}{ARGS}{json.dumps(c.arguments, ensure_ascii=False)}" for c in calls
+    )
+
+
 _SCANNERS: dict[str, Scanner] = {"v3": _scan_v3, "v11": _scan_v11}
+_WRITERS: dict[str, Writer] = {"v3": _write_v3, "v11": _write_v11}
 GRAMMARS = {
-    v: BlockGrammar(name, _OPENER, FRAGMENT, _SCANNERS[v], eos=(EOS,), separator="", what="Mistral")
+    v: BlockGrammar(name, _OPENER, FRAGMENT, _SCANNERS[v], eos=(EOS,), separator="",
+                    what="Mistral", write=_WRITERS[v])
     for v, name in VERSIONS.items()
-}
+}  # fmt: skip
 
 
 _V3_LAYOUT = re.compile(r"\[TOOL_CALLS\][ \t]*\[")
@@ -171,32 +187,13 @@ def layout(text: str) -> str | None:
     return layout_of(text, _V3_LAYOUT, _V11_LAYOUT, (VERSIONS["v3"], VERSIONS["v11"]))
 
 
-def first_marker(text: str, version: str = "v3") -> int:
-    return GRAMMARS[_version(version)].first_marker(text)
-
-
-def parse(
-    text: str, version: str = "v3", *, server_content: bool = False, tools: Tools = None
-) -> ParseResult:
-    """Parse one assistant output in the v3 list (``v3``) or v11 compact (``v11``) form."""
-    return GRAMMARS[_version(version)].parse(text, server_content=server_content, tools=tools)
-
-
-def complete_calls(text: str, tools: Tools = None, version: str = "v3") -> tuple[ToolCall, ...]:
-    return GRAMMARS[_version(version)].complete_calls(text, tools)
-
-
 def encode(content: str, calls: Sequence[ToolCall], version: str = "v3") -> str:
-    _version(version)
-    if not calls:
-        return content + EOS
-    if version == "v3":
-        items = [
-            {"name": c.name, "arguments": c.arguments, "id": f"call{i:05d}"}
-            for i, c in enumerate(calls)
-        ]
-        return f"{content}{TOOL_CALLS} {json.dumps(items, ensure_ascii=False)}{EOS}"
-    compact = "".join(
-        f"{TOOL_CALLS}{c.name}{ARGS}{json.dumps(c.arguments, ensure_ascii=False)}" for c in calls
-    )
-    return content + compact + EOS
+    """The canonical raw turn in the v3 list (``v3``) or v11 compact (``v11``) form."""
+    return GRAMMARS[_version(version)].encode(content, calls)
+
+
+DIALECTS = (
+    Entry(MarkupDialect.of(GRAMMARS["v3"], holds=HOLDS), rank=90, auto=True,
+          aliases=("mistral-v3",), layout=layout),
+    Entry(MarkupDialect.of(GRAMMARS["v11"], holds=HOLDS), rank=91, auto=True, layout=layout),
+)  # fmt: skip
