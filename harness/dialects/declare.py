@@ -13,12 +13,12 @@ registry finds the modules by itself.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from harness.dialects.base import ParseResult, ToolCall
-from harness.dialects.markup import BlockGrammar, Tools
+from harness.dialects.markup import BlockGrammar, Tools, known_version
 from harness.dialects.stream import MarkupStream, Stream
 from harness.errors import UsageError
 
@@ -115,6 +115,42 @@ class Entry:
     aliases: tuple[str, ...] = ()
     auto_marker: Callable[[str], int] | None = None
     layout: Callable[[str], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Two versions of one markup (DeepSeek V3 and V3.1, GLM-4.5 and 4.7, Mistral v3 and v11):
+    their grammars, and the marks of each one's layout, which decide between them when both
+    parse or both fail (``layout``, for "auto")."""
+
+    what: str  #: how an unknown version is named ("GLM version")
+    grammars: Mapping[str, BlockGrammar]  #: version -> its grammar, the default first
+    marks: tuple[re.Pattern[str], re.Pattern[str]]  #: the marks of each version's layout
+
+    def layout(self, text: str) -> str | None:
+        """The dialect whose layout the markup in ``text`` has, whole or broken: the version
+        whose marks outnumber the other's; None on a tie (none of either, or as many)."""
+        ones, twos = (len(marks.findall(text)) for marks in self.marks)
+        if ones == twos:
+            return None
+        first, second = (grammar.dialect for grammar in self.grammars.values())
+        return first if ones > twos else second
+
+    def encode(self, content: str, calls: Sequence[ToolCall], version: str | None = None) -> str:
+        """The canonical raw turn of ``version`` (the first one when not given)."""
+        version = next(iter(self.grammars)) if version is None else version
+        grammar = self.grammars[known_version(version, self.grammars, self.what)]
+        return grammar.encode(content, calls)
+
+    def entries(
+        self, rank: int, aliases: Mapping[str, tuple[str, ...]], *, holds: tuple[str, ...] = ()
+    ) -> tuple[Entry, ...]:
+        """The versions as dialects that "auto" tries, ranked from ``rank`` on."""
+        return tuple(
+            Entry(MarkupDialect.of(grammar, holds=holds), rank=rank + i, auto=True,
+                  aliases=aliases.get(version, ()), layout=self.layout)
+            for i, (version, grammar) in enumerate(self.grammars.items())
+        )  # fmt: skip
 
 
 DIALECTS = (Entry(NoDialect(), rank=1000),)

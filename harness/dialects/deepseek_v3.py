@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 
 from harness.dialects.base import ToolCall
-from harness.dialects.declare import Entry, MarkupDialect
+from harness.dialects.declare import Versions
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
 from harness.dialects.markup import (
     NC_NEWLINES,
@@ -39,9 +39,8 @@ from harness.dialects.markup import (
     Scanner,
     Tools,
     Writer,
+    closes,
     expect_ws,
-    known_version,
-    layout_of,
     need,
 )
 
@@ -66,10 +65,6 @@ _FENCED = re.compile(
 _CANON_FENCE = ("\n", "json", "\n", "\n", "")
 
 
-def _version(version: str) -> str:
-    return known_version(version, VERSIONS, "DeepSeek version")
-
-
 def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
     return need(body, pos, expected, calls, "section")
 
@@ -90,10 +85,8 @@ def _scanner(version: str) -> Scanner:
         calls: list[ToolCall] = []
         p = expect_ws(body, start + len(CALLS_BEGIN), "", nc)
         while True:
-            if body.startswith(CALLS_END, p):
-                if not calls:
-                    raise Fail("tool-call section with no call", p, calls)
-                return calls, p + len(CALLS_END)
+            if (end := closes(body, p, CALLS_END, calls)) >= 0:
+                return calls, end
             if not body.startswith(CALL_BEGIN, p):
                 raise _need(body, p, f"{CALL_BEGIN} or {CALLS_END}", calls)
             p += len(CALL_BEGIN)
@@ -182,21 +175,12 @@ _V3_LAYOUT = re.compile(rf"function[ \t]*{re.escape(SEP)}|{re.escape(SEP)}[^\n<{
 _V31_LAYOUT = re.compile(rf"{re.escape(SEP)}[^\n<{{`]*{{")
 
 
-def layout(text: str) -> str | None:
-    """The version whose layout the markup in ``text`` has, whole or broken: ``deepseek-v3``
-    when its calls mostly carry a type and a fence, ``deepseek-v31`` when their JSON mostly
-    follows the name; None when they do not tell."""
-    return layout_of(text, _V3_LAYOUT, _V31_LAYOUT, (VERSIONS["v3"], VERSIONS["v31"]))
+#: ``layout``: ``deepseek-v3`` when the calls mostly carry a type and a fence,
+#: ``deepseek-v31`` when their JSON mostly follows the name.
+#: ``encode(content, calls, version)``: with the V3/R1 (``v3``) or V3.1 (``v31``) markers.
+FAMILY = Versions("DeepSeek version", GRAMMARS, (_V3_LAYOUT, _V31_LAYOUT))
+layout, encode = FAMILY.layout, FAMILY.encode
 
-
-def encode(content: str, calls: Sequence[ToolCall], version: str = "v3") -> str:
-    """The canonical raw turn with the V3/R1 (``v3``) or V3.1 (``v31``) markers."""
-    return GRAMMARS[_version(version)].encode(content, calls)
-
-
-DIALECTS = (
-    Entry(MarkupDialect.of(GRAMMARS["v3"]), rank=80, auto=True,
-          aliases=("deepseek_v3", "deepseekv3", "deepseek-r1"), layout=layout),
-    Entry(MarkupDialect.of(GRAMMARS["v31"]), rank=81, auto=True,
-          aliases=("deepseek_v31", "deepseekv31"), layout=layout),
-)  # fmt: skip
+DIALECTS = FAMILY.entries(
+    80, {"v3": ("deepseek_v3", "deepseekv3", "deepseek-r1"), "v31": ("deepseek_v31", "deepseekv31")}
+)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from harness.dialects.base import ToolCall
 from harness.dialects.coerce import coerce_args, xml_value
-from harness.dialects.declare import Entry, MarkupDialect
+from harness.dialects.declare import Versions
 from harness.dialects.markup import (
     NC_NEWLINES,
     BlockGrammar,
@@ -36,8 +36,6 @@ from harness.dialects.markup import (
     Tools,
     Writer,
     expect_ws,
-    known_version,
-    layout_of,
     need,
     skip_ws,
     value_end,
@@ -56,10 +54,6 @@ FRAGMENT = re.compile(
 )
 _NAME = re.compile(r"[^\n<>]*")
 _INNER = re.compile(r"</?arg_(?:key|value)>|</?tool_call>")
-
-
-def _version(version: str) -> str:
-    return known_version(version, VERSIONS, "GLM version")
 
 
 def _scanner(version: str) -> Scanner:
@@ -151,22 +145,10 @@ _AFTER_NEWLINE = re.compile(
 _AFTER_TEXT = re.compile(r"[^\s](?:<arg_key>|<arg_value>|</tool_call>)|</tool_call><tool_call>")
 
 
-def layout(text: str) -> str | None:
-    """The GLM version whose layout the markup in ``text`` has, whole or broken: ``glm45``
-    when its tags mostly stand on lines of their own (``\n<arg_key>``), ``glm47`` when they
-    mostly follow the text before them (``get_time</tool_call>``); None when they do not tell
-    (no such tag, or as many of each)."""
-    return layout_of(text, _AFTER_NEWLINE, _AFTER_TEXT, ("glm45", "glm47"))
+#: ``layout``: ``glm45`` when the tags mostly stand on lines of their own (``\n<arg_key>``),
+#: ``glm47`` when they mostly follow the text before them (``get_time</tool_call>``).
+#: ``encode(content, calls, version)``: in the GLM-4.5 (``glm45``) or 4.7 (``glm47``) layout.
+FAMILY = Versions("GLM version", GRAMMARS, (_AFTER_NEWLINE, _AFTER_TEXT))
+layout, encode = FAMILY.layout, FAMILY.encode
 
-
-def encode(content: str, calls: Sequence[ToolCall], version: str = "glm45") -> str:
-    """The canonical raw turn in the GLM-4.5 (``glm45``) or 4.7 (``glm47``) layout."""
-    return GRAMMARS[_version(version)].encode(content, calls)
-
-
-DIALECTS = (
-    Entry(MarkupDialect.of(GRAMMARS["glm45"]), rank=50, auto=True,
-          aliases=("glm4_moe", "glm-4.5"), layout=layout),
-    Entry(MarkupDialect.of(GRAMMARS["glm47"]), rank=51, auto=True, aliases=("glm-4.7",),
-          layout=layout),
-)  # fmt: skip
+DIALECTS = FAMILY.entries(50, {"glm45": ("glm4_moe", "glm-4.5"), "glm47": ("glm-4.7",)})

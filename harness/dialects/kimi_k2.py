@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from harness.dialects.base import ToolCall
 from harness.dialects.declare import Entry, MarkupDialect
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
-from harness.dialects.markup import NC_NEWLINES, BlockGrammar, Fail, Tools, expect_ws, need
+from harness.dialects.markup import NC_NEWLINES, BlockGrammar, Fail, Tools, closes, expect_ws, need
 
 NAME = "kimi-k2"
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
@@ -50,10 +50,8 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
     calls: list[ToolCall] = []
     p = expect_ws(body, start + len(SECTION_BEGIN), "", nc)
     while True:
-        if body.startswith(SECTION_END, p):
-            if not calls:
-                raise Fail("tool-call section with no call", p, calls)
-            return calls, p + len(SECTION_END)
+        if (end := closes(body, p, SECTION_END, calls)) >= 0:
+            return calls, end
         if not body.startswith(CALL_BEGIN, p):
             raise _need(body, p, f"{CALL_BEGIN} or {SECTION_END}", calls)
         p = expect_ws(body, p + len(CALL_BEGIN), "", nc)

@@ -146,6 +146,18 @@ def snippet(text: str, pos: int, size: int = 30) -> str:
     return repr(text[pos : pos + size].split("\n", 1)[0])
 
 
+def closes(
+    body: str, pos: int, closer: str, calls: Sequence[ToolCall], empty: str = "section with no call"
+) -> int:
+    """Where the markup ends when ``closer`` stands at ``pos`` (-1 when it does not); a
+    closer before any call is a near miss (a tool-call ``empty``)."""
+    if not body.startswith(closer, pos):
+        return -1
+    if not calls:
+        raise Fail(f"tool-call {empty}", pos, calls)
+    return pos + len(closer)
+
+
 def need(
     body: str, pos: int, expected: str, calls: Sequence[ToolCall], unit: str = "block"
 ) -> Fail:
@@ -169,18 +181,6 @@ def value_end(
     if end < 0:
         raise Fail(f"truncated block: {what} not closed", start, calls)
     return end
-
-
-def layout_of(
-    text: str, first: re.Pattern[str], second: re.Pattern[str], names: tuple[str, str]
-) -> str | None:
-    """Which of two versions of one markup ``text`` is laid out as: ``names[0]`` when the
-    marks of its layout (``first``) outnumber those of the other (``second``), ``names[1]``
-    when they are fewer, None on a tie (none of either, or as many)."""
-    ones, twos = len(first.findall(text)), len(second.findall(text))
-    if ones == twos:
-        return None
-    return names[0] if ones > twos else names[1]
 
 
 #: scan(body, start, noncanonical, tools) -> (calls, offset after the markup); raises Fail

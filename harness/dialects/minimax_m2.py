@@ -26,7 +26,16 @@ from collections.abc import Sequence
 from harness.dialects.base import ToolCall
 from harness.dialects.coerce import coerce_args, xml_value
 from harness.dialects.declare import Entry, MarkupDialect
-from harness.dialects.markup import BlockGrammar, Fail, Tools, expect_ws, need, snippet, value_end
+from harness.dialects.markup import (
+    BlockGrammar,
+    Fail,
+    Tools,
+    closes,
+    expect_ws,
+    need,
+    snippet,
+    value_end,
+)
 
 NAME = "minimax-m2"
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
@@ -58,10 +67,8 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
     calls: list[ToolCall] = []
     p = expect_ws(body, start + len(OPEN), "\n", nc)
     while True:
-        if body.startswith(CLOSE, p):
-            if not calls:
-                raise Fail("tool-call block with no invoke", p, calls)
-            return calls, p + len(CLOSE)
+        if (end := closes(body, p, CLOSE, calls, "block with no invoke")) >= 0:
+            return calls, end
         m = _INVOKE.match(body, p)
         if m is None:
             raise _need(body, p, f'<invoke name="..."> or {CLOSE}', calls)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.dialects.base import ToolCall
-from harness.dialects.declare import Entry, MarkupDialect
+from harness.dialects.declare import Versions
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict, raw_decode_strict
 from harness.dialects.markup import (
     NC_NEWLINES,
@@ -32,8 +32,6 @@ from harness.dialects.markup import (
     Scanner,
     Tools,
     Writer,
-    known_version,
-    layout_of,
     skip_ws,
     snippet,
 )
@@ -52,10 +50,6 @@ FRAGMENT = re.compile(
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _ID = re.compile(r"[A-Za-z0-9_\-]+")
 _KEYS = {"name", "arguments", "id"}
-
-
-def _version(version: str) -> str:
-    return known_version(version, VERSIONS, "Mistral version")
 
 
 def _decode(body: str, pos: int, what: str, calls: Sequence[ToolCall]) -> tuple[Any, int]:
@@ -180,20 +174,10 @@ _V3_LAYOUT = re.compile(r"\[TOOL_CALLS\][ \t]*\[")
 _V11_LAYOUT = re.compile(r"\[ARGS\]|\[CALL_ID\]")
 
 
-def layout(text: str) -> str | None:
-    """The version whose layout the markup in ``text`` has, whole or broken: ``mistral``
-    when its calls are mostly JSON lists after ``[TOOL_CALLS]``, ``mistral-v11`` when they
-    are mostly ``name[ARGS]{…}``; None when they do not tell."""
-    return layout_of(text, _V3_LAYOUT, _V11_LAYOUT, (VERSIONS["v3"], VERSIONS["v11"]))
+#: ``layout``: ``mistral`` when the calls are mostly JSON lists after ``[TOOL_CALLS]``,
+#: ``mistral-v11`` when they are mostly ``name[ARGS]{…}``.
+#: ``encode(content, calls, version)``: in the v3 list (``v3``) or v11 compact (``v11``) form.
+FAMILY = Versions("Mistral version", GRAMMARS, (_V3_LAYOUT, _V11_LAYOUT))
+layout, encode = FAMILY.layout, FAMILY.encode
 
-
-def encode(content: str, calls: Sequence[ToolCall], version: str = "v3") -> str:
-    """The canonical raw turn in the v3 list (``v3``) or v11 compact (``v11``) form."""
-    return GRAMMARS[_version(version)].encode(content, calls)
-
-
-DIALECTS = (
-    Entry(MarkupDialect.of(GRAMMARS["v3"], holds=HOLDS), rank=90, auto=True,
-          aliases=("mistral-v3",), layout=layout),
-    Entry(MarkupDialect.of(GRAMMARS["v11"], holds=HOLDS), rank=91, auto=True, layout=layout),
-)  # fmt: skip
+DIALECTS = FAMILY.entries(90, {"v3": ("mistral-v3",)}, holds=HOLDS)
