@@ -1,4 +1,5 @@
-"""The harness's exception tree. Only cli.py turns these into exit codes.
+"""The harness's exception tree and exit codes. Only the commands (harness/cli/, the
+simulator's main) turn the exceptions into exit codes.
 
     HarnessError            anything the user can fix; message says what to fix
     ├── UsageError          bad flags or input files                       -> exit 2
@@ -10,26 +11,32 @@
                                 run folder                                        -> exit 3
 
 Endpoint failures during a run never raise: they become ``Failure`` values on the
-turn record (see client.py).
+turn record (see harness/client/output.py).
 """
 
 from __future__ import annotations
 
+#: The harness's exit codes: every gate passed; a gate failed (``compare``: a significant
+#: regression); bad usage or configuration; infrastructure (a server would not start, an
+#: endpoint unreachable). A signal N that stops a run exits 128 + N (``EXIT_SIGINT``: Ctrl-C).
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
+EXIT_SIGINT = 130
+
 
 class HarnessError(Exception):
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class UsageError(HarnessError):
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class ConfigError(UsageError):
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class InfrastructureError(HarnessError):
-    exit_code = 3
+    exit_code = EXIT_INFRA
 
 
 class EndpointRefused(ConfigError):
@@ -49,7 +56,7 @@ class ServerUnanswering(InfrastructureError):
 class EnvironmentFailure(InfrastructureError):
     """Writing the run folder failed (disk full, read-only, too large a file)."""
 
-    exit_code = 3
+    exit_code = EXIT_INFRA
 
     @classmethod
     def writing(cls, path: object, exc: OSError) -> EnvironmentFailure:

@@ -1,7 +1,7 @@
 """The frames the plots draw and the tidy export: corruption rate per bucket of context or
 requests in flight, the label mix, latencies, one row per turn (turns.parquet).
 
-Each takes the frame of ``analysis.prepare`` (one row per turn, ``is_transport`` and
+Each takes the frame of ``analysis.summary.prepare`` (one row per turn, ``is_transport`` and
 ``is_corrupted`` set).
 """
 

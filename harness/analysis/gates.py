@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.analysis import stats
 from harness.analysis.oracles import ORACLE_METRICS
-from harness.errors import UsageError
+from harness.errors import EXIT_GATE, EXIT_OK, UsageError
 from harness.record import safejson
 
 FORM = "METRIC OP NUMBER or METRIC[VARIANT] OP NUMBER, e.g. 'session_corruption_rate > 0.01'"
@@ -285,10 +285,10 @@ def result_line(
     keys = ("sessions", "corrupted_sessions", "session_corruption_rate", "turn_corruption_rate",
             "transport_errors", "cancelled_turns", "headline_basis", "suspect_turns")  # fmt: skip
     if exit_code is None:
-        exit_code = 0 if all_passed(results) else 1
+        exit_code = EXIT_OK if all_passed(results) else EXIT_GATE
     doc = {
         "run_id": summary.get("run_id"),
-        "passed": exit_code == 0,
+        "passed": exit_code == EXIT_OK,
         "exit_code": exit_code,
         "interrupted": interrupted,
         "error": error,

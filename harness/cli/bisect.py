@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.errors import EXIT_OK, UsageError
 
 
 def add_bisect_parser(sub: Any) -> None:
@@ -89,5 +89,5 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     )
     runs = sum(1 for r in bisect.results.values() if not r.reused)
     print(f"bisect: {what}; {len(bisect.results)} levels judged, {runs} run now; {out}")
-    print(json.dumps({"passed": True, "exit_code": 0, **result}, separators=(",", ":")))
-    return 0
+    print(json.dumps({"passed": True, "exit_code": EXIT_OK, **result}, separators=(",", ":")))
+    return EXIT_OK

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.cli.gates import apply_gates, print_failure_line, print_replays
 from harness.drive.session import EXHAUSTED
+from harness.errors import EXIT_GATE, EXIT_INFRA, EXIT_OK, EXIT_USAGE
 from harness.labels import server_failure
 from harness.record.outcomes import death_line
 from harness.record.rundir import SESSIONS_FILE, TURNS_FILE, RunDir
@@ -70,14 +71,14 @@ def finish_run(
 
     turns_path = opts.out_dir / TURNS_FILE
     nothing_ran = not turns_path.exists() or turns_path.stat().st_size == 0
-    refused = [o for o in outcomes if o.exit_code == 2]
-    died = [o for o in outcomes if o.error and o.exit_code != 2]
+    refused = [o for o in outcomes if o.exit_code == EXIT_USAGE]
+    died = [o for o in outcomes if o.error and o.exit_code != EXIT_USAGE]
     if interrupted:
         code = _interrupted_code(interrupted)
     elif refused:
-        code = 2
+        code = EXIT_USAGE
     else:
-        code = 3 if (infra or died or nothing_ran) else 0
+        code = EXIT_INFRA if (infra or died or nothing_ran) else EXIT_OK
     problem = (
         f"interrupted by {interrupted}"
         if interrupted
@@ -93,8 +94,8 @@ def finish_run(
         if not any(problem in line for line in errors):
             errors.append(f"harness: error: {problem}")
         _say(errors)
-        print_failure_line(run_id, code or 3, problem, interrupted)
-        return code or 3
+        print_failure_line(run_id, code or EXIT_INFRA, problem, interrupted)
+        return code or EXIT_INFRA
     RunDir(opts.out_dir).mark_meta(interrupted=interrupted)
     try:  # (the line inside: a Ctrl-C right after it is printed is caught here too)
         print(f"writing the report in {opts.out_dir} ...", file=sys.stderr, flush=True)
@@ -112,8 +113,8 @@ def finish_run(
         if f"warning: {warning}" not in said:  # said during the run already: not twice
             print(f"harness: warning: {warning}", file=sys.stderr)
     unjudged = unjudged_variants(summary, opts.out_dir)
-    if unjudged and code in (0, 1):
-        code = 3
+    if unjudged and code in (EXIT_OK, EXIT_GATE):
+        code = EXIT_INFRA
         problem = "cannot judge " + "; ".join(unjudged)
         errors.append(f"harness: error: {problem}")
     if not code or any(v.get("sessions") for v in summary["variants"]):

@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.errors import EXIT_GATE as EXIT_GATE
+from harness.errors import EXIT_INFRA as EXIT_INFRA
+from harness.errors import EXIT_OK as EXIT_OK
+from harness.errors import EXIT_USAGE as EXIT_USAGE
 from harness.errors import UsageError
 from harness.record.rundir import SUMMARY_FILE
-
-EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INFRA = 0, 1, 2, 3
 
 
 def add_gate_args(p: argparse.ArgumentParser) -> None:

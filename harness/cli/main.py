@@ -25,7 +25,7 @@ from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_rep
 from harness.cli.limit_flags import add_limit_args
 from harness.cli.run_options import add_run_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
-from harness.errors import EnvironmentFailure, HarnessError
+from harness.errors import EXIT_SIGINT, EnvironmentFailure, HarnessError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         return EnvironmentFailure.exit_code
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_SIGINT
     parser.error(f"unknown command {args.command}")
     return EXIT_USAGE
 

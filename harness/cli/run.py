@@ -26,7 +26,14 @@ from harness.client.fdlimit import ensure_open_files
 from harness.client.raw import check_api
 from harness.drive.driver import Progress
 from harness.drive.trace_session import check_options
-from harness.errors import ConfigError, EnvironmentFailure, InfrastructureError, UsageError
+from harness.errors import (
+    EXIT_INFRA,
+    EXIT_OK,
+    ConfigError,
+    EnvironmentFailure,
+    InfrastructureError,
+    UsageError,
+)
 from harness.pool.parent import auto_workers
 from harness.record.rundir import MASK, RunDir, unmasked_target_vars
 from harness.run import stopsignals
@@ -353,7 +360,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         result = compare_runs(args.chat_run, args.raw_run)
         print(f"verdict: {result['verdict']}", file=sys.stderr)
         print(json.dumps(result, indent=2))
-        return 0
+        return EXIT_OK
     try:
         lines = args.log.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -365,7 +372,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     else:
         args.output.write_text(text, encoding="utf-8")
         print(f"{len(out)} conversations written to {args.output}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 async def _run_with_progress(
@@ -473,7 +480,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(args, "detect", None):
             for line in _detect_lines(args.detect, opts):
                 print(line)
-        return 0
+        return EXIT_OK
     raised = ensure_open_files(opts.concurrency + 8)  # EMFILE is ours, not the server's
     if raised:
         print(f"harness: {raised}", file=sys.stderr)
@@ -533,7 +540,7 @@ def _drive_and_report(
                 f"harness run --resume {opts.out_dir} once it can be written)",
                 file=sys.stderr,
             )
-            return 3
+            return EXIT_INFRA
         except InfrastructureError as exc:
             infra = str(exc)
         if stop.received is not None:

@@ -53,12 +53,12 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from harness.client import DEFAULT_REQUEST_TIMEOUT
+from harness.client.door import auth_headers, verify_context
 from harness.client.output import BadResponse, Failure, TooLarge, TurnOutput
 from harness.client.response_limits import Limits
 from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
 from harness.record.payload import HistoryEncoder
 from harness.record.transcripts import chat_payload
-from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +134,11 @@ class ChatClient:
         self.observers: list[Any] = []
         self._url = self.base_url + "/v1/chat/completions"
         # no compression: a compressed answer is one more thing to bound (``_Body``)
-        self._headers = {"content-type": "application/json", "accept-encoding": "identity"}
-        if api_key:
-            self._headers["authorization"] = f"Bearer {api_key}"
+        self._headers = {
+            "content-type": "application/json",
+            "accept-encoding": "identity",
+            **auth_headers(api_key),
+        }
         self._timeout = aiohttp.ClientTimeout(
             total=None,
             connect=request_timeout,  # a free pooled connection, then connecting
@@ -298,10 +300,7 @@ class ChatClient:
 
     async def _plain(self, data: bytes, out: TurnOutput, t0: float) -> None:
         async with await self._post(data, out) as resp:
-            out.status = resp.status
-            out.sim_injected = resp.headers.get(SIM_HEADER)
-            if resp.status >= 400:
-                out.failure = await _status_failure(resp)
+            if not await _opened(resp, out):
                 return
             raw = await self._read_all(resp)
         out.latency_s = out.ttft_s = time.perf_counter() - t0
@@ -345,10 +344,7 @@ class ChatClient:
     async def _stream(self, data: bytes, out: TurnOutput, t0: float) -> None:
         events = ChatEvents(out, t0)
         async with await self._post(data, out) as resp:
-            out.status = resp.status
-            out.sim_injected = resp.headers.get(SIM_HEADER)
-            if resp.status >= 400:
-                out.failure = await _status_failure(resp)
+            if not await _opened(resp, out):
                 return
             if resp.headers.get("content-type", "").startswith("application/json"):
                 out.failure = Failure("protocol", "a JSON body where an event stream was asked")
@@ -377,10 +373,7 @@ class ChatClient:
         last = None
         gaps = 0.0
         async with await self._post(data, out, self.base_url + path) as resp:
-            out.status = resp.status
-            out.sim_injected = resp.headers.get(SIM_HEADER)
-            if resp.status >= 400:
-                out.failure = await _status_failure(resp)
+            if not await _opened(resp, out):
                 return
             if not stream:
                 doc = orjson.loads(await self._read_all(resp))
@@ -538,6 +531,17 @@ class _Attempt:
 
     def __init__(self) -> None:
         self.reused = False
+
+
+async def _opened(resp: aiohttp.ClientResponse, out: TurnOutput) -> bool:
+    """Note the answer's status (and the simulator's ground truth, when it says it); an
+    error status is the turn's failure: False, nothing more to read."""
+    out.status = resp.status
+    out.sim_injected = resp.headers.get(SIM_HEADER)
+    if resp.status >= 400:
+        out.failure = await _status_failure(resp)
+        return False
+    return True
 
 
 async def _status_failure(resp: aiohttp.ClientResponse) -> Failure:

@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 import httpx
 
+from harness.client.door import GENERATE_TIMEOUT_S, server_client
 from harness.errors import InfrastructureError, UsageError
-from harness.tls import verify_context
 
 ScoringApi = Literal["sglang", "vllm", "llamacpp"]
 SCORING_APIS: tuple[ScoringApi, ...] = ("sglang", "vllm", "llamacpp")
@@ -82,18 +82,16 @@ class Scorer:
         *,
         model: str | None = None,
         api_key: str | None = None,
-        timeout: float = 120.0,
+        timeout: float = GENERATE_TIMEOUT_S,
     ) -> None:
         if api not in SCORING_APIS:
             raise UsageError(f"unknown scoring API {api!r}: use one of {', '.join(SCORING_APIS)}")
         self.base_url = base_url.rstrip("/")
         self.api = api
         self.model = model
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout,
-            limits=httpx.Limits(max_connections=4), trust_env=False, verify=verify_context(),
-        )  # fmt: skip
+        self._http = server_client(
+            self.base_url, api_key=api_key, timeout=timeout, max_connections=4
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -284,10 +282,7 @@ def _ids(value: Any) -> list[int]:
 async def detect_api(base_url: str, api_key: str | None = None) -> ScoringApi:
     """The scoring shape a server speaks: SGLang (``/server_info``), llama.cpp (``/props``
     with ``default_generation_settings``), else vLLM."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, timeout=10.0, trust_env=False, verify=verify_context()
-    ) as http:
+    async with server_client(base_url, api_key=api_key) as http:
         for path, api in (("/server_info", "sglang"), ("/props", "llamacpp")):
             try:
                 resp = await http.get(path)

@@ -1,4 +1,4 @@
-"""Types shared by all dialects."""
+"""Types shared by all dialects: a call, the parse of an output, the events of a stream."""
 
 from __future__ import annotations
 
@@ -50,3 +50,21 @@ class ParseResult:
             "eos": self.eos,
             "dialect": self.dialect,
         }
+
+
+@dataclass(frozen=True)
+class TextEvent:
+    """A piece of visible content, emitted by a stream parser once it is certain."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class CallEvent:
+    """A complete call (the ``index``-th of the turn), emitted by a stream parser."""
+
+    call: ToolCall
+    index: int
+
+
+Event = TextEvent | CallEvent

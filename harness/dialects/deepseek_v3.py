@@ -29,7 +29,8 @@ import json
 import re
 from collections.abc import Sequence
 
-from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.base import ToolCall
+from harness.dialects.declare import Versions
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
 from harness.dialects.markup import (
     NC_NEWLINES,
@@ -37,11 +38,11 @@ from harness.dialects.markup import (
     Fail,
     Scanner,
     Tools,
+    Writer,
+    closes,
     expect_ws,
-    layout_of,
     need,
 )
-from harness.errors import UsageError
 
 BAR, SP = "\uff5c", "\u2581"
 CALLS_BEGIN = f"<{BAR}tool{SP}calls{SP}begin{BAR}>"
@@ -64,12 +65,6 @@ _FENCED = re.compile(
 _CANON_FENCE = ("\n", "json", "\n", "\n", "")
 
 
-def _version(version: str) -> str:
-    if version not in VERSIONS:
-        raise UsageError(f"unknown DeepSeek version {version!r}: use one of {', '.join(VERSIONS)}")
-    return version
-
-
 def _need(body: str, pos: int, expected: str, calls: list[ToolCall]) -> Fail:
     return need(body, pos, expected, calls, "section")
 
@@ -90,10 +85,8 @@ def _scanner(version: str) -> Scanner:
         calls: list[ToolCall] = []
         p = expect_ws(body, start + len(CALLS_BEGIN), "", nc)
         while True:
-            if body.startswith(CALLS_END, p):
-                if not calls:
-                    raise Fail("tool-call section with no call", p, calls)
-                return calls, p + len(CALLS_END)
+            if (end := closes(body, p, CALLS_END, calls)) >= 0:
+                return calls, end
             if not body.startswith(CALL_BEGIN, p):
                 raise _need(body, p, f"{CALL_BEGIN} or {CALLS_END}", calls)
             p += len(CALL_BEGIN)
@@ -155,10 +148,26 @@ def _v3_call(
     return ToolCall(name, _json(m.group(5), at + m.start(5), calls))
 
 
+def _writer(version: str) -> Writer:
+    def write(calls: Sequence[ToolCall]) -> str:
+        parts = []
+        for c in calls:
+            args = json.dumps(c.arguments, ensure_ascii=False)
+            if version == "v3":
+                parts.append(f"{CALL_BEGIN}function{SEP}{c.name}\n```json\n{args}\n```{CALL_END}")
+            else:
+                parts.append(f"{CALL_BEGIN}{c.name}{SEP}{args}{CALL_END}")
+        joined = ("\n" if version == "v3" else "").join(parts)
+        return f"{CALLS_BEGIN}{joined}{CALLS_END}"
+
+    return write
+
+
 GRAMMARS = {
-    v: BlockGrammar(name, _OPENER, FRAGMENT, _scanner(v), eos=(EOS,), separator="", what="DeepSeek")
+    v: BlockGrammar(name, _OPENER, FRAGMENT, _scanner(v), eos=(EOS,), separator="",
+                    what="DeepSeek", write=_writer(v))
     for v, name in VERSIONS.items()
-}
+}  # fmt: skip
 
 
 #: V3 writes a type and a fence around the arguments, V3.1 the JSON right after the separator
@@ -166,38 +175,12 @@ _V3_LAYOUT = re.compile(rf"function[ \t]*{re.escape(SEP)}|{re.escape(SEP)}[^\n<{
 _V31_LAYOUT = re.compile(rf"{re.escape(SEP)}[^\n<{{`]*{{")
 
 
-def layout(text: str) -> str | None:
-    """The version whose layout the markup in ``text`` has, whole or broken: ``deepseek-v3``
-    when its calls mostly carry a type and a fence, ``deepseek-v31`` when their JSON mostly
-    follows the name; None when they do not tell."""
-    return layout_of(text, _V3_LAYOUT, _V31_LAYOUT, (VERSIONS["v3"], VERSIONS["v31"]))
+#: ``layout``: ``deepseek-v3`` when the calls mostly carry a type and a fence,
+#: ``deepseek-v31`` when their JSON mostly follows the name.
+#: ``encode(content, calls, version)``: with the V3/R1 (``v3``) or V3.1 (``v31``) markers.
+FAMILY = Versions("DeepSeek version", GRAMMARS, (_V3_LAYOUT, _V31_LAYOUT))
+layout, encode = FAMILY.layout, FAMILY.encode
 
-
-def first_marker(text: str, version: str = "v3") -> int:
-    return GRAMMARS[_version(version)].first_marker(text)
-
-
-def parse(
-    text: str, version: str = "v3", *, server_content: bool = False, tools: Tools = None
-) -> ParseResult:
-    """Parse one assistant output with the V3/R1 (``v3``) or V3.1 (``v31``) markers."""
-    return GRAMMARS[_version(version)].parse(text, server_content=server_content, tools=tools)
-
-
-def complete_calls(text: str, tools: Tools = None, version: str = "v3") -> tuple[ToolCall, ...]:
-    return GRAMMARS[_version(version)].complete_calls(text, tools)
-
-
-def encode(content: str, calls: Sequence[ToolCall], version: str = "v3") -> str:
-    _version(version)
-    if not calls:
-        return content + EOS
-    parts = []
-    for c in calls:
-        args = json.dumps(c.arguments, ensure_ascii=False)
-        if version == "v3":
-            parts.append(f"{CALL_BEGIN}function{SEP}{c.name}\n```json\n{args}\n```{CALL_END}")
-        else:
-            parts.append(f"{CALL_BEGIN}{c.name}{SEP}{args}{CALL_END}")
-    joined = ("\n" if version == "v3" else "").join(parts)
-    return f"{content}{CALLS_BEGIN}{joined}{CALLS_END}{EOS}"
+DIALECTS = FAMILY.entries(
+    80, {"v3": ("deepseek_v3", "deepseekv3", "deepseek-r1"), "v31": ("deepseek_v31", "deepseekv31")}
+)

@@ -25,21 +25,21 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.base import ToolCall
 from harness.dialects.coerce import coerce_args, xml_value
+from harness.dialects.declare import Versions
 from harness.dialects.markup import (
     NC_NEWLINES,
     BlockGrammar,
     Fail,
     Scanner,
     Tools,
+    Writer,
     expect_ws,
-    layout_of,
     need,
     skip_ws,
     value_end,
 )
-from harness.errors import UsageError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 KEY, KEY_CLOSE, VALUE, VALUE_CLOSE = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
@@ -54,12 +54,6 @@ FRAGMENT = re.compile(
 )
 _NAME = re.compile(r"[^\n<>]*")
 _INNER = re.compile(r"</?arg_(?:key|value)>|</?tool_call>")
-
-
-def _version(version: str) -> str:
-    if version not in VERSIONS:
-        raise UsageError(f"unknown GLM version {version!r}: use one of {', '.join(VERSIONS)}")
-    return version
 
 
 def _scanner(version: str) -> Scanner:
@@ -121,10 +115,26 @@ def _scanner(version: str) -> Scanner:
     return scan
 
 
+def _writer(nl: str) -> Writer:
+    def write(calls: Sequence[ToolCall]) -> str:
+        blocks = []
+        for c in calls:
+            args = "".join(
+                f"{KEY}{k}{KEY_CLOSE}{nl}{VALUE}{xml_value(v)}{VALUE_CLOSE}{nl}"
+                for k, v in c.arguments.items()
+            )
+            blocks.append(f"{OPEN}{c.name}{nl}{args}{CLOSE}")
+        return nl.join(blocks)
+
+    return write
+
+
+# a turn with calls ends with <|observation|>, an answer with <|user|>
 GRAMMARS = {
-    v: BlockGrammar(v, _OPENER, FRAGMENT, _scanner(v), eos=EOS, separator=nl, what="GLM")
+    v: BlockGrammar(v, _OPENER, FRAGMENT, _scanner(v), eos=EOS, separator=nl, what="GLM",
+                    write=_writer(nl), answer_eos="<|user|>")
     for v, nl in VERSIONS.items()
-}
+}  # fmt: skip
 
 
 #: a GLM tag right after a line break (4.5/4.6) or right after other text (4.7/5); the
@@ -135,39 +145,10 @@ _AFTER_NEWLINE = re.compile(
 _AFTER_TEXT = re.compile(r"[^\s](?:<arg_key>|<arg_value>|</tool_call>)|</tool_call><tool_call>")
 
 
-def layout(text: str) -> str | None:
-    """The GLM version whose layout the markup in ``text`` has, whole or broken: ``glm45``
-    when its tags mostly stand on lines of their own (``\n<arg_key>``), ``glm47`` when they
-    mostly follow the text before them (``get_time</tool_call>``); None when they do not tell
-    (no such tag, or as many of each)."""
-    return layout_of(text, _AFTER_NEWLINE, _AFTER_TEXT, ("glm45", "glm47"))
+#: ``layout``: ``glm45`` when the tags mostly stand on lines of their own (``\n<arg_key>``),
+#: ``glm47`` when they mostly follow the text before them (``get_time</tool_call>``).
+#: ``encode(content, calls, version)``: in the GLM-4.5 (``glm45``) or 4.7 (``glm47``) layout.
+FAMILY = Versions("GLM version", GRAMMARS, (_AFTER_NEWLINE, _AFTER_TEXT))
+layout, encode = FAMILY.layout, FAMILY.encode
 
-
-def first_marker(text: str, version: str = "glm45") -> int:
-    return GRAMMARS[_version(version)].first_marker(text)
-
-
-def parse(
-    text: str, version: str = "glm45", *, server_content: bool = False, tools: Tools = None
-) -> ParseResult:
-    """Parse one assistant output in the GLM-4.5 (``glm45``) or 4.7 (``glm47``) layout."""
-    return GRAMMARS[_version(version)].parse(text, server_content=server_content, tools=tools)
-
-
-def complete_calls(text: str, tools: Tools = None, version: str = "glm45") -> tuple[ToolCall, ...]:
-    return GRAMMARS[_version(version)].complete_calls(text, tools)
-
-
-def encode(content: str, calls: Sequence[ToolCall], version: str = "glm45") -> str:
-    nl = VERSIONS[_version(version)]
-    if not calls:
-        return content + "<|user|>"
-    blocks = []
-    for c in calls:
-        args = "".join(
-            f"{KEY}{k}{KEY_CLOSE}{nl}{VALUE}{xml_value(v)}{VALUE_CLOSE}{nl}"
-            for k, v in c.arguments.items()
-        )
-        blocks.append(f"{OPEN}{c.name}{nl}{args}{CLOSE}")
-    text = content + (nl if content else "") + nl.join(blocks)
-    return text + "<|observation|>"
+DIALECTS = FAMILY.entries(50, {"glm45": ("glm4_moe", "glm-4.5"), "glm47": ("glm-4.7",)})

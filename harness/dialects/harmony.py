@@ -29,6 +29,7 @@ import re
 from collections.abc import Sequence
 
 from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.declare import Entry, MarkupDialect
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
 from harness.dialects.markup import (
     NC_NO_EOS,
@@ -37,6 +38,7 @@ from harness.dialects.markup import (
     Tools,
     failed,
     mask_fences,
+    parsed,
     skip_ws,
 )
 
@@ -101,15 +103,7 @@ def _analyse(text: str, server_content: bool) -> tuple[ParseResult, tuple[ToolCa
         content, calls, eos = _messages(text, tok.start(), nc, server_content)
     except Fail as exc:
         return failed(text, exc.reason, exc.offset, NAME), exc.calls
-    result = ParseResult(
-        content=content,
-        calls=tuple(calls),
-        found=True,
-        ok=True,
-        noncanonical=tuple(dict.fromkeys(nc)),
-        eos=eos,
-        dialect=NAME,
-    )
+    result = parsed(content, calls, nc, eos, NAME)
     return result, result.calls if eos else ()  # a call is certain once <|call|> is seen
 
 
@@ -242,3 +236,10 @@ def encode(content: str, calls: Sequence[ToolCall]) -> str:
     call = calls[0]
     args = json.dumps(call.arguments, ensure_ascii=False, separators=(",", ":"))
     return f"{pre}{CHANNEL}commentary to=functions.{call.name} {CONSTRAIN}json{MESSAGE}{args}{CALL}"
+
+
+# (the recipient may stand before the tokens: held back while streaming)
+DIALECTS = (
+    Entry(MarkupDialect(NAME, first_marker, parse, encode, complete_calls, ("to=functions.",),
+                        FRAGMENT), rank=40, auto=True, aliases=("openai", "gpt_oss", "harmony")),
+)  # fmt: skip

@@ -18,12 +18,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.declare import Entry, MarkupDialect
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
-from harness.dialects.markup import NC_NEWLINES, Tools, mask_fences
+from harness.dialects.markup import (
+    NC_NEWLINES,
+    NC_NO_EOS,
+    Fail,
+    Tools,
+    failed,
+    mask_fences,
+    parsed,
+    turn,
+)
 
+NAME = "hermes"
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 EOS = "<|im_end|>"
-NC_NO_EOS = "no end-of-turn token"
 NC_STRING_ARGS = "arguments as a JSON string"
 NC_PARAMETERS = "parameters instead of arguments"
 NC_NO_ARGS = "no arguments key"
@@ -36,13 +46,6 @@ _KEYS = {"name", "arguments", "parameters"}
 _OPENER = re.compile(re.escape(OPEN))
 
 
-class _Fail(Exception):
-    def __init__(self, reason: str, offset: int, calls: Sequence[ToolCall] = ()) -> None:
-        self.reason = reason
-        self.offset = offset
-        self.calls = tuple(calls)
-
-
 def first_marker(text: str) -> int:
     m = _FRAGMENT.search(mask_fences(text, _OPENER))
     return m.start() if m else -1
@@ -50,15 +53,15 @@ def first_marker(text: str) -> int:
 
 def _call(obj: Any, offset: int, noncanonical: list[str]) -> ToolCall:
     if not isinstance(obj, dict):
-        raise _Fail("tool call is JSON but not an object", offset)
+        raise Fail("tool call is JSON but not an object", offset)
     name = obj.get("name")
     if not isinstance(name, str) or not name:
-        raise _Fail("tool call without a string name", offset)
+        raise Fail("tool call without a string name", offset)
     extra = set(obj) - _KEYS
     if extra:
-        raise _Fail(f"unexpected keys in the tool call: {sorted(extra)}", offset)
+        raise Fail(f"unexpected keys in the tool call: {sorted(extra)}", offset)
     if "arguments" in obj and "parameters" in obj:
-        raise _Fail("both arguments and parameters in the tool call", offset)
+        raise Fail("both arguments and parameters in the tool call", offset)
     if "parameters" in obj:
         noncanonical.append(NC_PARAMETERS)
     args = obj.get("arguments", obj.get("parameters"))
@@ -70,9 +73,9 @@ def _call(obj: Any, offset: int, noncanonical: list[str]) -> ToolCall:
         try:
             args = loads_strict(args)
         except StrictJSONError as exc:
-            raise _Fail(f"arguments string is not valid JSON ({exc.message})", offset) from None
+            raise Fail(f"arguments string is not valid JSON ({exc.message})", offset) from None
     if not isinstance(args, dict):
-        raise _Fail("arguments is not a JSON object", offset)
+        raise Fail("arguments is not a JSON object", offset)
     return ToolCall(name, args)
 
 
@@ -85,22 +88,22 @@ def _parse_blocks(body: str, pos: int, noncanonical: list[str]) -> list[ToolCall
         if close < 0:
             truncated = reopen < 0
             reason = "truncated tool call" if truncated else "unclosed <tool_call>"
-            raise _Fail(reason, pos, calls)
+            raise Fail(reason, pos, calls)
         if 0 <= reopen < close:
-            raise _Fail("unclosed <tool_call> (a closer lost)", pos, calls)
+            raise Fail("unclosed <tool_call> (a closer lost)", pos, calls)
         inner = body[inner_start:close]
         try:
             obj = loads_strict(inner)
         except StrictJSONError as exc:
-            raise _Fail(
+            raise Fail(
                 f"tool call is not valid JSON ({exc.kind}: {exc.message})",
                 inner_start + exc.pos,
                 calls,
             ) from None
         try:
             calls.append(_call(obj, inner_start, noncanonical))
-        except _Fail as exc:
-            raise _Fail(exc.reason, exc.offset, calls) from None
+        except Fail as exc:
+            raise Fail(exc.reason, exc.offset, calls) from None
         if not (inner.startswith("\n") and inner.endswith("\n")) or inner[1:2].isspace():
             noncanonical.append(NC_NEWLINES)
         end = close + len(CLOSE)
@@ -114,7 +117,7 @@ def _parse_blocks(body: str, pos: int, noncanonical: list[str]) -> list[ToolCall
         if pos < len(body):
             frag = _FRAGMENT.search(body, pos)
             what = "a stray tag" if frag is not None and frag.start() == pos else "text"
-            raise _Fail(f"{what} after the tool calls", pos, calls)
+            raise Fail(f"{what} after the tool calls", pos, calls)
         return calls
 
 
@@ -136,36 +139,17 @@ def _analyse(text: str, server_content: bool) -> tuple[ParseResult, tuple[ToolCa
     frag = _FRAGMENT.search(masked, 0, first if first >= 0 else len(body))
     if frag is not None:
         reason = f"Hermes-like tag {frag.group(0)!r} outside a well-formed block"
-        failed = ParseResult(text, found=True, ok=False, error=reason, offset=frag.start(), eos=eos)
-        return failed, ()
+        return failed(text, reason, frag.start(), "", eos), ()  # (no dialect named)
     if first < 0:
         return ParseResult(content=body, eos=eos), ()
     noncanonical: list[str] = []
     try:
         calls = _parse_blocks(body, first, noncanonical)
-    except _Fail as exc:
-        failed = ParseResult(
-            text,
-            found=True,
-            ok=False,
-            error=exc.reason,
-            offset=exc.offset,
-            eos=eos,
-            dialect="hermes",
-        )
-        return failed, exc.calls
+    except Fail as exc:
+        return failed(text, exc.reason, exc.offset, NAME, eos), exc.calls
     if not eos and not server_content:
         noncanonical.append(NC_NO_EOS)
-    result = ParseResult(
-        content=body[:first].rstrip("\n"),
-        calls=tuple(calls),
-        found=True,
-        ok=True,
-        noncanonical=tuple(dict.fromkeys(noncanonical)),
-        eos=eos,
-        dialect="hermes",
-    )
-    return result, result.calls
+    return parsed(body[:first].rstrip("\n"), calls, noncanonical, eos, NAME), tuple(calls)
 
 
 def encode(content: str, calls: Sequence[ToolCall]) -> str:
@@ -181,5 +165,11 @@ def encode_turn(content: str, calls: list[ToolCall], eos: bool = True) -> str:
         + f"\n{CLOSE}"
         for c in calls
     ]
-    text = content + ("\n" if content and blocks else "") + "\n".join(blocks)
-    return text + (EOS if eos else "")
+    return turn(content, "\n".join(blocks), EOS if eos else "")
+
+
+# (tokens: none, a broken Hermes block is also a broken Qwen3-Coder or GLM one)
+DIALECTS = (
+    Entry(MarkupDialect(NAME, first_marker, parse, encode, complete_calls), rank=20, auto=True,
+          aliases=("qwen3_json", "qwen25", "qwen")),
+)  # fmt: skip

@@ -18,9 +18,15 @@ so JSON quoted inside prose or in a fenced block is not a near miss.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from harness.dialects.base import ParseResult
+from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.declare import Entry
 from harness.dialects.jsonstrict import StrictJSONError, raw_decode_strict
+from harness.dialects.markup import Tools
+from harness.dialects.stream import MarkupStream, Stream
+from harness.errors import UsageError
 
 #: End-of-turn tokens that may follow the JSON in a raw output.
 _EOS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<\uff5cend\u2581of\u2581sentence\uff5c>")
@@ -105,3 +111,29 @@ def parse(text: str, *, server_content: bool = False) -> ParseResult:
         return ParseResult(content=text)
     _, offset, reason = found
     return ParseResult(text, found=True, ok=False, error=reason, offset=offset, dialect="json")
+
+
+@dataclass(frozen=True)
+class JsonCallDialect:
+    """Bare JSON tool calls: only their near misses are markup (valid JSON is content)."""
+
+    name: str = "json"
+
+    def first_marker(self, text: str) -> int:
+        return first_marker(text)
+
+    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
+        return parse(text, server_content=server_content)
+
+    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
+        raise UsageError("the json dialect only finds near misses: it has no encoding")
+
+    def complete_calls(self, text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
+        return ()
+
+    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream:
+        return MarkupStream(self, server_content=server_content)
+
+
+# (bare JSON is what every envelope holds: tried only when no other dialect finds markup)
+DIALECTS = (Entry(JsonCallDialect(), rank=900, fallback=True),)

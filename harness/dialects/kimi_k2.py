@@ -21,9 +21,10 @@ import json
 import re
 from collections.abc import Sequence
 
-from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.base import ToolCall
+from harness.dialects.declare import Entry, MarkupDialect
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict
-from harness.dialects.markup import NC_NEWLINES, BlockGrammar, Fail, Tools, expect_ws, need
+from harness.dialects.markup import NC_NEWLINES, BlockGrammar, Fail, Tools, closes, expect_ws, need
 
 NAME = "kimi-k2"
 SECTION_BEGIN, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
@@ -49,10 +50,8 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
     calls: list[ToolCall] = []
     p = expect_ws(body, start + len(SECTION_BEGIN), "", nc)
     while True:
-        if body.startswith(SECTION_END, p):
-            if not calls:
-                raise Fail("tool-call section with no call", p, calls)
-            return calls, p + len(SECTION_END)
+        if (end := closes(body, p, SECTION_END, calls)) >= 0:
+            return calls, end
         if not body.startswith(CALL_BEGIN, p):
             raise _need(body, p, f"{CALL_BEGIN} or {SECTION_END}", calls)
         p = expect_ws(body, p + len(CALL_BEGIN), "", nc)
@@ -90,28 +89,19 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
         p = expect_ws(body, end + len(CALL_END), "", nc)
 
 
-GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), separator="", what="Kimi-K2")
-
-
-def first_marker(text: str) -> int:
-    return GRAMMAR.first_marker(text)
-
-
-def parse(text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
-    """Parse one assistant output in the Kimi-K2 dialect (arguments are JSON: not coerced)."""
-    return GRAMMAR.parse(text, server_content=server_content, tools=tools)
-
-
-def complete_calls(text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
-    return GRAMMAR.complete_calls(text, tools)
-
-
-def encode(content: str, calls: Sequence[ToolCall]) -> str:
-    if not calls:
-        return content + EOS
+def _write(calls: Sequence[ToolCall]) -> str:
     body = "".join(
         f"{CALL_BEGIN}functions.{c.name}:{i}{ARGS_BEGIN}"
         f"{json.dumps(c.arguments, ensure_ascii=False)}{CALL_END}"
         for i, c in enumerate(calls)
     )
-    return f"{content}{SECTION_BEGIN}{body}{SECTION_END}{EOS}"
+    return f"{SECTION_BEGIN}{body}{SECTION_END}"
+
+
+# (arguments are JSON: not coerced)
+GRAMMAR = BlockGrammar(
+    NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), separator="", what="Kimi-K2", write=_write
+)
+encode = GRAMMAR.encode
+
+DIALECTS = (Entry(MarkupDialect.of(GRAMMAR), rank=70, auto=True, aliases=("kimi_k2", "kimi")),)

@@ -25,9 +25,11 @@ import ast
 import json
 import re
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.declare import Entry, MarkupDialect
 from harness.dialects.jsonstrict import StrictJSONError, raw_decode_strict
 from harness.dialects.markup import (
     NC_NO_EOS,
@@ -35,11 +37,12 @@ from harness.dialects.markup import (
     Fail,
     Tools,
     failed,
+    known_version,
     mask_fences,
+    parsed,
     skip_ws,
     split_eos,
 )
-from harness.errors import UsageError
 
 PYTHON_TAG = "<|python_tag|>"
 PY_START, PY_END = "<|python_start|>", "<|python_end|>"
@@ -62,9 +65,7 @@ _BUILTIN = re.compile(r"([A-Za-z_]\w*)\.call\(")
 
 
 def _version(version: str) -> str:
-    if version not in VERSIONS:
-        raise UsageError(f"unknown Llama format {version!r}: use one of {', '.join(VERSIONS)}")
-    return version
+    return known_version(version, VERSIONS, "Llama format")
 
 
 def first_marker(text: str, version: str = "json") -> int:
@@ -136,16 +137,7 @@ def _analyse(
         nc.append(NC_TRAILING_WS)
     if not eos and not server_content:
         nc.append(NC_NO_EOS)
-    result = ParseResult(
-        content="",
-        calls=tuple(calls),
-        found=True,
-        ok=True,
-        noncanonical=tuple(dict.fromkeys(nc)),
-        eos=eos,
-        dialect=name,
-    )
-    return result, result.calls
+    return parsed("", calls, nc, eos, name), tuple(calls)
 
 
 # --------------------------------------------------------------------------- Llama 3 JSON
@@ -320,3 +312,24 @@ def encode(content: str, calls: Sequence[ToolCall], version: str = "json") -> st
             f"{c.name}(" + ", ".join(f"{k}={_py(v)}" for k, v in c.arguments.items()) + ")"
         )
     return "[" + ", ".join(items) + "]<|eot|>"
+
+
+def _dialect(version: str, tokens: re.Pattern[str]) -> MarkupDialect:
+    return MarkupDialect(
+        VERSIONS[version],
+        partial(first_marker, version=version),
+        partial(parse, version=version),
+        partial(encode, version=version),
+        partial(complete_calls, version=version),
+        tokens=tokens,
+    )
+
+
+DIALECTS = (
+    Entry(_dialect("json", FRAGMENT3), rank=100, auto=True,
+          aliases=("llama3_json", "llama4_json", "llama3")),
+    # (auto only where the markup tells: an answer opening with a link "[f(x)](url)" looks
+    # alike)
+    Entry(_dialect("pythonic", FRAGMENT4), rank=101, auto=True,
+          aliases=("pythonic", "llama4_pythonic"), auto_marker=telling_marker),
+)  # fmt: skip

@@ -10,7 +10,9 @@ the near-miss fragments, the scanner of the block) and does the rest the same wa
   (an orphan closer such as ``</parameter>``, a mangled opener) is a near miss;
 * text after the calls is a near miss (the formats end the turn with the calls);
 * harmless deviations (a missing canonical newline, no end-of-turn token) are accepted and
-  listed in ``ParseResult.noncanonical``.
+  listed in ``ParseResult.noncanonical``;
+* the canonical turn is the content, the block (after ``separator`` when there is
+  content) and the end-of-turn token (``BlockGrammar.encode``: the module writes the block).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.dialects.base import ParseResult, ToolCall
+from harness.errors import UsageError
 
 Tools = Sequence[Mapping[str, Any]] | None
 
@@ -92,6 +95,34 @@ def failed(text: str, reason: str, offset: int, dialect: str, eos: bool = False)
     )
 
 
+def parsed(
+    content: str, calls: Sequence[ToolCall], nc: Sequence[str], eos: bool, dialect: str
+) -> ParseResult:
+    """The result of markup that parsed (the deviations ``nc`` listed once each)."""
+    return ParseResult(
+        content=content,
+        calls=tuple(calls),
+        found=True,
+        ok=True,
+        noncanonical=tuple(dict.fromkeys(nc)),
+        eos=eos,
+        dialect=dialect,
+    )
+
+
+def known_version(version: str, versions: Mapping[str, object], what: str) -> str:
+    """``version`` when it is one of ``versions``; a UsageError naming them otherwise."""
+    if version not in versions:
+        raise UsageError(f"unknown {what} {version!r}: use one of {', '.join(versions)}")
+    return version
+
+
+def turn(content: str, block: str, eos: str, separator: str = "\n") -> str:
+    """A canonical raw turn: the content, ``separator`` when there are both content and a
+    block of calls, the block, the end-of-turn token."""
+    return content + (separator if content and block else "") + block + eos
+
+
 def skip_ws(text: str, pos: int) -> int:
     while pos < len(text) and text[pos] in " \t\r\n":
         pos += 1
@@ -113,6 +144,18 @@ def first_of(pattern: re.Pattern[str], text: str, start: int = 0, end: int | Non
 
 def snippet(text: str, pos: int, size: int = 30) -> str:
     return repr(text[pos : pos + size].split("\n", 1)[0])
+
+
+def closes(
+    body: str, pos: int, closer: str, calls: Sequence[ToolCall], empty: str = "section with no call"
+) -> int:
+    """Where the markup ends when ``closer`` stands at ``pos`` (-1 when it does not); a
+    closer before any call is a near miss (a tool-call ``empty``)."""
+    if not body.startswith(closer, pos):
+        return -1
+    if not calls:
+        raise Fail(f"tool-call {empty}", pos, calls)
+    return pos + len(closer)
 
 
 def need(
@@ -140,20 +183,10 @@ def value_end(
     return end
 
 
-def layout_of(
-    text: str, first: re.Pattern[str], second: re.Pattern[str], names: tuple[str, str]
-) -> str | None:
-    """Which of two versions of one markup ``text`` is laid out as: ``names[0]`` when the
-    marks of its layout (``first``) outnumber those of the other (``second``), ``names[1]``
-    when they are fewer, None on a tie (none of either, or as many)."""
-    ones, twos = len(first.findall(text)), len(second.findall(text))
-    if ones == twos:
-        return None
-    return names[0] if ones > twos else names[1]
-
-
 #: scan(body, start, noncanonical, tools) -> (calls, offset after the markup); raises Fail
 Scanner = Callable[[str, int, list[str], Tools], tuple[list[ToolCall], int]]
+#: write(calls) -> the canonical block of markup for the calls (one call at least)
+Writer = Callable[[Sequence[ToolCall]], str]
 
 
 @dataclass(frozen=True)
@@ -167,6 +200,16 @@ class BlockGrammar:
     eos: tuple[str, ...] = ()
     separator: str = "\n"  #: what the canonical text puts between content and block
     what: str = "tool-call"  #: how errors name the markup
+    write: Writer | None = None  #: the canonical block (None: the dialect is read only)
+    answer_eos: str | None = None  #: what ends a turn without calls (None: ``eos[0]``)
+
+    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
+        """The canonical raw turn (end-of-turn token included)."""
+        if self.write is None:
+            raise UsageError(f"the {self.dialect} dialect has no encoding")
+        if not calls:
+            return content + (self.eos[0] if self.answer_eos is None else self.answer_eos)
+        return turn(content, self.write(calls), self.eos[0], self.separator)
 
     def first_marker(self, text: str) -> int:
         body, _ = split_eos(text, self.eos)
@@ -211,16 +254,7 @@ class BlockGrammar:
             nc.append(NC_TRAILING_WS)
         if not eos and not server_content:
             nc.append(NC_NO_EOS)
-        result = ParseResult(
-            content=content,
-            calls=tuple(calls),
-            found=True,
-            ok=True,
-            noncanonical=tuple(dict.fromkeys(nc)),
-            eos=eos,
-            dialect=self.dialect,
-        )
-        return result, result.calls
+        return parsed(content, calls, nc, eos, self.dialect), tuple(calls)
 
     def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
         return self.analyse(text, server_content=server_content, tools=tools)[0]

@@ -23,9 +23,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.base import ToolCall
 from harness.dialects.coerce import coerce_args, xml_value
-from harness.dialects.markup import BlockGrammar, Fail, Tools, expect_ws, need, snippet, value_end
+from harness.dialects.declare import Entry, MarkupDialect
+from harness.dialects.markup import (
+    BlockGrammar,
+    Fail,
+    Tools,
+    closes,
+    expect_ws,
+    need,
+    snippet,
+    value_end,
+)
 
 NAME = "minimax-m2"
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
@@ -57,10 +67,8 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
     calls: list[ToolCall] = []
     p = expect_ws(body, start + len(OPEN), "\n", nc)
     while True:
-        if body.startswith(CLOSE, p):
-            if not calls:
-                raise Fail("tool-call block with no invoke", p, calls)
-            return calls, p + len(CLOSE)
+        if (end := closes(body, p, CLOSE, calls, "block with no invoke")) >= 0:
+            return calls, end
         m = _INVOKE.match(body, p)
         if m is None:
             raise _need(body, p, f'<invoke name="..."> or {CLOSE}', calls)
@@ -86,30 +94,19 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
         p = expect_ws(body, p, "\n", nc)
 
 
-GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), what="MiniMax")
-
-
-def first_marker(text: str) -> int:
-    return GRAMMAR.first_marker(text)
-
-
-def parse(text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
-    """Parse one assistant output in the MiniMax-M2 dialect."""
-    return GRAMMAR.parse(text, server_content=server_content, tools=tools)
-
-
-def complete_calls(text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
-    return GRAMMAR.complete_calls(text, tools)
-
-
-def encode(content: str, calls: Sequence[ToolCall]) -> str:
-    if not calls:
-        return content + EOS
+def _write(calls: Sequence[ToolCall]) -> str:
     invokes = []
     for c in calls:
         params = "".join(
             f'<parameter name="{k}">{xml_value(v)}{PARAM_CLOSE}\n' for k, v in c.arguments.items()
         )
         invokes.append(f'<invoke name="{c.name}">\n{params}{INVOKE_CLOSE}\n')
-    block = f"{OPEN}\n{''.join(invokes)}{CLOSE}"
-    return content + ("\n" if content else "") + block + EOS
+    return f"{OPEN}\n{''.join(invokes)}{CLOSE}"
+
+
+GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), what="MiniMax", write=_write)
+encode = GRAMMAR.encode
+
+DIALECTS = (
+    Entry(MarkupDialect.of(GRAMMAR), rank=150, auto=True, aliases=("minimax_m2", "minimax")),
+)

@@ -22,7 +22,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.base import ToolCall
+from harness.dialects.declare import Versions
 from harness.dialects.jsonstrict import StrictJSONError, loads_strict, raw_decode_strict
 from harness.dialects.markup import (
     NC_NEWLINES,
@@ -30,11 +31,10 @@ from harness.dialects.markup import (
     Fail,
     Scanner,
     Tools,
-    layout_of,
+    Writer,
     skip_ws,
     snippet,
 )
-from harness.errors import UsageError
 
 TOOL_CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 EOS = "</s>"
@@ -50,12 +50,6 @@ FRAGMENT = re.compile(
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _ID = re.compile(r"[A-Za-z0-9_\-]+")
 _KEYS = {"name", "arguments", "id"}
-
-
-def _version(version: str) -> str:
-    if version not in VERSIONS:
-        raise UsageError(f"unknown Mistral version {version!r}: use one of {', '.join(VERSIONS)}")
-    return version
 
 
 def _decode(body: str, pos: int, what: str, calls: Sequence[ToolCall]) -> tuple[Any, int]:
@@ -153,50 +147,37 @@ def _scan_v11(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[
         start = nxt
 
 
+def _write_v3(calls: Sequence[ToolCall]) -> str:
+    items = [
+        {"name": c.name, "arguments": c.arguments, "id": f"call{i:05d}"}
+        for i, c in enumerate(calls)
+    ]
+    return f"{TOOL_CALLS} {json.dumps(items, ensure_ascii=False)}"
+
+
+def _write_v11(calls: Sequence[ToolCall]) -> str:
+    return "".join(
+        f"{TOOL_CALLS}{c.name}{ARGS}{json.dumps(c.arguments, ensure_ascii=False)}" for c in calls
+    )
+
+
 _SCANNERS: dict[str, Scanner] = {"v3": _scan_v3, "v11": _scan_v11}
+_WRITERS: dict[str, Writer] = {"v3": _write_v3, "v11": _write_v11}
 GRAMMARS = {
-    v: BlockGrammar(name, _OPENER, FRAGMENT, _SCANNERS[v], eos=(EOS,), separator="", what="Mistral")
+    v: BlockGrammar(name, _OPENER, FRAGMENT, _SCANNERS[v], eos=(EOS,), separator="",
+                    what="Mistral", write=_WRITERS[v])
     for v, name in VERSIONS.items()
-}
+}  # fmt: skip
 
 
 _V3_LAYOUT = re.compile(r"\[TOOL_CALLS\][ \t]*\[")
 _V11_LAYOUT = re.compile(r"\[ARGS\]|\[CALL_ID\]")
 
 
-def layout(text: str) -> str | None:
-    """The version whose layout the markup in ``text`` has, whole or broken: ``mistral``
-    when its calls are mostly JSON lists after ``[TOOL_CALLS]``, ``mistral-v11`` when they
-    are mostly ``name[ARGS]{…}``; None when they do not tell."""
-    return layout_of(text, _V3_LAYOUT, _V11_LAYOUT, (VERSIONS["v3"], VERSIONS["v11"]))
+#: ``layout``: ``mistral`` when the calls are mostly JSON lists after ``[TOOL_CALLS]``,
+#: ``mistral-v11`` when they are mostly ``name[ARGS]{…}``.
+#: ``encode(content, calls, version)``: in the v3 list (``v3``) or v11 compact (``v11``) form.
+FAMILY = Versions("Mistral version", GRAMMARS, (_V3_LAYOUT, _V11_LAYOUT))
+layout, encode = FAMILY.layout, FAMILY.encode
 
-
-def first_marker(text: str, version: str = "v3") -> int:
-    return GRAMMARS[_version(version)].first_marker(text)
-
-
-def parse(
-    text: str, version: str = "v3", *, server_content: bool = False, tools: Tools = None
-) -> ParseResult:
-    """Parse one assistant output in the v3 list (``v3``) or v11 compact (``v11``) form."""
-    return GRAMMARS[_version(version)].parse(text, server_content=server_content, tools=tools)
-
-
-def complete_calls(text: str, tools: Tools = None, version: str = "v3") -> tuple[ToolCall, ...]:
-    return GRAMMARS[_version(version)].complete_calls(text, tools)
-
-
-def encode(content: str, calls: Sequence[ToolCall], version: str = "v3") -> str:
-    _version(version)
-    if not calls:
-        return content + EOS
-    if version == "v3":
-        items = [
-            {"name": c.name, "arguments": c.arguments, "id": f"call{i:05d}"}
-            for i, c in enumerate(calls)
-        ]
-        return f"{content}{TOOL_CALLS} {json.dumps(items, ensure_ascii=False)}{EOS}"
-    compact = "".join(
-        f"{TOOL_CALLS}{c.name}{ARGS}{json.dumps(c.arguments, ensure_ascii=False)}" for c in calls
-    )
-    return content + compact + EOS
+DIALECTS = FAMILY.entries(90, {"v3": ("mistral-v3",)}, holds=HOLDS)

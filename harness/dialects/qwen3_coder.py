@@ -30,8 +30,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from harness.dialects.base import ParseResult, ToolCall
+from harness.dialects.base import ToolCall
 from harness.dialects.coerce import coerce_args, xml_value
+from harness.dialects.declare import Entry, MarkupDialect
 from harness.dialects.markup import (
     NC_NEWLINES,
     BlockGrammar,
@@ -105,24 +106,8 @@ def _scan(body: str, pos: int, nc: list[str], tools: Tools) -> tuple[list[ToolCa
         pos = nxt
 
 
-GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), what="Qwen3-Coder")
-
-
-def first_marker(text: str) -> int:
-    return GRAMMAR.first_marker(text)
-
-
-def parse(text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
-    """Parse one assistant output in the Qwen3-Coder XML dialect."""
-    return GRAMMAR.parse(text, server_content=server_content, tools=tools)
-
-
-def complete_calls(text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
-    return GRAMMAR.complete_calls(text, tools)
-
-
-def encode(content: str, calls: Sequence[ToolCall]) -> str:
-    """The canonical raw turn: content, one block per call, the end-of-turn token."""
+def _write(calls: Sequence[ToolCall]) -> str:
+    """One block per call, newline-separated."""
     blocks = []
     for call in calls:
         params = "".join(
@@ -130,5 +115,12 @@ def encode(content: str, calls: Sequence[ToolCall]) -> str:
             for key, value in call.arguments.items()
         )
         blocks.append(f"{OPEN}\n<function={call.name}>\n{params}{FUNC_CLOSE}\n{CLOSE}")
-    text = content + ("\n" if content and blocks else "") + "\n".join(blocks)
-    return text + EOS
+    return "\n".join(blocks)
+
+
+GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), what="Qwen3-Coder", write=_write)
+encode = GRAMMAR.encode
+
+DIALECTS = (
+    Entry(MarkupDialect.of(GRAMMAR), rank=30, auto=True, aliases=("qwen3_coder", "qwen3_xml")),
+)

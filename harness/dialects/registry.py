@@ -1,5 +1,8 @@
 """The dialect registry: one small interface, one module per dialect, "auto" detection.
 
+The dialects are the ones the modules of this package declare (their ``DIALECTS``: see
+``declare``); the registry finds the modules by itself.
+
 A dialect has a ``name``, ``first_marker(text) -> int`` (offset of its first markup, exact
 or near-miss, or -1), ``parse(text, *, server_content=False, tools=None) -> ParseResult``,
 ``encode(content, calls) -> str`` (the canonical raw text a model writes) and ``stream()``
@@ -23,146 +26,20 @@ misses of a bare JSON tool call only: ``{...}{...}``, an unbalanced call object)
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from functools import partial
-from typing import Protocol
+from dataclasses import replace
 
-from harness.dialects import (
-    deepseek_v3,
-    dsml,
-    glm,
-    harmony,
-    hermes,
-    jsoncall,
-    kimi_k2,
-    llama,
-    minimax_m2,
-    mistral,
-    qwen3_coder,
-)
-from harness.dialects.base import ParseResult, ToolCall
+import harness.dialects
+from harness.dialects.base import ParseResult
+from harness.dialects.declare import Dialect, Entry, MarkupDialect
 from harness.dialects.markup import Tools
-from harness.dialects.stream import Event, MarkupStream, StreamParser
+from harness.dialects.stream import Stream
 from harness.errors import UsageError
 
-
-class Stream(Protocol):
-    def feed(self, delta: str) -> list[Event]: ...
-
-    def flush(self) -> list[Event]: ...
-
-    def finish(self) -> ParseResult: ...
-
-
-class Dialect(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def first_marker(self, text: str) -> int: ...
-
-    def parse(
-        self, text: str, *, server_content: bool = False, tools: Tools = None
-    ) -> ParseResult: ...
-
-    def encode(self, content: str, calls: Sequence[ToolCall]) -> str: ...
-
-    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream: ...
-
-
-@dataclass(frozen=True)
-class DsmlDialect:
-    name: str
-    version: str  # "auto" | "v4" | "v32"
-
-    def first_marker(self, text: str) -> int:
-        return dsml.first_marker(text)
-
-    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
-        return dsml.parse(text, self.version, server_content=server_content)
-
-    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
-        return dsml.encode_turn(content, calls, "v32" if self.version == "v32" else "v4")
-
-    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream:
-        return StreamParser(self.version, server_content=server_content)
-
-
-@dataclass(frozen=True)
-class MarkupDialect:
-    """A dialect made of a module's functions (its stream is a ``MarkupStream``)."""
-
-    name: str
-    marker_fn: Callable[[str], int]
-    parse_fn: Callable[..., ParseResult]
-    encode_fn: Callable[[str, Sequence[ToolCall]], str]
-    calls_fn: Callable[[str, Tools], tuple[ToolCall, ...]]
-    holds: tuple[str, ...] = ()
-    #: any piece of the markup, exact or mangled (``markup_spans`` masks them)
-    tokens: re.Pattern[str] | None = None
-
-    def first_marker(self, text: str) -> int:
-        return self.marker_fn(text)
-
-    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
-        return self.parse_fn(text, server_content=server_content, tools=tools)
-
-    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
-        return self.encode_fn(content, calls)
-
-    def complete_calls(self, text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
-        return self.calls_fn(text, tools)
-
-    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream:
-        return MarkupStream(self, server_content=server_content, tools=tools, holds=self.holds)
-
-
-@dataclass(frozen=True)
-class JsonCallDialect:
-    """Bare JSON tool calls: only their near misses are markup (valid JSON is content)."""
-
-    name: str = "json"
-
-    def first_marker(self, text: str) -> int:
-        return jsoncall.first_marker(text)
-
-    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
-        return jsoncall.parse(text, server_content=server_content)
-
-    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
-        raise UsageError("the json dialect only finds near misses: it has no encoding")
-
-    def complete_calls(self, text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
-        return ()
-
-    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream:
-        return MarkupStream(self, server_content=server_content)
-
-
-@dataclass(frozen=True)
-class NoDialect:
-    """No tool-call markup expected: the whole text is content."""
-
-    name: str = "none"
-
-    def first_marker(self, text: str) -> int:
-        return -1
-
-    def parse(self, text: str, *, server_content: bool = False, tools: Tools = None) -> ParseResult:
-        return ParseResult(content=text)
-
-    def encode(self, content: str, calls: Sequence[ToolCall]) -> str:
-        if calls:
-            raise UsageError("the none dialect cannot write tool calls")
-        return content
-
-    def complete_calls(self, text: str, tools: Tools = None) -> tuple[ToolCall, ...]:
-        return ()
-
-    def stream(self, *, server_content: bool = False, tools: Tools = None) -> Stream:
-        return MarkupStream(self, server_content=server_content)
-
+__all__ = ["Dialect", "Stream", "aliases", "detect", "dialect_for_model", "get", "names", "parse"]
 
 _DIALECTS: dict[str, Dialect] = {}
 _ALIASES: dict[str, str] = {}
@@ -178,110 +55,32 @@ _AUTO_MARKERS: dict[str, Callable[[str], int]] = {}
 _LAYOUTS: dict[str, Callable[[str], str | None]] = {}
 
 
-def register(
-    dialect: Dialect,
-    *,
-    auto: bool = False,
-    fallback: bool = False,
-    aliases: Sequence[str] = (),
-    auto_marker: Callable[[str], int] | None = None,
-    layout: Callable[[str], str | None] | None = None,
-) -> None:
-    _DIALECTS[dialect.name] = dialect
-    for alias in aliases:
-        _ALIASES[alias] = dialect.name
-    if auto_marker is not None:
-        _AUTO_MARKERS[dialect.name] = auto_marker
-    if layout is not None:
-        _LAYOUTS[dialect.name] = layout
-    group = _FALLBACK if fallback else _AUTO
-    if (auto or fallback) and dialect.name not in group:
-        group.append(dialect.name)
+def register(entry: Entry) -> None:
+    name = entry.dialect.name
+    _DIALECTS[name] = entry.dialect
+    for alias in entry.aliases:
+        _ALIASES[alias] = name
+    if entry.auto_marker is not None:
+        _AUTO_MARKERS[name] = entry.auto_marker
+    if entry.layout is not None:
+        _LAYOUTS[name] = entry.layout
+    group = _FALLBACK if entry.fallback else _AUTO
+    if (entry.auto or entry.fallback) and name not in group:
+        group.append(name)
 
 
-def _module(
-    name: str,
-    module: object,
-    *,
-    holds: tuple[str, ...] = (),
-    tokens: re.Pattern[str] | None = None,
-    **fixed: str,
-) -> MarkupDialect:
-    def bind(fn_name: str) -> Callable[..., object]:
-        fn: Callable[..., object] = getattr(module, fn_name)
-        return partial(fn, **fixed) if fixed else fn
-
-    return MarkupDialect(
-        name,
-        bind("first_marker"),  # type: ignore[arg-type]
-        bind("parse"),  # type: ignore[arg-type]
-        bind("encode"),  # type: ignore[arg-type]
-        bind("complete_calls"),  # type: ignore[arg-type]
-        holds,
-        tokens if tokens is not None else getattr(module, "FRAGMENT", None),
-    )
+def declared() -> list[Entry]:
+    """Every dialect the modules of this package declare (their ``DIALECTS``), by rank."""
+    entries: list[Entry] = []
+    for info in pkgutil.iter_modules(harness.dialects.__path__):
+        if info.name != "registry":
+            module = importlib.import_module(f"{harness.dialects.__name__}.{info.name}")
+            entries.extend(getattr(module, "DIALECTS", ()))
+    return sorted(entries, key=lambda entry: entry.rank)
 
 
-register(DsmlDialect("dsml-v4", "v4"), aliases=("deepseek_v4", "deepseekv4"))
-register(DsmlDialect("dsml-v32", "v32"), aliases=("deepseek_v32", "deepseekv32"))
-register(DsmlDialect("dsml", "auto"), auto=True)
-register(
-    _module("hermes", hermes),
-    auto=True,
-    aliases=("qwen3_json", "qwen25", "qwen"),
-)
-register(_module(qwen3_coder.NAME, qwen3_coder), auto=True, aliases=("qwen3_coder", "qwen3_xml"))
-register(
-    _module(harmony.NAME, harmony, holds=("to=functions.",)),
-    auto=True,
-    aliases=("openai", "gpt_oss", "harmony"),
-)
-register(
-    _module("glm45", glm, version="glm45"),
-    auto=True,
-    aliases=("glm4_moe", "glm-4.5"),
-    layout=glm.layout,
-)
-register(_module("glm47", glm, version="glm47"), auto=True, aliases=("glm-4.7",), layout=glm.layout)
-register(_module(kimi_k2.NAME, kimi_k2), auto=True, aliases=("kimi_k2", "kimi"))
-register(
-    _module("deepseek-v3", deepseek_v3, version="v3"),
-    auto=True,
-    aliases=("deepseek_v3", "deepseekv3", "deepseek-r1"),
-    layout=deepseek_v3.layout,
-)
-register(
-    _module("deepseek-v31", deepseek_v3, version="v31"),
-    auto=True,
-    aliases=("deepseek_v31", "deepseekv31"),
-    layout=deepseek_v3.layout,
-)
-register(
-    _module("mistral", mistral, holds=mistral.HOLDS, version="v3"),
-    auto=True,
-    aliases=("mistral-v3",),
-    layout=mistral.layout,
-)
-register(
-    _module("mistral-v11", mistral, holds=mistral.HOLDS, version="v11"),
-    auto=True,
-    layout=mistral.layout,
-)
-register(
-    _module("llama3-json", llama, tokens=llama.FRAGMENT3, version="json"),
-    auto=True,
-    aliases=("llama3_json", "llama4_json", "llama3"),
-)
-# (auto only where the markup tells: an answer opening with a link "[f(x)](url)" looks alike)
-register(
-    _module("llama4-pythonic", llama, tokens=llama.FRAGMENT4, version="pythonic"),
-    auto=True,
-    aliases=("pythonic", "llama4_pythonic"),
-    auto_marker=llama.telling_marker,
-)
-register(_module(minimax_m2.NAME, minimax_m2), auto=True, aliases=("minimax_m2", "minimax"))
-register(JsonCallDialect(), fallback=True)
-register(NoDialect())
+for _entry in declared():
+    register(_entry)
 
 
 def _canonical(name: str) -> str:

@@ -1,5 +1,6 @@
 """``--canary``: the probes scored alone before the load, at a steady bounded rate during it,
-and alone after it (``canary.jsonl``; the deviations are computed by analysis/canary.py).
+and alone after it (``canary.jsonl``; the deviations are computed by
+analysis/canary_deviations.py).
 
 The canary has its own connection pool and sends at most ``rate_per_s`` requests a second,
 at most ``MAX_INFLIGHT`` at once: it never changes the sessions' requests, and its share of the

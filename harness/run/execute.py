@@ -34,7 +34,7 @@ from harness.drive.driver import DriveOptions, Progress, drive
 from harness.drive.selfreport import save_row
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.drive.trace_session import sessions_for
-from harness.errors import EndpointRefused, HarnessError, ServerUnanswering
+from harness.errors import EXIT_INFRA, EndpointRefused, HarnessError, ServerUnanswering
 from harness.pool.cluster import ClusterPool
 from harness.pool.parent import (
     SessionSource,
@@ -322,7 +322,7 @@ class _VariantRun:
                         self.announce(f"{self.name}: {error}")
                     self.death = self._death(target, error)
                     if error is not None and not self.code:
-                        self.code = 3
+                        self.code = EXIT_INFRA
                     if error is None:
                         if canary is not None:
                             await canary.after()

@@ -22,12 +22,12 @@ import httpx
 
 from harness.analysis import variantcheck
 from harness.client.chat import ChatClient
+from harness.client.door import GENERATE_TIMEOUT_S, server_client
 from harness.client.raw import RawClient, check_rendering
 from harness.dialects import registry
 from harness.errors import ConfigError
 from harness.target import serverfacts
 from harness.target.readiness import served_model
-from harness.tls import verify_context
 from harness.workload.matrix import Variant
 from harness.workload.scenario import Scenario
 
@@ -144,7 +144,7 @@ async def first_contact(c: Contact, say: Callable[[str], None]) -> dict[str, Any
 
 
 async def reports_cached_tokens(
-    base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120.0
+    base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = GENERATE_TIMEOUT_S
 ) -> bool | None:
     """One tiny chat request: does ``usage`` carry ``prompt_tokens_details.cached_tokens``?
     None when the request itself failed."""
@@ -155,12 +155,9 @@ async def reports_cached_tokens(
         "temperature": 0,
         "stream": False,
     }
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(
-            timeout=timeout_s, trust_env=False, verify=verify_context(), headers=headers
-        ) as http:
-            resp = await http.post(f"{base_url.rstrip('/')}/v1/chat/completions", json=body)
+        async with server_client(base_url, api_key=api_key, timeout=timeout_s) as http:
+            resp = await http.post("/v1/chat/completions", json=body)
         doc = resp.json() if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError) as exc:
         log.info("cache-report probe on %s failed: %s", base_url, exc)

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from harness.client.door import get_models, server_client
 from harness.drive.session import SessionPlan
 from harness.errors import UsageError
 from harness.pool.dealing import deal, split_limit
@@ -136,11 +137,10 @@ async def wait_until(at: float, announce: Any) -> float:
 
 async def server_clock_offset(base_url: str, api_key: str | None = None) -> float | None:
     """The server's clock minus ours, from its ``Date`` header (1 s resolution), or None."""
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(timeout=10.0, headers=headers) as http:
+        async with server_client(base_url, api_key=api_key) as http:
             before = time.time()
-            resp = await http.get(base_url.rstrip("/") + "/v1/models")
+            resp = await get_models(http)
             after = time.time()
     except httpx.HTTPError:
         return None

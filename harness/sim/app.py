@@ -196,9 +196,7 @@ class SimApp:
             cut = (fault.kind, at + 1) if fault.kind in ("disconnect", "stall") else None
             return Stream(events, headers, done, fault=cut, stall_s=self.config.stall_seconds)
         try:
-            uncached = gen.prompt_tokens - gen.cached_tokens
-            per_token = engine.latency.per_token(engine.running)
-            await asyncio.sleep(engine.latency.ttft(uncached) + per_token * gen.completion_tokens)
+            await engine.answer_time(gen)
         finally:
             done()
         use = openai.usage(gen.prompt_tokens, gen.completion_tokens, self._cached(gen))

@@ -204,6 +204,13 @@ class Engine:
             self.injected[fault.label] += 1
         return fault
 
+    async def answer_time(self, gen: Generation) -> None:
+        """Wait as long as the whole answer of ``gen`` takes: the prefill of its uncached
+        prompt, then its tokens at the pace of the running batch."""
+        uncached = gen.prompt_tokens - gen.cached_tokens
+        per_token = self.latency.per_token(self.running)
+        await asyncio.sleep(self.latency.ttft(uncached) + per_token * gen.completion_tokens)
+
     def generate(
         self,
         messages: Sequence[Mapping[str, Any]],

@@ -208,17 +208,24 @@ def _json_forms(value: Any) -> list[str]:
     )
 
 
-def _broken(value: str, rng: random.Random) -> str | None:
-    candidates = [value[:-1], "{" + value, value + "}", value + value]
+def json_breaks(value: str, rng: random.Random, candidates: Sequence[str]) -> list[str]:
+    """Ways to break the JSON ``value``: the ``candidates``, and ``value`` with one of its
+    quotes dropped (when it has one), that do not parse."""
+    found = list(candidates)
     if '"' in value:
         i = rng.choice([i for i, ch in enumerate(value) if ch == '"'])
-        candidates.append(value[:i] + value[i + 1 :])
+        found.append(value[:i] + value[i + 1 :])
     out = []
-    for c in candidates:
+    for c in found:
         try:
             json.loads(c)
         except ValueError:
             out.append(c)
+    return out
+
+
+def _broken(value: str, rng: random.Random) -> str | None:
+    out = json_breaks(value, rng, [value[:-1], "{" + value, value + "}", value + value])
     return rng.choice(out) if out else None
 
 

@@ -7,7 +7,6 @@ schema faults need a tool call; for prose turns they fall back to salad. JSON fa
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -169,16 +168,7 @@ _JSON_PARAM = re.compile(
 
 def _broken_values(value: str, rng: random.Random) -> list[str]:
     candidates = [value + value, value + value + value, value[:-1], "{" + value, value + "}"]
-    if '"' in value:
-        i = rng.choice([i for i, ch in enumerate(value) if ch == '"'])
-        candidates.append(value[:i] + value[i + 1 :])
-    out = []
-    for c in candidates:
-        try:
-            json.loads(c)
-        except ValueError:
-            out.append(c)
-    return out
+    return envelopes.json_breaks(value, rng, candidates)
 
 
 def broken_json(

@@ -11,6 +11,7 @@ import socket
 import tempfile
 import threading
 from collections.abc import Callable, Generator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from harness.argtypes import DefaultsHelpFormatter
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import probability as _probability
-from harness.errors import HarnessError, InfrastructureError, UsageError
+from harness.errors import EXIT_OK, HarnessError, InfrastructureError, UsageError
 from harness.sim.app import create_app
 from harness.sim.config import (
     DEFAULT_MODEL,
@@ -206,37 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    return SimConfig(
-        index_k=args.index_k,
-        hicache=args.hicache,
-        deterministic=args.enable_deterministic_inference,
-        kv_canary=args.kv_canary == "log",
-        topk=args.topk,
-        speed=args.speed,
-        seed=args.seed,
-        model=args.model or DEFAULT_MODELS.get(args.dialect, DEFAULT_MODEL),
-        dialect=args.dialect,
-        tool_parser=args.tool_parser,
-        reasoning=args.reasoning,
-        kv_capacity=args.kv_capacity,
-        hicache_ratio=args.hicache_ratio,
-        calibrated_race=args.calibrated_race == "on",
-        chunk_tokens=args.chunk_tokens,
-        max_running=args.max_running,
-        fault_scale=args.fault_scale,
-        force_fault=args.force_fault,
-        error_rate=args.error_rate,
-        disconnect_rate=args.disconnect_rate,
-        stall_rate=args.stall_rate,
-        stall_seconds=args.stall_seconds,
-        error_event_rate=args.error_event_rate,
-        bad_json_rate=args.bad_json_rate,
-        crash_after=args.crash_after,
-        slow_start=args.slow_start,
-        cache_report=args.cache_report == "on",
-        raw_add_bos=args.raw_bos == "add",
-        api_key=_api_key(args.api_key_env),
-    )
+    """The flags as a SimConfig: a flag named as a field is its value; the rest below."""
+    given = vars(args)
+    same = {f.name: given[f.name] for f in fields(SimConfig) if f.name in given}
+    return SimConfig(**{
+        **same,
+        "deterministic": args.enable_deterministic_inference,
+        "kv_canary": args.kv_canary == "log",
+        "model": args.model or DEFAULT_MODELS.get(args.dialect, DEFAULT_MODEL),
+        "calibrated_race": args.calibrated_race == "on",
+        "cache_report": args.cache_report == "on",
+        "raw_add_bos": args.raw_bos == "add",
+        "api_key": _api_key(args.api_key_env),
+    })  # fmt: skip
 
 
 def _api_key(name: str | None) -> str | None:
@@ -338,4 +321,4 @@ def main(argv: list[str] | None = None) -> int:
         server.run(sockets=[sock])
     finally:
         sock.close()
-    return 0
+    return EXIT_OK

@@ -212,9 +212,7 @@ class RawRoutes:
         if fields["stream"]:
             return Stream(self._events(api, rid, gen, skip), headers, done)
         try:
-            uncached = gen.prompt_tokens - gen.cached_tokens
-            per_token = engine.latency.per_token(engine.running)
-            await asyncio.sleep(engine.latency.ttft(uncached) + per_token * gen.completion_tokens)
+            await engine.answer_time(gen)
         finally:
             done()
         text, finish = _text(gen, skip)

@@ -31,7 +31,7 @@ from typing import IO, Any, Protocol
 from harness.errors import InfrastructureError
 from harness.record.rundir import RunDir
 from harness.target.readiness import _LIVE, stop_group, wait_ready
-from harness.target.spec import TargetSpec, shown_values, substitute
+from harness.target.spec import ReadySpec, TargetSpec, shown_values, substitute
 from harness.workload.matrix import Variant
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,19 @@ def level_additions(spec: TargetSpec, variant: Variant) -> tuple[list[str], dict
     return args, env
 
 
+def _ready_said(ready: ReadySpec) -> dict[str, Any]:
+    """The readiness check as ``describe`` says it."""
+    return {"paths": list(ready.paths), "timeout_s": ready.timeout_s}
+
+
+async def _ready(base_url: str, ready: ReadySpec, alive: Any = None) -> None:
+    """Wait until the server answers one of the target file's readiness paths."""
+    await wait_ready(
+        base_url, timeout_s=ready.timeout_s, paths=ready.paths, alive=alive,
+        interval_s=ready.interval_s,
+    )  # fmt: skip
+
+
 class LaunchTarget:
     """The target file's command, started per variant on a free loopback port."""
 
@@ -185,7 +198,7 @@ class LaunchTarget:
             "env": masked(self.added_env(reveal=False)),
             "cwd": str(self.launch.cwd) if self.launch.cwd else None,
             "url": f"http://{host}:<port>",
-            "ready": {"paths": list(self.spec.ready.paths), "timeout_s": self.spec.ready.timeout_s},
+            "ready": _ready_said(self.spec.ready),
             "log": str(self.log_path),
         }
 
@@ -240,13 +253,7 @@ class LaunchTarget:
             ) from None
         _LIVE.add(self.proc)
         try:
-            await wait_ready(
-                self.base_url,
-                timeout_s=self.spec.ready.timeout_s,
-                paths=self.spec.ready.paths,
-                alive=self.alive,
-                interval_s=self.spec.ready.interval_s,
-            )
+            await _ready(self.base_url, self.spec.ready, alive=self.alive)
         except InfrastructureError as exc:
             code = self.proc.poll()
             await self.stop()
@@ -317,16 +324,11 @@ class EndpointMapTarget:
             "mode": "endpoint",
             "variant": self.variant.label,
             "url": self.base_url,
-            "ready": {"paths": list(self.spec.ready.paths), "timeout_s": self.spec.ready.timeout_s},
+            "ready": _ready_said(self.spec.ready),
         }
 
     async def start(self) -> str:
-        await wait_ready(
-            self.base_url,
-            timeout_s=self.spec.ready.timeout_s,
-            paths=self.spec.ready.paths,
-            interval_s=self.spec.ready.interval_s,
-        )
+        await _ready(self.base_url, self.spec.ready)
         return self.base_url
 
     async def stop(self) -> None:
@@ -375,7 +377,7 @@ class HookTarget:
             "after": self.hook.after,
             "env": masked(self.hook_env("before|after", reveal=False)),
             "url": self.base_url,
-            "ready": {"paths": list(self.spec.ready.paths), "timeout_s": self.spec.ready.timeout_s},
+            "ready": _ready_said(self.spec.ready),
             "log": str(self.log_path),
         }
 
@@ -384,12 +386,7 @@ class HookTarget:
         self._before_done = True  # 'after' runs even if 'before' failed half-way
         if self.hook.before:
             await self._run_hook("before", self.hook.before)
-        await wait_ready(
-            self.base_url,
-            timeout_s=self.spec.ready.timeout_s,
-            paths=self.spec.ready.paths,
-            interval_s=self.spec.ready.interval_s,
-        )
+        await _ready(self.base_url, self.spec.ready)
         return self.base_url
 
     async def stop(self) -> None:

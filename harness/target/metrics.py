@@ -24,8 +24,13 @@ from typing import IO, Any
 import httpx
 import orjson
 
+from harness.client.door import (
+    FLUSH_TIMEOUT_S,
+    LOOK_TIMEOUT_S,
+    WARM_UP_TIMEOUT_S,
+    server_client,
+)
 from harness.record.rundir import METRICS_FILE
-from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +194,7 @@ class MetricsScraper:
         variant: str,
         repeat: int = 0,
         interval_s: float = 5.0,
-        timeout_s: float = 10.0,
+        timeout_s: float = LOOK_TIMEOUT_S,
         keep_raw: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -233,9 +238,7 @@ class MetricsScraper:
         self._t0 = time.monotonic()
         try:
             with open(self.path, "ab") as out:  # noqa: ASYNC230 - small appends, once per scrape
-                async with httpx.AsyncClient(
-                    timeout=self.timeout_s, trust_env=False, verify=verify_context()
-                ) as http:
+                async with server_client(self.base_url, timeout=self.timeout_s) as http:
                     while not self._stop.is_set():
                         if not await self._scrape(http, out):
                             return
@@ -250,7 +253,7 @@ class MetricsScraper:
         """One scrape; False when the server has no metrics endpoint."""
         t = time.monotonic() - self._t0
         try:
-            resp = await http.get(f"{self.base_url}/metrics")
+            resp = await http.get("/metrics")
         except httpx.HTTPError as exc:
             self.errors += 1
             if self.errors == 1:
@@ -299,19 +302,16 @@ class MetricsScraper:
 
 
 async def flush_cache(
-    base_url: str, *, timeout_s: float = 60.0, api_key: str | None = None
+    base_url: str, *, timeout_s: float = FLUSH_TIMEOUT_S, api_key: str | None = None
 ) -> dict[str, Any]:
     """POST /flush_cache (SGLang, the simulator) with the API key when one is set.
 
     ``{"ok", "status", "message"}``: SGLang answers 400 while a request runs or waits and
     401 without the key it was started with; the run records a failure as a warning.
     """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        async with httpx.AsyncClient(
-            timeout=timeout_s, trust_env=False, verify=verify_context(), headers=headers
-        ) as http:
-            resp = await http.post(f"{base_url.rstrip('/')}/flush_cache")
+        async with server_client(base_url, api_key=api_key, timeout=timeout_s) as http:
+            resp = await http.post("/flush_cache")
     except httpx.HTTPError as exc:
         log.warning("flush_cache on %s failed: %s", base_url, exc)
         return {"ok": False, "status": None, "message": f"{type(exc).__name__}: {exc}"}
@@ -331,7 +331,7 @@ async def warm_up(
     model: str,
     *,
     requests: int = 2,
-    timeout_s: float = 300.0,
+    timeout_s: float = WARM_UP_TIMEOUT_S,
     api_key: str | None = None,
 ) -> bool:
     """A few tiny chat requests so first-request costs (JIT, graphs) stay out of the results.
@@ -345,14 +345,11 @@ async def warm_up(
         "temperature": 0,
         "stream": False,
     }
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     ok = True
     try:
-        async with httpx.AsyncClient(
-            timeout=timeout_s, trust_env=False, verify=verify_context(), headers=headers
-        ) as http:
+        async with server_client(base_url, api_key=api_key, timeout=timeout_s) as http:
             for _ in range(requests):
-                resp = await http.post(f"{base_url.rstrip('/')}/v1/chat/completions", json=body)
+                resp = await http.post("/v1/chat/completions", json=body)
                 if resp.status_code != 200:
                     log.warning("warm-up on %s: HTTP %s", base_url, resp.status_code)
                     ok = False

@@ -21,12 +21,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from harness.client.door import (
+    LOOK_TIMEOUT_S,
+    MODELS_PATH,
+    POLL_TIMEOUT_S,
+    VERSION_TIMEOUT_S,
+    get_models,
+    list_models,
+    server_client,
+)
 from harness.errors import InfrastructureError, UsageError
-from harness.tls import verify_context
+from harness.target.spec import READINESS_PATHS
 
 log = logging.getLogger(__name__)
-
-READINESS_PATHS = ("/health_generate", "/health", "/v1/models")
 
 #: Every server process group this process started and has not stopped yet; killed at exit
 #: so that nothing is left running whatever way the harness ends.
@@ -121,17 +128,6 @@ def not_openai(base_url: str, path: str, resp: httpx.Response) -> UsageError:
     )
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {"authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-def _client(base_url: str, api_key: str | None, timeout: float) -> httpx.AsyncClient:
-    """The one client shape of this module's requests to a server: no proxy from the
-    environment, the project's certificates, the key as a bearer token."""
-    return httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False,
-                             verify=verify_context(), headers=_headers(api_key))  # fmt: skip
-
-
 async def wait_ready(
     base_url: str,
     *,
@@ -153,7 +149,7 @@ async def wait_ready(
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     refused = False
-    async with _client(base_url, api_key, 5.0) as http:
+    async with server_client(base_url, api_key=api_key, timeout=POLL_TIMEOUT_S) as http:
         while time.monotonic() < deadline:
             if alive is not None and not alive():
                 raise InfrastructureError(f"server at {base_url} exited while starting ({last})")
@@ -220,9 +216,9 @@ async def check_api(base_url: str, api_key: str | None = None) -> None:
     """A server the harness did not start, once ready: does ``/v1/models`` answer as an
     OpenAI API does? A web page or a 401/403 there is said at once (exit 2); other answers
     are left to the run (some servers do not list models)."""
-    async with _client(base_url, api_key, 10.0) as http:
+    async with server_client(base_url, api_key=api_key, timeout=LOOK_TIMEOUT_S) as http:
         try:
-            resp = await http.get("/v1/models")
+            resp = await get_models(http)
         except httpx.HTTPError:
             return
     if resp.status_code in (401, 403):
@@ -232,7 +228,7 @@ async def check_api(base_url: str, api_key: str | None = None) -> None:
         )
     if resp.status_code == 200:
         if _html(resp):
-            raise not_openai(base_url, "/v1/models", resp)
+            raise not_openai(base_url, MODELS_PATH, resp)
         try:
             doc = resp.json()
         except ValueError:
@@ -289,11 +285,10 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
 async def served_model(base_url: str, api_key: str | None = None) -> str | None:
     """The first model id in the server's /v1/models (None when it lists none, or could not
     be read)."""
+    cards = await list_models(base_url, api_key=api_key)
     try:
-        async with _client(base_url, api_key, 10.0) as http:
-            data = (await http.get("/v1/models")).json().get("data") or []
-        return str(data[0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError, TypeError):
+        return str(cards[0]["id"]) if cards else None
+    except (KeyError, IndexError, TypeError):
         return None
 
 
@@ -304,7 +299,7 @@ VERSION_PATHS = (("/server_info", "version"), ("/version", "version"), ("/props"
 
 async def server_version(base_url: str, api_key: str | None = None) -> str | None:
     """The version the server reports about itself, or None when it does not say."""
-    async with _client(base_url, api_key, 3.0) as http:
+    async with server_client(base_url, api_key=api_key, timeout=VERSION_TIMEOUT_S) as http:
         for path, key in VERSION_PATHS:
             try:
                 resp = await http.get(path)

@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 
+from harness.client.door import LOOK_TIMEOUT_S, MODELS_PATH, server_client
 from harness.record.rundir import SERVER_FACTS_FILE
-from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -34,25 +34,18 @@ log = logging.getLogger(__name__)
 SOURCES: Mapping[str, tuple[str, ...]] = {
     "server_info": ("/server_info", "/get_server_info"),
     "props": ("/props",),
-    "models": ("/v1/models",),
+    "models": (MODELS_PATH,),
     "launch": (),
 }
 
 
 async def read_config(
-    base_url: str, *, api_key: str | None = None, timeout_s: float = 10.0
+    base_url: str, *, api_key: str | None = None, timeout_s: float = LOOK_TIMEOUT_S
 ) -> dict[str, Any]:
     """The configuration sources that answer (``{"server_info": {...}, "models": {...}}``);
     a source that is missing, refuses or answers something else is left out."""
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     out: dict[str, Any] = {}
-    async with httpx.AsyncClient(
-        base_url=base_url,
-        timeout=timeout_s,
-        trust_env=False,
-        verify=verify_context(),
-        headers=headers,
-    ) as http:
+    async with server_client(base_url, api_key=api_key, timeout=timeout_s) as http:
         for source, paths in SOURCES.items():
             for path in paths:
                 try:

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.client.door import list_models
 from harness.dialects import registry
 from harness.errors import ConfigError
-from harness.tls import verify_context
 
 log = logging.getLogger(__name__)
 
@@ -95,21 +95,8 @@ async def model_names(base_url: str, model: str, api_key: str | None = None) -> 
     in ``/v1/models``, its ``root`` (vLLM's path). When the server lists models but not
     ``model`` (a ``--model`` the server ignores: SGLang serves whatever it loaded), what it
     serves comes first (its id, then its root), ``model`` last."""
-    import httpx  # (lazily: the scenario loader imports this module)
-
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with httpx.AsyncClient(
-            base_url=base_url,
-            timeout=10.0,
-            trust_env=False,
-            verify=verify_context(),
-            headers=headers,
-        ) as http:
-            data = (await http.get("/v1/models")).json().get("data") or []
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return [model]
-    entries = [e for e in (data if isinstance(data, list) else ())
+    data = await list_models(base_url, api_key=api_key)
+    entries = [e for e in data or ()
                if isinstance(e, Mapping) and isinstance(e.get("id"), str) and e["id"]]  # fmt: skip
     mine = next((e for e in entries if e["id"] == model), None)
     if mine is None and entries:  # the server serves another model than the one named

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from harness.dialects import dsml
 from harness.dialects.base import ToolCall
-from harness.dialects.dsml import EOS, MARK
-from harness.dialects.stream import CallEvent, StreamParser, TextEvent
+from harness.dialects.dsml import EOS, MARK, StreamParser
+from harness.dialects.stream import CallEvent, TextEvent
 from tests.dialects.golden import mutate, run_stream, split, summary
 
 _VALUE = st.text(alphabet=st.sampled_from(list("ab <>&\"'\n|\uff5cDSML{}[]:,中🙂")), max_size=12)

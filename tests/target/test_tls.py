@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.client.door import verify_context
 from harness.target.readiness import served_model, server_version, wait_ready
 from harness.target.serverfacts import read_config
-from harness.tls import verify_context
 from harness.workload.dialect import model_names
 
 
