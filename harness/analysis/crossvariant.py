@@ -37,13 +37,25 @@ Key = tuple[Any, ...]  # (variant, repeat, session, turn, attempt), as in turns.
 CUT_SHORT, SAME = "cut_short", "same"
 
 
+#: what a reference answer may be labelled: a healthy answer (one cut at max_tokens too); a
+#: flagged one (a corrupted build's long loop) is no yardstick for the other's length
+REFERENCE_LABELS = frozenset({"ok_text", "ok_tool_call", "truncated"})
+
+
 def cut_short(answer: Mapping[str, Any], reference: Mapping[str, Any]) -> bool:
-    """Whether ``answer`` stopped by itself far shorter than ``reference`` (same request)."""
-    mine = str(answer.get("content") or "").strip()
-    theirs = str(reference.get("content") or "").strip()
+    """Whether ``answer`` stopped by itself far shorter than ``reference`` (same request),
+    a healthy answer."""
+    mine, theirs = _text(answer).strip(), _text(reference).strip()
     if mine == theirs or answer.get("finish_reason") != "stop":
         return False
+    if reference.get("label") not in REFERENCE_LABELS:
+        return False
     return len(theirs) >= MIN_REFERENCE_CHARS and len(mine) < SHORT_SHARE * len(theirs)
+
+
+def _text(row: Mapping[str, Any]) -> str:
+    content = row.get("content")
+    return content if isinstance(content, str) else ""
 
 
 def _final_sends(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[tuple[Any, ...], Any]]:
@@ -60,7 +72,11 @@ def _final_sends(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[tuple[Any,
 
 
 def _answered(row: Mapping[str, Any] | None) -> bool:
-    return row is not None and not row.get("transport_error") and row.get("content") is not None
+    """An answer came back (a row read by pandas has NaN where a field is empty)."""
+    if row is None or not isinstance(row.get("content"), str):
+        return False
+    failure = row.get("transport_error")
+    return not (isinstance(failure, str) and failure)
 
 
 def evidence(rows: Iterable[Mapping[str, Any]]) -> dict[Key, tuple[str, str]]:
@@ -76,7 +92,7 @@ def evidence(rows: Iterable[Mapping[str, Any]]) -> dict[Key, tuple[str, str]]:
                 if not (_answered(a) and _answered(b)):
                     break
                 key = (mine, a.get("repeat") or 0, a.get("session"), turn, a.get("attempt") or 0)
-                same = str(a.get("content")).strip() == str(b.get("content")).strip()
+                same = _text(a).strip() == _text(b).strip()
                 if cut_short(a, b):
                     out[key] = (CUT_SHORT, theirs)
                 elif same and key not in out:

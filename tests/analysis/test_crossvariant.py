@@ -11,7 +11,8 @@ LONG = "The cache holds the keys and values of every token a session has seen so
 
 def _row(variant: str, session: int, turn: int, content: str, **extra: Any) -> dict[str, Any]:
     row = {"variant": variant, "repeat": 0, "session": session, "turn": turn, "attempt": 0,
-           "content": content, "finish_reason": "stop", "transport_error": None}  # fmt: skip
+           "content": content, "finish_reason": "stop", "transport_error": None,
+           "label": "ok_text"}  # fmt: skip
     row.update(extra)
     return row
 
@@ -24,6 +25,8 @@ def test_short_junk_is_cut_short_against_a_long_answer() -> None:
 
 def test_what_is_not_cut_short() -> None:
     ref = _row("b", 0, 0, LONG)
+    # against a flagged answer (a damaged build's long loop): no yardstick
+    assert not cv.cut_short(_row("a", 0, 0, "Yes."), _row("b", 0, 0, LONG, label="repetition"))
     # the same answer, a length cap (the request's max_tokens), a short reference
     assert not cv.cut_short(_row("a", 0, 0, LONG), ref)
     assert not cv.cut_short(_row("a", 0, 0, "Short.", finish_reason="length"), ref)
@@ -63,3 +66,18 @@ def test_the_last_send_of_a_turn_is_compared() -> None:
         ("a", 0, 0, 0, 1): (cv.SAME, "b"),
         ("b", 0, 0, 0, 0): (cv.SAME, "a"),
     }
+
+
+def test_rows_read_by_pandas_compare_too() -> None:
+    """A frame's records have NaN where a field is empty: no failure, no content."""
+    import pandas as pd
+
+    rows = [
+        _row("a", 0, 0, "Explain:"),
+        _row("b", 0, 0, LONG),
+        _row("a", 1, 0, "x", transport_error="timeout: 120s"),
+        _row("b", 1, 0, LONG),
+    ]
+    records = pd.DataFrame(rows).to_dict("records")
+    assert any(isinstance(r["transport_error"], float) for r in records)  # NaN
+    assert cv.evidence(records) == {("a", 0, 0, 0, 0): (cv.CUT_SHORT, "b")}
