@@ -28,6 +28,7 @@ from collections import deque
 
 from harness.client.output import CANCELLED, Failure
 from harness.errors import EndpointRefused, InfrastructureError, ServerUnanswering
+from harness.verdict.turn import failure_verdict
 
 #: Statuses that retrying cannot fix, when the variant has had no answer yet.
 REFUSED = frozenset({400, 401, 403, 404, 405, 422, 501})
@@ -67,6 +68,10 @@ class ServerWatch:
             self.recent.append(None)
             return
         if failure.kind == CANCELLED:
+            return
+        if failure_verdict(str(failure)).corrupted:  # it answered: bytes that are no text
+            self.answered = True
+            self.recent.append(None)
             return
         if _EMFILE in failure.message:
             raise InfrastructureError(

@@ -140,9 +140,11 @@ class Progress:
 
     def on_turn(self, rec: TurnRecord) -> None:
         self.last_inflight = rec.get("inflight")
+        corrupted = bool(rec.get("corrupted"))
         self.count(
-            bool(rec.get("corrupted")),
-            server_failure(rec.get("transport_error")),
+            corrupted,
+            # a send the server failed on its own output's bytes is corrupted, not transport
+            server_failure(rec.get("transport_error")) and not corrupted,
             (rec.get("repeat", 0), rec["session"]),
             cancelled=str(rec.get("transport_error") or "").startswith("cancelled"),
         )

@@ -120,7 +120,8 @@ class ForwardWriter:
             Turn(
                 safejson.dumps(record) + b"\n",
                 bool(record.get("corrupted")),
-                server_failure(record.get("transport_error")),
+                # a send the server failed on its own output's bytes is corrupted only
+                server_failure(record.get("transport_error")) and not record.get("corrupted"),
                 record.get("repeat", 0),
                 record["session"],
             )
