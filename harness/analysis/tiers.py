@@ -113,9 +113,7 @@ def merge_oracles(df: pd.DataFrame, evidence: Mapping[tuple[Any, ...], list[str]
     confirmed."""
     if not evidence or df.empty:
         return df
-    key = ["variant", "repeat", "session", "turn", "attempt"]
-    cols = [df[k] if k in df else pd.Series([0] * len(df), index=df.index) for k in key]
-    names = [evidence.get(tuple(k)) for k in zip(*cols, strict=True)]
+    names = [evidence.get(k) for k in _row_keys(df)]
     df = df.copy()
     df["confirmed_by"] = pd.Series(names, index=df.index, dtype=object)
     df["oracle_confirmed"] = df["confirmed_by"].map(lambda n: True if n else None)
@@ -138,12 +136,8 @@ def merge_alone(df: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
         found[tuple(r.get(k) for k in ("variant", "repeat", "session", "turn", "attempt"))] = status
     if not found or df.empty:
         return df
-    key = ["variant", "repeat", "session", "turn", "attempt"]
-    cols = [df[k] if k in df else pd.Series([0] * len(df), index=df.index) for k in key]
     df = df.copy()
-    df["alone"] = pd.Series(
-        [found.get(tuple(k)) for k in zip(*cols, strict=True)], index=df.index, dtype=object
-    )
+    df["alone"] = pd.Series([found.get(k) for k in _row_keys(df)], index=df.index, dtype=object)
     return df
 
 
@@ -155,9 +149,7 @@ def merge_reference(
     variant where the answer was cut short against it."""
     if not evidence or df.empty:
         return df
-    key = ["variant", "repeat", "session", "turn", "attempt"]
-    cols = [df[k] if k in df else pd.Series([0] * len(df), index=df.index) for k in key]
-    found = [evidence.get(tuple(k)) for k in zip(*cols, strict=True)]
+    found = [evidence.get(k) for k in _row_keys(df)]
     df = df.copy()
     df["reference"] = pd.Series([f[0] if f else None for f in found], index=df.index, dtype=object)
     before = (
@@ -170,6 +162,13 @@ def merge_reference(
         for b, f in zip(before, found, strict=True)
     ]
     return df
+
+
+def _row_keys(df: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """Each row's ``(variant, repeat, session, turn, attempt)`` (0 where a column is absent)."""
+    key = ["variant", "repeat", "session", "turn", "attempt"]
+    cols = [df[k] if k in df else pd.Series([0] * len(df), index=df.index) for k in key]
+    return [tuple(k) for k in zip(*cols, strict=True)]
 
 
 def _bool_column(df: pd.DataFrame, name: str) -> pd.Series:
