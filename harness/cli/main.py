@@ -22,7 +22,7 @@ from harness.argtypes import positive_int as _positive_int
 from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
 from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
 from harness.cli.limits import add_limit_args
-from harness.cli.run_options import add_run_args
+from harness.cli.run_options import add_run_command_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.errors import EnvironmentFailure, HarnessError
 
@@ -115,11 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Drive concurrent multi-turn tool-call sessions against each variant's "
         "server, judge every turn, write the run folder and the report, apply the CI gates.",
     )
-    add_run_args(run)
-    add_limit_args(run)
-    _add_shard_args(run)
-    add_gate_args(run)
-    add_trace_args(run)
+    add_run_command_args(run)
 
     sim = sub.add_parser("sim", help="serve the embedded DeepSeek-V4-like endpoint", add_help=False)
     sim.add_argument("sim_args", nargs=argparse.REMAINDER)
@@ -173,23 +169,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the --judge server scores a given text (auto: from /server_info or /props)",
     )
     return parser
-
-
-def _add_shard_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("spread over hosts (merged by `harness merge`)")
-    g.add_argument(
-        "--shard",
-        metavar="I/K",
-        help="run the I-th of K deterministic slices of every variant's sessions (whole fork "
-        "families; the same seed gives every host the same slices), with its share of "
-        "--concurrency; gates go to `harness merge`",
-    )
-    g.add_argument(
-        "--start-at",
-        metavar="TIME",
-        help="with --shard: begin the load at this wall time (unix seconds, or ISO 8601 with "
-        "its zone), so the shards start together",
-    )
 
 
 def _add_replay_parser(sub: Any) -> None:
@@ -304,37 +283,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     parser.error(f"unknown command {args.command}")
     return EXIT_USAGE
-
-
-def add_trace_args(run: argparse.ArgumentParser) -> None:
-    """The run flags of recorded traces and raw mode (docs/traces.md)."""
-    g = run.add_argument_group("recorded traces and raw mode (see docs/traces.md)")
-    g.add_argument(
-        "--workload",
-        type=Path,
-        metavar="FILE.jsonl",
-        help="replay recorded conversations (one per line, OpenAI chat format) as the sessions",
-    )
-    g.add_argument(
-        "--workload-mode",
-        choices=("replay", "continue"),
-        default="replay",
-        help="replay: send each recorded request as it was; continue: the live answers make "
-        "the history, recorded tool results where the live call matches (default: replay)",
-    )
-    g.add_argument(
-        "--pace",
-        choices=("recorded", "fast"),
-        default="recorded",
-        help="send turns at the recorded offsets, or as fast as the concurrency allows",
-    )
-    g.add_argument(
-        "--api",
-        choices=("chat", "completions", "generate"),
-        default="chat",
-        help="chat: the server parses tool calls; completions (/v1/completions) or generate "
-        "(SGLang /generate): the harness renders the prompt and parses the raw output",
-    )
 
 
 def add_trace_parser(sub: Any) -> None:
