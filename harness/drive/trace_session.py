@@ -184,15 +184,10 @@ class TraceSession(Session):
         for turn in range(self.plan.max_turns):
             await self._pace(turn, t0)
             self.trace_turn = turn
-            result = await self._attempts(turn)
-            if result is None:
-                self.ended = "attempts exhausted"
+            usable = await self._usable(turn)
+            if usable is None:
                 return
-            out, verdict = result
-            if verdict.corrupted:
-                self.ended = "corrupted"
-                return
-            calls = verdict.tool_calls if verdict.label in (L.OK_TOOL_CALL, L.PARSER_LEAK) else []
+            out, verdict, calls = usable
             followers = self._followers(turn)
             users = [m for m in followers if m.get("role") != "tool"]
             content = visible(out).content or None
