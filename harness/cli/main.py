@@ -12,6 +12,7 @@ import difflib
 import logging
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -20,7 +21,6 @@ from harness.argtypes import DefaultsHelpFormatter
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
-from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
 from harness.cli.limits import add_limit_args
 from harness.cli.run_options import add_run_command_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
@@ -231,10 +231,29 @@ def _add_replay_parser(sub: Any) -> None:
     add_limit_args(rp)
 
 
+def _command_of(name: str | None) -> Callable[[argparse.Namespace], int] | None:
+    """The function of a command, its module loaded now: ``harness --help`` and a mistyped
+    flag load none of them."""
+    if name in ("run", "trace"):
+        from harness.cli import run  # lazy: the run stack (numpy; the reason above)
+
+        return run.cmd_run if name == "run" else run.cmd_trace
+    from harness.cli import inspection  # lazy: numpy, jsonschema, the run stack (above)
+
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "report": inspection.cmd_report,
+        "compare": inspection.cmd_compare,
+        "merge": inspection.cmd_merge,
+        "classify": inspection.cmd_classify,
+        "replay": inspection.cmd_replay,
+    }
+    return commands.get(name or "")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sim"]:
-        from harness.sim.main import main as sim_main
+        from harness.sim.main import main as sim_main  # lazy: starlette, uvicorn
 
         return sim_main(argv[1:])
     parser = build_parser()
@@ -251,24 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     try:
-        if args.command == "run":
-            from harness.cli.run import cmd_run
-
-            return cmd_run(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "compare":
-            return cmd_compare(args)
-        if args.command == "merge":
-            return cmd_merge(args)
-        if args.command == "classify":
-            return cmd_classify(args)
-        if args.command == "replay":
-            return cmd_replay(args)
-        if args.command == "trace":
-            from harness.cli.run import cmd_trace
-
-            return cmd_trace(args)
+        command = _command_of(args.command)
+        if command is not None:
+            return command(args)
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         if args.command in RESULT_COMMANDS:  # CI reads the last line: it says what failed
