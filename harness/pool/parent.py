@@ -3,16 +3,18 @@
 ``drive()`` runs every session on one event loop. A turn costs the harness 0.6-1.4 ms of
 CPU there (stream parsing, classification, tools, the record: 2-3 times a bare client's), so
 one loop tops out at a few hundred to about 1,600 streamed turns per second and lags by more
-than a second at 2,000 sessions (docs/performance.md). ``drive_workers()`` splits the
-sessions into shards, one per worker process (``harness.pool.child``), each with its own event
-loop, client and ``drive()``:
+than a second at 2,000 sessions (docs/performance.md). ``WorkerDriver``, the
+``LoadDriver`` (``harness.drive.load``) over processes, runs ``drive_workers()``: it splits
+the variant's ``Load`` into shards, one per worker process (``harness.pool.child``), each with
+its own event loop, client and ``LocalDriver``:
 
 - **Shards.** Whole fork families (a fork waits for its parent in-process: see
-  ``Session._fork``), dealt in turn; the concurrency limit is split over the shards in
-  proportion to their sizes (at least 1 each). There are never more workers than families
-  or than the concurrency. When a worker has fewer sessions left than its share of the
-  limit, the parent gives the rest to the workers whose sessions wait (``regrant``), so the
-  variant keeps its concurrency to the end. (``harness.pool.dealing`` has these rules.)
+  ``Session._fork``), dealt in turn; the variant's ``Permits`` are split over the shards in
+  proportion to their sizes (at least 1 each), one part in each worker's ``Job``. There are
+  never more workers than families or than the permits. When a worker has fewer sessions
+  left than its part, the parent gives the rest to the workers whose sessions wait
+  (``regrant``, a ``Grow``), so the variant keeps its concurrency to the end.
+  (``harness.pool.dealing`` has these rules.)
 - **Records.** A worker sends what a run writes as it happens: each finished turn as its
   encoded ``turns.jsonl`` line, the transcript rows, each session's end. The parent appends
   them to the one ``turns.jsonl`` (flushed per batch a worker sends: the turns that finished
