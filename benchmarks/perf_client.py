@@ -40,8 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.client.chat import ChatClient  # noqa: E402
 from harness.drive import driver as driver_module  # noqa: E402
-from harness.drive.driver import DriveOptions, Progress, drive  # noqa: E402
+from harness.drive.driver import DriveHooks, DriveOptions, Progress, drive  # noqa: E402
+from harness.drive.load import Load, Sinks  # noqa: E402
+from harness.drive.permits import Permits  # noqa: E402
 from harness.drive.session import SessionPlan, first_messages, make_plans  # noqa: E402
+from harness.drive.trace_session import SessionSource  # noqa: E402
 from harness.pool.parent import ClientSpec, WorkerPool, drive_workers  # noqa: E402
 from harness.record.turns import TurnWriter  # noqa: E402
 from harness.workload.scenario import Scenario, load_scenario  # noqa: E402
@@ -132,7 +135,7 @@ async def run_harness(
                     concurrency=args.concurrency, stream=not args.plain, judges=args.judges
                 ),
                 progress,
-                on_turn=lambda _rec: half.count(),
+                DriveHooks(on_turn=lambda _rec: half.count()),
             )
         finally:
             wall = time.perf_counter() - t0
@@ -168,16 +171,10 @@ async def run_workers(args: argparse.Namespace, scenario: Scenario) -> dict[str,
         writer = TurnWriter(Path(tmp) / "turns.jsonl")
         t0 = time.perf_counter()
         try:
-            ended = await drive_workers(
-                pool,
-                spec,
-                scenario,
-                plans,
-                writer,
-                BASE,
-                DriveOptions(concurrency=args.concurrency, stream=not args.plain),
-                progress,
-            )
+            options = DriveOptions(concurrency=args.concurrency, stream=not args.plain)
+            load = Load(spec, scenario, tuple(plans), BASE, options, SessionSource(),
+                        Permits(args.concurrency))  # fmt: skip
+            ended = await drive_workers(pool, load, Sinks(writer, progress))
         finally:
             wall = time.perf_counter() - t0
             writer.close()

@@ -19,7 +19,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from harness.cli.gates import apply_gates, print_failure_line, print_replays
+from harness.cli.gates import apply_gates, print_failure_line, print_replays, report_build
 from harness.drive.session import EXHAUSTED
 from harness.errors import EXIT_GATE, EXIT_INFRA, EXIT_OK, EXIT_USAGE
 from harness.labels import server_failure
@@ -67,8 +67,7 @@ def finish_run(
     the run (a warning said there is not said again). After a fatal error (a refused
     configuration, infrastructure) there is no table of zeros, and the error is the last line
     before the result line."""
-    from harness.report.build import format_table, write_report
-
+    report = report_build()
     turns_path = opts.out_dir / TURNS_FILE
     nothing_ran = not turns_path.exists() or turns_path.stat().st_size == 0
     refused = [o for o in outcomes if o.exit_code == EXIT_USAGE]
@@ -99,7 +98,7 @@ def finish_run(
     RunDir(opts.out_dir).mark_meta(interrupted=interrupted)
     try:  # (the line inside: a Ctrl-C right after it is printed is caught here too)
         print(f"writing the report in {opts.out_dir} ...", file=sys.stderr, flush=True)
-        summary = write_report(opts.out_dir)
+        summary = report.write_report(opts.out_dir)
     except KeyboardInterrupt:  # Ctrl-C while the report is written: the turns are all kept
         problem = "interrupted by SIGINT while the report was written"
         errors.append(
@@ -118,7 +117,7 @@ def finish_run(
         problem = "cannot judge " + "; ".join(unjudged)
         errors.append(f"harness: error: {problem}")
     if not code or any(v.get("sessions") for v in summary["variants"]):
-        print(format_table(summary))  # not a table of zeros after a fatal error
+        print(report.format_table(summary))  # not a table of zeros after a fatal error
     own = sum(v.get("harness_errors") or 0 for v in summary["variants"])
     if own:
         print(

@@ -11,14 +11,34 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+from harness.analysis.gates import (
+    all_passed,
+    baseline_gate,
+    check_baseline,
+    check_exprs,
+    evaluate_gates,
+    result_line,
+    summary_properties,
+    write_junit,
+)
 from harness.errors import EXIT_GATE as EXIT_GATE
 from harness.errors import EXIT_INFRA as EXIT_INFRA
 from harness.errors import EXIT_OK as EXIT_OK
 from harness.errors import EXIT_USAGE as EXIT_USAGE
 from harness.errors import UsageError
 from harness.record.rundir import SUMMARY_FILE
+
+
+def report_build() -> ModuleType:
+    """``harness.report.build``, loaded by the commands that write or read a report when they
+    do: it brings pandas and matplotlib (1.5 s), which neither ``harness --help`` nor a run
+    before its first request may wait for."""
+    from harness.report import build  # lazy: pandas, matplotlib (the reason above)
+
+    return build
 
 
 def add_gate_args(p: argparse.ArgumentParser) -> None:
@@ -44,8 +64,6 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
 def check_gate_args(args: argparse.Namespace, variants: list[str] | None = None) -> None:
     """Validate gate expressions and the baseline before any work starts; given the planned
     ``variants``, a gate naming another variant, or a baseline sharing none, fails now."""
-    from harness.analysis.gates import check_baseline, check_exprs
-
     check_exprs(args.fail_if, variants)
     if args.baseline is not None and not (
         (args.baseline / SUMMARY_FILE).exists() or args.baseline.suffix == ".json"
@@ -55,9 +73,8 @@ def check_gate_args(args: argparse.Namespace, variants: list[str] | None = None)
         )
     if args.baseline is not None and variants is not None:
         # (pandas and matplotlib come with the report: only for a baseline, at the start)
-        from harness.report.build import load_summary
-
-        check_baseline(variants, load_summary(args.baseline), str(args.baseline))
+        summary = report_build().load_summary(args.baseline)
+        check_baseline(variants, summary, str(args.baseline))
 
 
 def apply_gates(
@@ -71,19 +88,9 @@ def apply_gates(
     """Evaluate the gates on a summary, print the one-line result, return the exit code:
     ``run_code`` when the run itself failed (interrupted, infrastructure, configuration:
     ``run_problem`` says why), else 1 when a gate failed, else 0."""
-    from harness.analysis.gates import (
-        all_passed,
-        baseline_gate,
-        evaluate_gates,
-        result_line,
-        summary_properties,
-        write_junit,
-    )
-    from harness.report.build import load_summary
-
     results = evaluate_gates(summary, args.fail_if)
     if args.baseline is not None:
-        results += baseline_gate(summary, load_summary(args.baseline))
+        results += baseline_gate(summary, report_build().load_summary(args.baseline))
     for r in results:
         if not r.passed:
             print(f"gate failed: {r.message}", file=sys.stderr)
@@ -103,8 +110,6 @@ def print_failure_line(
     run_id: str | None, code: int, problem: str, interrupted: str | None = None
 ) -> None:
     """The one-line JSON result of a run that has no summary to give."""
-    from harness.analysis.gates import result_line
-
     print(result_line({"run_id": run_id, "variants": []}, [], code, interrupted, problem))
 
 

@@ -1,9 +1,13 @@
 """The commands that read run folders or saved outputs: report, compare, merge, classify,
-replay."""
+replay. ``harness.cli.main`` loads this module when one of them runs (numpy, jsonschema, the
+run stack: not for ``--help``); the report's own libraries come later (``report_build``)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import io
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,11 +21,16 @@ from harness.cli.gates import (
     apply_gates,
     check_gate_args,
     print_replays,
+    report_build,
 )
 from harness.cli.limit_flags import limits_from
+from harness.client.scoring import Scorer, detect_api
 from harness.errors import InfrastructureError, UsageError
 from harness.record.rundir import TURNS_FILE
+from harness.run.judge import judge_saved
 from harness.run.merge import merge_shards
+from harness.run.replay import ReplayOptions, format_replay, replay
+from harness.verdict.batch import classify_files, classify_stream
 
 
 def _run_dir(path: Path) -> Path:
@@ -32,8 +41,6 @@ def _run_dir(path: Path) -> Path:
 
 def _planned_variants(run_dir: Path) -> list[str] | None:
     """The variants run.json planned (None when it does not say)."""
-    import json
-
     try:
         meta = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
         labels = [str(v["label"]) for v in meta["variants"]]
@@ -43,11 +50,10 @@ def _planned_variants(run_dir: Path) -> list[str] | None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.report.build import format_table, write_report
-
+    report = report_build()
     check_gate_args(args, _planned_variants(_run_dir(args.run_dir)))  # before the rebuild
-    summary = write_report(args.run_dir)
-    print(format_table(summary))
+    summary = report.write_report(args.run_dir)
+    print(report.format_table(summary))
     print_replays(summary)
     print(f"report: {args.run_dir / 'report.md'} and {args.run_dir / 'report.html'}")
     interrupted = summary.get("interrupted")
@@ -62,22 +68,19 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Exit 1 when a variant regressed significantly, 2 when the runs share no variant."""
-    from harness.report.build import compare_markdown, compare_runs
-
-    result = compare_runs(_run_dir(args.run_a), _run_dir(args.run_b))
+    report = report_build()
+    result = report.compare_runs(_run_dir(args.run_a), _run_dir(args.run_b))
     if not result["variants"]:
         raise UsageError(
             f"{args.run_a} and {args.run_b} share no variant (A has "
             f"{', '.join(result['only_in_a']) or 'none'}; B has "
             f"{', '.join(result['only_in_b']) or 'none'}): nothing to compare"
         )
-    print(compare_markdown(result))
+    print(report.compare_markdown(result))
     return EXIT_GATE if result["regressions"] else EXIT_OK
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
-    from harness.verdict.batch import classify_files  # numpy, jsonschema: not for --help
-
     if getattr(args, "judge", None):
         return _classify_judged(args)
     stats: Any = classify_files(args.input, args.output, dialect=args.dialect)
@@ -88,14 +91,6 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 def _classify_judged(args: argparse.Namespace) -> int:
     """``harness classify --judge URL``: classify, then score every output teacher-forced."""
-    import asyncio
-    import io
-    import json
-
-    from harness.client.scoring import Scorer, detect_api
-    from harness.run.judge import judge_saved
-    from harness.verdict.batch import classify_stream
-
     source = sys.stdin if args.input in (None, Path("-")) else None
     try:
         text = source.read() if source is not None else args.input.read_text(encoding="utf-8")
@@ -138,10 +133,6 @@ def _classify_judged(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    import asyncio  # here: --help does not need the event loop
-
-    from harness.run.replay import ReplayOptions, format_replay, replay
-
     if args.load < 0:
         raise UsageError(f"--load must be 0 or more, got {args.load}")
     result = asyncio.run(
@@ -171,12 +162,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from harness.report.build import format_table, write_report
-
+    report = report_build()
     check_gate_args(args)
     result = merge_shards(list(args.shard_dirs), args.out, args.shards)
-    summary = write_report(args.out)
-    print(format_table(summary))
+    summary = report.write_report(args.out)
+    print(report.format_table(summary))
     print(
         f"merged {len(result.present)} of {result.count} shards, {result.turns} turns: "
         f"{args.out}"

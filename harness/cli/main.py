@@ -12,6 +12,7 @@ import difflib
 import logging
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -21,9 +22,8 @@ from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.cli.bisect import add_bisect_parser, cmd_bisect, split_run_args
 from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
-from harness.cli.inspection import cmd_classify, cmd_compare, cmd_merge, cmd_replay, cmd_report
 from harness.cli.limit_flags import add_limit_args
-from harness.cli.run_options import add_run_args
+from harness.cli.run_options import add_run_command_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.errors import EXIT_SIGINT, EnvironmentFailure, HarnessError
 
@@ -116,11 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Drive concurrent multi-turn tool-call sessions against each variant's "
         "server, judge every turn, write the run folder and the report, apply the CI gates.",
     )
-    add_run_args(run)
-    add_limit_args(run)
-    _add_shard_args(run)
-    add_gate_args(run)
-    add_trace_args(run)
+    add_run_command_args(run)
 
     sim = sub.add_parser("sim", help="serve the embedded DeepSeek-V4-like endpoint", add_help=False)
     sim.add_argument("sim_args", nargs=argparse.REMAINDER)
@@ -175,23 +171,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the --judge server scores a given text (auto: from /server_info or /props)",
     )
     return parser
-
-
-def _add_shard_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("spread over hosts (merged by `harness merge`)")
-    g.add_argument(
-        "--shard",
-        metavar="I/K",
-        help="run the I-th of K deterministic slices of every variant's sessions (whole fork "
-        "families; the same seed gives every host the same slices), with its share of "
-        "--concurrency; gates go to `harness merge`",
-    )
-    g.add_argument(
-        "--start-at",
-        metavar="TIME",
-        help="with --shard: begin the load at this wall time (unix seconds, or ISO 8601 with "
-        "its zone), so the shards start together",
-    )
 
 
 def _add_replay_parser(sub: Any) -> None:
@@ -254,10 +233,31 @@ def _add_replay_parser(sub: Any) -> None:
     add_limit_args(rp)
 
 
+def _command_of(name: str | None) -> Callable[[argparse.Namespace], int] | None:
+    """The function of a command, its module loaded now: ``harness --help`` and a mistyped
+    flag load none of them."""
+    if name == "bisect":
+        return cmd_bisect
+    if name in ("run", "trace"):
+        from harness.cli import run  # lazy: the run stack (numpy; the reason above)
+
+        return run.cmd_run if name == "run" else run.cmd_trace
+    from harness.cli import inspection  # lazy: numpy, jsonschema, the run stack (above)
+
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "report": inspection.cmd_report,
+        "compare": inspection.cmd_compare,
+        "merge": inspection.cmd_merge,
+        "classify": inspection.cmd_classify,
+        "replay": inspection.cmd_replay,
+    }
+    return commands.get(name or "")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sim"]:
-        from harness.sim.main import main as sim_main
+        from harness.sim.main import main as sim_main  # lazy: starlette, uvicorn
 
         return sim_main(argv[1:])
     parser = build_parser()
@@ -277,26 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     try:
-        if args.command == "run":
-            from harness.cli.run import cmd_run
-
-            return cmd_run(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "compare":
-            return cmd_compare(args)
-        if args.command == "merge":
-            return cmd_merge(args)
-        if args.command == "classify":
-            return cmd_classify(args)
-        if args.command == "replay":
-            return cmd_replay(args)
-        if args.command == "trace":
-            from harness.cli.run import cmd_trace
-
-            return cmd_trace(args)
-        if args.command == "bisect":
-            return cmd_bisect(args)
+        command = _command_of(args.command)
+        if command is not None:
+            return command(args)
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         if args.command in RESULT_COMMANDS:  # CI reads the last line: it says what failed
@@ -311,37 +294,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SIGINT
     parser.error(f"unknown command {args.command}")
     return EXIT_USAGE
-
-
-def add_trace_args(run: argparse.ArgumentParser) -> None:
-    """The run flags of recorded traces and raw mode (docs/traces.md)."""
-    g = run.add_argument_group("recorded traces and raw mode (see docs/traces.md)")
-    g.add_argument(
-        "--workload",
-        type=Path,
-        metavar="FILE.jsonl",
-        help="replay recorded conversations (one per line, OpenAI chat format) as the sessions",
-    )
-    g.add_argument(
-        "--workload-mode",
-        choices=("replay", "continue"),
-        default="replay",
-        help="replay: send each recorded request as it was; continue: the live answers make "
-        "the history, recorded tool results where the live call matches (default: replay)",
-    )
-    g.add_argument(
-        "--pace",
-        choices=("recorded", "fast"),
-        default="recorded",
-        help="send turns at the recorded offsets, or as fast as the concurrency allows",
-    )
-    g.add_argument(
-        "--api",
-        choices=("chat", "completions", "generate"),
-        default="chat",
-        help="chat: the server parses tool calls; completions (/v1/completions) or generate "
-        "(SGLang /generate): the harness renders the prompt and parses the raw output",
-    )
 
 
 def add_trace_parser(sub: Any) -> None:

@@ -22,6 +22,7 @@ from harness.cli import progress as cli_progress
 from harness.cli.finish import finish_run
 from harness.cli.gates import check_gate_args
 from harness.cli.limit_flags import limits_from
+from harness.cli.run_options import run_defaults
 from harness.client.fdlimit import ensure_open_files
 from harness.client.raw import check_api
 from harness.drive.driver import Progress
@@ -43,7 +44,16 @@ from harness.run.execute import (
     new_run_id,
     write_run_json,
 )
-from harness.run.options import DEMO_FAULT_SCALE, RunOptions
+from harness.run.options import (
+    DEMO_FAULT_SCALE,
+    AfterLoad,
+    Endpoint,
+    LoadSpec,
+    Provenance,
+    RunOptions,
+    Schedule,
+    SessionSource,
+)
 from harness.run.oracle_alarms import SpecRules
 from harness.run.oracle_replay import check_sampling
 from harness.run.plan import format_plan, rare_event_lines
@@ -82,8 +92,8 @@ def _shown_target_vars(items: list[str]) -> list[str]:
 
 def _budget(args: argparse.Namespace, sessions: int) -> int | None:
     """--until-significant --max-sessions N: the budget per variant (None: one round)."""
-    until = getattr(args, "until_significant", False)
-    most = getattr(args, "max_sessions", None)
+    until = args.until_significant
+    most = args.max_sessions
     if not until:
         if most is not None:
             raise UsageError("--max-sessions goes with --until-significant")
@@ -95,7 +105,7 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
             f"--max-sessions {most} leaves no second round of --sessions {sessions}: "
             "give at least twice --sessions"
         )
-    if getattr(args, "workload", None):
+    if args.workload:
         raise UsageError(
             "--until-significant adds scenario sessions; it does not apply to --workload"
         )
@@ -112,7 +122,7 @@ def _detect_lines(text: str, opts: RunOptions) -> list[str]:
         raise UsageError(f"--detect {text!r}: two different rates between 0 and 1")
     sc = opts.scenario
     per_session = max(1, min(sc.max_turns, sc.steps + 1))
-    return rare_event_lines(per_session, opts.sessions, rate, baseline)
+    return rare_event_lines(per_session, opts.load.sessions, rate, baseline)
 
 
 def _workers(asked: int | str | None, concurrency: int) -> int:
@@ -140,9 +150,9 @@ DEMO_SPEED = 4.0
 
 def _demo(args: argparse.Namespace) -> list[str]:
     """--demo: fill in the demo's flags (those not given); the simulator's extra arguments."""
-    if not getattr(args, "demo", False):
+    if not args.demo:
         return []
-    if args.endpoint or args.target or getattr(args, "workload", None):
+    if args.endpoint or args.target or args.workload:
         raise UsageError("--demo runs on the simulator: drop --endpoint, --target and --workload")
     if not args.ab:
         args.ab = [DEMO_AB]
@@ -155,7 +165,7 @@ def _demo(args: argparse.Namespace) -> list[str]:
 
 def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     demo_args = _demo(args)
-    dialect = getattr(args, "dialect", None)
+    dialect = args.dialect
     if dialect is not None:
         dialect = check_name(dialect, "--dialect")
     scenario = load_scenario(args.scenario).with_overrides(
@@ -201,58 +211,63 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     saved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     if isinstance(saved.get("argv"), list):  # the command line as typed, secrets masked
         saved["argv"] = _masked([str(a) for a in saved["argv"]])
-    saved["target_var"] = _shown_target_vars(getattr(args, "target_var", None) or [])
+    saved["target_var"] = _shown_target_vars(args.target_var or [])
     concurrency = args.concurrency or scenario.concurrency or scenario.sessions
     shard, start_at = _shard_options(args)
+    # (in this order: the first usage error is the one said)
+    with_passkeys = _with_passkeys(args, scenario)
+    budget = _budget(args, scenario.sessions)
+    after = _after_load(args, scenario)
+    source = _session_source(args, scenario)
     return RunOptions(
-        scenario=_with_passkeys(args, scenario).with_overrides(
-            return_meta_info="spec_accept" in (getattr(args, "oracle", None) or []) or None
+        scenario=with_passkeys.with_overrides(
+            return_meta_info="spec_accept" in after.oracles or None
         ),
-        variants=vs,
         out_dir=args.out or Path("reports") / run_id,
-        sessions=scenario.sessions,
-        concurrency=concurrency,
-        workers=_workers(getattr(args, "workers", None), concurrency),
-        cluster=_cluster(getattr(args, "workers", None)),
-        judges=getattr(args, "judges", None),
-        target=target,
-        seed=args.seed,
-        repeats=args.repeats,
-        order=args.order,
-        stream=not args.no_stream,
-        on_corruption=args.on_corruption,
-        endpoint=args.endpoint,
-        model=model,
-        api_key=api_key_from_env(args.api_key_env),
-        request_timeout=args.request_timeout,
-        limits=limits_from(args),
-        run_timeout=args.run_timeout,
-        max_sessions=_budget(args, scenario.sessions),
-        sim_args=tuple(sim_args),
-        keep_transcripts=bool(getattr(args, "keep_transcripts", False)),
-        confirm=bool(getattr(args, "confirm", False)),
-        reference_sessions=int(getattr(args, "reference_sessions", 0) or 0),
-        canary=bool(getattr(args, "canary", False)),
-        canary_rate=float(getattr(args, "canary_rate", 1.0)),
-        scoring_api=str(getattr(args, "scoring_api", "auto")),
-        judge_sample=float(getattr(args, "judge_sample", 0.1)),
-        judge=getattr(args, "judge", "auto"),
-        **_oracle_options(args, scenario),
-        strict_variants=bool(getattr(args, "strict_variants", False)),
-        shard=shard,
-        start_at=start_at,
-        args=saved,
-        command=shlex.join(["harness", *_masked(getattr(args, "argv", None) or sys.argv[1:])]),
-        dialect_from_option=dialect is not None,
-        **_workload_options(args, scenario),
+        schedule=Schedule(
+            variants=vs,
+            repeats=args.repeats,
+            order=args.order,
+            max_sessions=budget,
+            run_timeout=args.run_timeout,
+        ),
+        endpoint=Endpoint(
+            url=args.endpoint,
+            target=target,
+            model=model,
+            api_key=api_key_from_env(args.api_key_env),
+            stream=not args.no_stream,
+            request_timeout=args.request_timeout,
+            limits=limits_from(args),
+            sim_args=tuple(sim_args),
+            strict_variants=args.strict_variants,
+        ),
+        load=LoadSpec(
+            sessions=scenario.sessions,
+            concurrency=concurrency,
+            workers=_workers(args.workers, concurrency),
+            cluster=_cluster(args.workers),
+            judges=args.judges,
+            on_corruption=args.on_corruption,
+            shard=shard,
+            start_at=start_at,
+        ),
+        source=source,
+        after=after,
+        provenance=Provenance(
+            args=saved,
+            command=shlex.join(["harness", *_masked(getattr(args, "argv", None) or sys.argv[1:])]),
+            model_from_option=bool(args.model),
+            dialect_from_option=dialect is not None,
+        ),
     )
 
 
 def _with_passkeys(args: argparse.Namespace, scenario: Any) -> Any:
     """--passkeys: the sessions plant a passkey and ask it back (not a trace's sessions)."""
-    if not getattr(args, "passkeys", False):
+    if not args.passkeys:
         return scenario
-    if getattr(args, "workload", None) is not None:
+    if args.workload is not None:
         raise UsageError("--passkeys plants facts in the scenario's sessions: not with --workload")
     if not scenario.tools or scenario.workload != "tools":
         raise UsageError(
@@ -261,34 +276,40 @@ def _with_passkeys(args: argparse.Namespace, scenario: Any) -> Any:
     return replace(scenario, passkeys=True)
 
 
-def _oracle_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
-    """--oracle, --oracle-sample, --passkeys; replay refused on sampling that is not fixed."""
-    oracles = tuple(dict.fromkeys(getattr(args, "oracle", None) or []))
+def _after_load(args: argparse.Namespace, scenario: Any) -> AfterLoad:
+    """The after-load passes: --confirm, --reference-sessions, the judge, the canary, the
+    exact oracles (replay refused on sampling that is not fixed)."""
+    oracles = tuple(dict.fromkeys(args.oracle or []))
     if "replay" in oracles:
         # the scenario's sessions send a seed with every request; a trace's requests may not
         check_sampling(
             scenario.temperature,
-            getattr(args, "workload", None) is None,
-            "the scenario" if getattr(args, "workload", None) is None else "the trace workload",
+            args.workload is None,
+            "the scenario" if args.workload is None else "the trace workload",
         )
-    if "spec_accept" in oracles and not getattr(args, "no_stream", False):
+    if "spec_accept" in oracles and not args.no_stream:
         raise UsageError("--oracle spec_accept reads SGLang's meta_info, which only non-streamed "
                          "answers carry: add --no-stream")  # fmt: skip
-    log_file = getattr(args, "server_log", None)
-    if "kv_canary" in oracles and log_file is None and getattr(args, "endpoint", None):
+    log_file = args.server_log
+    if "kv_canary" in oracles and log_file is None and args.endpoint:
         raise UsageError("--oracle kv_canary with --endpoint: name the server's log with "
                          "--server-log FILE")  # fmt: skip
-    return {
-        "oracles": oracles,
-        "oracle_sample": float(getattr(args, "oracle_sample", 1.0)),
-        "passkeys": bool(getattr(args, "passkeys", False)),
-        "spec_rules": SpecRules(
-            float(getattr(args, "spec_accept_min_length", 1.4)),
-            int(getattr(args, "spec_accept_min_tokens", 128)),
-            float(getattr(args, "spec_accept_max_rate", 0.96)),
+    return AfterLoad(
+        confirm=args.confirm,
+        reference_sessions=int(args.reference_sessions or 0),
+        judge=args.judge,
+        judge_sample=args.judge_sample,
+        scoring_api=args.scoring_api,
+        canary=args.canary,
+        canary_rate=args.canary_rate,
+        oracles=oracles,
+        oracle_sample=args.oracle_sample,
+        spec_rules=SpecRules(
+            args.spec_accept_min_length, args.spec_accept_min_tokens, args.spec_accept_max_rate
         ),
-        "server_log": log_file,
-    }
+        server_log=log_file,
+        keep_transcripts=args.keep_transcripts,
+    )
 
 
 def _masked(argv: list[str]) -> list[str]:
@@ -308,19 +329,19 @@ def _masked(argv: list[str]) -> list[str]:
 
 def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None]:
     """--shard I/K and --start-at, and what a slice of a run cannot do alone."""
-    text = getattr(args, "shard", None)
-    start = getattr(args, "start_at", None)
+    text = args.shard
+    start = args.start_at
     if text is None:
         if start is not None:
             raise UsageError("--start-at goes with --shard (it makes the shards start together)")
         return None, None
     shard = parse_shard(text)
     alone = {
-        "--until-significant": getattr(args, "until_significant", False),
-        "--confirm": getattr(args, "confirm", False),
-        "--reference-sessions": getattr(args, "reference_sessions", 0),
-        "--oracle": getattr(args, "oracle", None),
-        "--passkeys": getattr(args, "passkeys", False),
+        "--until-significant": args.until_significant,
+        "--confirm": args.confirm,
+        "--reference-sessions": args.reference_sessions,
+        "--oracle": args.oracle,
+        "--passkeys": args.passkeys,
     }
     for flag, given in alone.items():
         if given:
@@ -330,7 +351,7 @@ def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None
             )
     gates = [f for f, v in (("--fail-if", args.fail_if), ("--baseline", args.baseline),
                              ("--junit", args.junit)) if v]  # fmt: skip
-    if gates and not getattr(args, "resume", None):
+    if gates and not args.resume:
         raise UsageError(
             f"{', '.join(gates)}: a shard is judged with the others; give the gates to "
             "`harness merge SHARD_DIR... -o OUT`"
@@ -338,21 +359,20 @@ def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None
     return shard, parse_start_at(start) if start is not None else None
 
 
-def _workload_options(args: argparse.Namespace, scenario: Any) -> dict[str, Any]:
+def _session_source(args: argparse.Namespace, scenario: Any) -> SessionSource:
     """--workload, --workload-mode, --pace and --api, checked before anything starts."""
-
-    api = getattr(args, "api", "chat")
-    mode = getattr(args, "workload_mode", "replay")
-    pace = getattr(args, "pace", "recorded")
-    workload = getattr(args, "workload", None)
+    api = args.api
+    mode = args.workload_mode
+    pace = args.pace
+    workload = args.workload
     if scenario.dialect != "auto":  # "auto" is checked once the model name decides it
         check_api(api, scenario.dialect)
     check_options(mode, pace)
     if workload is not None:
         load_trace(workload)  # a bad line fails now, naming the file and line
-        if getattr(args, "reference_sessions", 0):
+        if args.reference_sessions:
             raise UsageError("--reference-sessions re-runs scenario sessions: not with --workload")
-    return {"workload": workload, "workload_mode": mode, "pace": pace, "api": api}
+    return SessionSource(workload, mode, pace, api, args.seed)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -430,7 +450,8 @@ def _resume_args(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
     run_dir: Path = args.resume
     folder = RunDir(run_dir)
     meta = folder.read_meta("--resume")
-    saved: dict[str, Any] = dict(meta.get("args") or {})
+    # (over every flag's default: an earlier version's run.json may lack later flags)
+    saved: dict[str, Any] = {**run_defaults(), **dict(meta.get("args") or {})}
     for key in _PATH_ARGS:
         if saved.get(key) is not None:
             saved[key] = Path(saved[key])
@@ -460,28 +481,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_id = new_run_id()
     check_gate_args(args)
     opts = build_options(args, run_id)
-    check_gate_args(args, [v.label for v in opts.variants])  # before anything starts
+    check_gate_args(args, [v.label for v in opts.schedule.variants])  # before anything starts
     if args.dry_run:
-        if opts.target is None:
-            print(f"endpoint {opts.endpoint}: {opts.sessions} sessions, model {opts.model}")
-        else:
-            extra = opts.sim_args if opts.target.name == "sim" else ()
-            looks = math.ceil(opts.max_sessions / opts.sessions) if opts.max_sessions else 1
-            plan = format_plan(
-                opts.target, opts.schedule(), opts.out_dir, extra_args=extra, looks=looks
-            )
-            print(plan, end="")
-        where = (
-            f"up to {opts.workers} per variant"
-            if opts.cluster is None
-            else f"one per CPU of the Ray cluster {opts.cluster or '(default address)'}"
-        )
-        print(f"workers: {where}, {opts.concurrency} requests in flight")
-        if getattr(args, "detect", None):
+        _print_plan(opts)
+        if args.detect:
             for line in _detect_lines(args.detect, opts):
                 print(line)
         return EXIT_OK
-    raised = ensure_open_files(opts.concurrency + 8)  # EMFILE is ours, not the server's
+    raised = ensure_open_files(opts.load.concurrency + 8)  # EMFILE is ours, not the server's
     if raised:
         print(f"harness: {raised}", file=sys.stderr)
     if args.resume:
@@ -498,6 +505,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     code = _drive_and_report(args, opts, run_id, skip)
     note_end(RunDir(opts.out_dir), code)
     return code
+
+
+def _print_plan(opts: RunOptions) -> None:
+    """--dry-run: the plan (variants, order, commands, URLs), the workers, the load."""
+    endpoint, load, schedule = opts.endpoint, opts.load, opts.schedule
+    if endpoint.target is None:
+        print(f"endpoint {endpoint.url}: {load.sessions} sessions, model {endpoint.model}")
+    else:
+        extra = endpoint.sim_args if endpoint.target.name == "sim" else ()
+        most = schedule.max_sessions
+        looks = math.ceil(most / load.sessions) if most else 1
+        plan = format_plan(
+            endpoint.target, schedule.blocks(), opts.out_dir, extra_args=extra, looks=looks
+        )
+        print(plan, end="")
+    where = (
+        f"up to {load.workers} per variant"
+        if load.cluster is None
+        else f"one per CPU of the Ray cluster {load.cluster or '(default address)'}"
+    )
+    print(f"workers: {where}, {load.concurrency} requests in flight")
 
 
 def note_end(run_dir: RunDir, code: int) -> None:
@@ -523,7 +551,7 @@ def _drive_and_report(
     said: set[str] = set()
     with StopSignals() as stop:
         try:
-            interval = getattr(args, "progress_interval", 30.0)
+            interval = args.progress_interval
             outcomes = asyncio.run(
                 _run_with_progress(opts, run_id, show, skip, stop, interval, said)
             )

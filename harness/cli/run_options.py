@@ -5,18 +5,38 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from harness.argtypes import judges as judges_arg
 from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import probability as _share
 from harness.argtypes import workers as workers_arg
+from harness.cli.gates import add_gate_args
+from harness.cli.limits import add_limit_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 
 DEMO_HELP = (
     "index_k=fp8 against bf16, 48 sessions, the simulator's fault odds x4 and its latencies /4 "
     "(under a minute on two cores); other flags still apply"
 )
+
+
+def add_run_command_args(run: argparse.ArgumentParser) -> None:
+    """Every flag of ``harness run``."""
+    add_run_args(run)
+    add_limit_args(run)
+    _add_shard_args(run)
+    add_gate_args(run)
+    add_trace_args(run)
+
+
+def run_defaults() -> dict[str, Any]:
+    """Every ``harness run`` flag with its default (a resumed run's saved flags go over
+    them: the run.json of an earlier version may lack later flags)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_run_command_args(parser)
+    return vars(parser.parse_args([]))
 
 
 def add_run_args(run: argparse.ArgumentParser) -> None:
@@ -323,4 +343,52 @@ def _add_followup_args(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help="after each variant's load, run K of its sessions again one at a time and report "
         "how often a loaded tool call differs from the lone one (reference.jsonl)",
+    )
+
+
+def _add_shard_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("spread over hosts (merged by `harness merge`)")
+    g.add_argument(
+        "--shard",
+        metavar="I/K",
+        help="run the I-th of K deterministic slices of every variant's sessions (whole fork "
+        "families; the same seed gives every host the same slices), with its share of "
+        "--concurrency; gates go to `harness merge`",
+    )
+    g.add_argument(
+        "--start-at",
+        metavar="TIME",
+        help="with --shard: begin the load at this wall time (unix seconds, or ISO 8601 with "
+        "its zone), so the shards start together",
+    )
+
+
+def add_trace_args(run: argparse.ArgumentParser) -> None:
+    """The run flags of recorded traces and raw mode (docs/traces.md)."""
+    g = run.add_argument_group("recorded traces and raw mode (see docs/traces.md)")
+    g.add_argument(
+        "--workload",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="replay recorded conversations (one per line, OpenAI chat format) as the sessions",
+    )
+    g.add_argument(
+        "--workload-mode",
+        choices=("replay", "continue"),
+        default="replay",
+        help="replay: send each recorded request as it was; continue: the live answers make "
+        "the history, recorded tool results where the live call matches (default: replay)",
+    )
+    g.add_argument(
+        "--pace",
+        choices=("recorded", "fast"),
+        default="recorded",
+        help="send turns at the recorded offsets, or as fast as the concurrency allows",
+    )
+    g.add_argument(
+        "--api",
+        choices=("chat", "completions", "generate"),
+        default="chat",
+        help="chat: the server parses tool calls; completions (/v1/completions) or generate "
+        "(SGLang /generate): the harness renders the prompt and parses the raw output",
     )

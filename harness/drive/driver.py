@@ -21,6 +21,7 @@ from harness.client.output import TurnOutput, server_failure
 from harness.drive import judging
 from harness.drive.answering import ServerWatch
 from harness.drive.inflight import InflightBoard
+from harness.drive.permits import Permits
 from harness.drive.selfreport import SelfReport
 from harness.drive.session import Session, SessionPlan, Shared
 from harness.record.payload import HistoryEncoder
@@ -210,7 +211,7 @@ def _fewer_collections() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class DriveOptions:
-    concurrency: int
+    concurrency: int  # the permits when ``DriveHooks.permits`` gives none
     stream: bool = True
     on_corruption: str = "retry"
     ramp_up_s: float = 0.0  # spread session starts over this many seconds
@@ -220,6 +221,23 @@ class DriveOptions:
     #: processes classifying the answers off the event loop (``harness.drive.judging``):
     #: None for as many as the usable cores, 0 to classify on the loop
     judges: int | None = None
+
+
+@dataclass
+class DriveHooks:
+    """What one ``drive()`` reports to and builds with besides its writer (all optional)."""
+
+    on_turn: Callable[[TurnRecord], None] | None = None
+    on_session_end: Callable[[int, str | None], None] | None = None  # (run to its end)
+    #: builds each session (default ``Session``): trace replay and raw mode
+    make_session: Callable[[SessionPlan, Shared], Session] | None = None
+    transcripts: TranscriptLog | None = None  # the sessions' exact requests (None: none kept)
+    #: the in-flight counts of the other workers driving the same variant
+    #: (``harness.pool.parent``), so each record's ``inflight`` is the variant's total
+    board: InflightBoard | None = None
+    #: the permits every send holds (default: ``options.concurrency`` of them); a worker's
+    #: grow when another worker has permits it can no longer use
+    permits: Permits | None = None
 
 
 class _MeasuredClient:
@@ -247,24 +265,14 @@ async def drive(
     base: dict[str, Any],
     options: DriveOptions,
     progress: Progress | None = None,
-    on_turn: Callable[[TurnRecord], None] | None = None,
-    on_session_end: Callable[[int, str | None], None] | None = None,
-    make_session: Callable[[SessionPlan, Shared], Session] | None = None,
-    board: InflightBoard | None = None,
-    limit: asyncio.Semaphore | None = None,
-    transcripts: TranscriptLog | None = None,
+    hooks: DriveHooks | None = None,
 ) -> list[Session]:
     """Run every session of one variant to its end; return the sessions.
 
     The harness's self-report for this call is left in ``progress.harness_self``.
-    ``make_session`` builds each session (default ``Session``): trace replay and raw mode.
-    ``board``: the in-flight counts of the other workers driving the same variant
-    (``harness.pool.parent``), so each record's ``inflight`` is the variant's total.
-    ``limit``: the semaphore every send holds (default: ``options.concurrency`` permits); a
-    worker's grows when another worker has permits it can no longer use.
-    ``transcripts``: the log of the sessions' exact requests (None: none kept).
     """
     progress = progress or Progress()
+    hooks = hooks or DriveHooks()
     progress.sessions_total += len(plans)
     judge = judging.shared(options.judges)
     report = SelfReport()
@@ -281,23 +289,38 @@ async def drive(
         judge.attach()
         attached = True
         report.restart()
+
+        def turn_done(rec: TurnRecord) -> None:
+            report.note_turn()
+            progress.on_turn(rec)
+            if hooks.on_turn is not None:
+                hooks.on_turn(rec)
+
+        shared = Shared(
+            client=cast(ChatClient, _MeasuredClient(client, report)),
+            scenario=scenario,
+            writer=writer,
+            base=base,
+            stream=options.stream,
+            on_corruption=options.on_corruption,
+            on_turn=turn_done,
+            board=hooks.board,
+            watch=ServerWatch(
+                str(base.get("variant", "")), str(getattr(client, "request_url", "?"))
+            ),
+            transcripts=hooks.transcripts,
+            dialect_lock=DialectLock() if scenario.dialect == AUTO else None,
+            judge=judge,
+            on_judged=report.judged,
+        )
         with _fewer_collections():
             return await _drive(
-                client,
-                scenario,
+                shared,
                 plans,
-                writer,
-                base,
                 options,
                 progress,
-                report,
-                on_turn,
-                on_session_end,
-                make_session,
-                board,
-                limit or asyncio.Semaphore(options.concurrency),
-                transcripts,
-                judge,
+                hooks,
+                hooks.permits or Permits(options.concurrency),
             )
     finally:
         if attached:
@@ -311,63 +334,34 @@ async def drive(
 
 
 async def _drive(
-    client: ChatClient,
-    scenario: Scenario,
+    shared: Shared,
     plans: list[SessionPlan],
-    writer: TurnWriter,
-    base: dict[str, Any],
     options: DriveOptions,
     progress: Progress,
-    report: SelfReport,
-    on_turn: Callable[[TurnRecord], None] | None,
-    on_session_end: Callable[[int, str | None], None] | None,
-    make_session: Callable[[SessionPlan, Shared], Session] | None,
-    board: InflightBoard | None,
-    limit: asyncio.Semaphore,
-    transcripts: TranscriptLog | None,
-    judge: judging.Judge,
+    hooks: DriveHooks,
+    permits: Permits,
 ) -> list[Session]:
-    def turn_done(rec: TurnRecord) -> None:
-        report.note_turn()
-        progress.on_turn(rec)
-        if on_turn is not None:
-            on_turn(rec)
-
-    # More sessions than requests in flight: each session holds a permit of ``limit`` from
-    # its start to its end, so sessions start as others end (in plan order), memory follows
-    # the sessions active, and sessions finish (and are recorded as finished) all along the
-    # run. Otherwise every session starts at once and each send holds a permit: so it is too
-    # for sessions that idle between turns (think time, a trace's recorded pace), whose
-    # idle contexts are the load they are there to make.
+    # More sessions than requests in flight: each session holds a permit from its start to
+    # its end, so sessions start as others end (in plan order), memory follows the sessions
+    # active, and sessions finish (and are recorded as finished) all along the run. Otherwise
+    # every session starts at once and each send holds a permit: so it is too for sessions
+    # that idle between turns (think time, a trace's recorded pace), whose idle contexts are
+    # the load they are there to make.
     idle = any(plan.think_time_s[1] > 0 for plan in plans)
-    hold = options.hold_slots and not idle and len(plans) > options.concurrency
-    gate = limit if hold else None
-    shared = Shared(
-        client=cast(ChatClient, _MeasuredClient(client, report)),
-        scenario=scenario,
-        writer=writer,
-        base=base,
-        stream=options.stream,
-        on_corruption=options.on_corruption,
-        on_turn=turn_done,
-        board=board,
-        watch=ServerWatch(str(base.get("variant", "")), str(getattr(client, "request_url", "?"))),
-        transcripts=transcripts,
-        dialect_lock=DialectLock() if scenario.dialect == AUTO else None,
-        judge=judge,
-        on_judged=report.judged,
-    )
+    hold = options.hold_slots and not idle and len(plans) > permits.count
+    gate = permits.semaphore() if hold else None
     if gate is None:
-        shared.limit = limit
+        shared.limit = permits.semaphore()
     # each session is built in its own task, when it starts: the first requests leave
     # while later sessions still build their first prompt (an 80k-token prompt takes ~10 ms)
     sessions: list[Session | None] = [None] * len(plans)
+    make_session = hooks.make_session or Session
 
     async def one(i: int, plan: SessionPlan) -> None:
         if options.ramp_up_s > 0 and len(plans) > 1:
             await asyncio.sleep(options.ramp_up_s * i / len(plans))
         async with gate if gate is not None else contextlib.nullcontext():
-            session = sessions[i] = (make_session or Session)(plan, shared)
+            session = sessions[i] = make_session(plan, shared)
             try:
                 await session.run()
             finally:
@@ -375,8 +369,8 @@ async def _drive(
                 if gate is not None:
                     session.messages = []  # its history goes with its slot, and its bytes
                     session.encoded.clear()
-        if on_session_end is not None:  # only sessions that ran to their end
-            on_session_end(session.plan.index, session.ended)
+        if hooks.on_session_end is not None:  # only sessions that ran to their end
+            hooks.on_session_end(session.plan.index, session.ended)
 
     tasks = [asyncio.ensure_future(one(i, plan)) for i, plan in enumerate(plans)]
     try:

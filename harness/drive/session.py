@@ -511,6 +511,21 @@ class Session:
             return out, verdict
         return None
 
+    async def _usable(self, turn: int) -> tuple[TurnOutput, Verdict, list[Any]] | None:
+        """The turn sent until it is usable (``_attempts``), with its tool calls; None when
+        the session ends on it, ``ended`` saying why: its attempts ran out, or it came back
+        corrupted."""
+        result = await self._attempts(turn)
+        if result is None:
+            self.ended = EXHAUSTED
+            return None
+        out, verdict = result
+        if verdict.corrupted:
+            self.ended = "corrupted"
+            return None
+        calls = verdict.tool_calls if verdict.label in (L.OK_TOOL_CALL, L.PARSER_LEAK) else []
+        return out, verdict, calls
+
     async def _run(self) -> None:
         sh = self.shared
         for turn in range(self.first_turn, self.plan.max_turns):
@@ -518,15 +533,10 @@ class Session:
             self.think_s = self.plan.think_s(turn) if turn > self.first_turn else 0.0
             if self.think_s > 0:
                 await asyncio.sleep(self.think_s)  # the tool takes its time; the session idles
-            result = await self._attempts(turn)
-            if result is None:
-                self.ended = EXHAUSTED
+            usable = await self._usable(turn)
+            if usable is None:
                 return
-            out, verdict = result
-            if verdict.corrupted:
-                self.ended = "corrupted"
-                return
-            calls = verdict.tool_calls if verdict.label in (L.OK_TOOL_CALL, L.PARSER_LEAK) else []
+            out, verdict, calls = usable
             if sh.scenario.workload == "chat" and verdict.label == L.OK_TEXT:
                 if turn + 1 >= self.plan.steps:
                     self.ended = "answered"

@@ -23,6 +23,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,15 +184,10 @@ class TraceSession(Session):
         for turn in range(self.plan.max_turns):
             await self._pace(turn, t0)
             self.trace_turn = turn
-            result = await self._attempts(turn)
-            if result is None:
-                self.ended = "attempts exhausted"
+            usable = await self._usable(turn)
+            if usable is None:
                 return
-            out, verdict = result
-            if verdict.corrupted:
-                self.ended = "corrupted"
-                return
-            calls = verdict.tool_calls if verdict.label in (L.OK_TOOL_CALL, L.PARSER_LEAK) else []
+            out, verdict, calls = usable
             followers = self._followers(turn)
             users = [m for m in followers if m.get("role") != "tool"]
             content = visible(out).content or None
@@ -262,22 +258,35 @@ class TraceSession(Session):
         return None if msg is None else str(msg.get("content") or "")
 
 
+@dataclass(frozen=True)
+class SessionSource:
+    """How a variant's sessions are built, the same in the parent and in every worker: the
+    scenario's plans, or a trace's conversations (``--workload``), as chat or raw-mode
+    sessions (``--api``)."""
+
+    workload: Path | None = None  # a trace (JSONL): its conversations are the sessions
+    mode: str = "replay"  # replay | continue
+    pace: str = "recorded"  # recorded | fast
+    api: str = "chat"  # chat | completions | generate (harness.client.raw)
+    seed: int = 1
+
+    @property
+    def holds_slots(self) -> bool:
+        """Whether a session may hold its permit from start to end (a trace sent at its
+        recorded pace idles between turns: its sends hold the permits)."""
+        return self.workload is None or self.pace != "recorded"
+
+
 def sessions_for(
-    workload: Path | None,
-    mode: str,
-    pace: str,
-    api: str,
-    scenario: Scenario,
-    seed: int,
-    plans: list[SessionPlan],
+    source: SessionSource, scenario: Scenario, plans: list[SessionPlan]
 ) -> tuple[list[SessionPlan], Callable[[SessionPlan, Shared], Session] | None]:
     """The run's plans and session builder: a trace's conversations (``--workload``), or the
     scenario's plans as raw-mode sessions (``--api completions|generate``), or as they are."""
-    if workload is not None:
-        conversations = load_trace(workload)
-        return trace_plans(conversations, scenario, mode, seed), session_factory(
-            conversations, mode, pace
+    if source.workload is not None:
+        conversations = load_trace(source.workload)
+        return trace_plans(conversations, scenario, source.mode, source.seed), session_factory(
+            conversations, source.mode, source.pace
         )
-    if api != "chat":
+    if source.api != "chat":
         return plans, RawSession
     return plans, None

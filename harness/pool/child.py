@@ -14,7 +14,6 @@ it, so its turns are not cut off. Anything else written to stdout goes to stderr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import resource
@@ -27,9 +26,10 @@ from typing import IO, cast
 
 from harness.client.output import server_failure
 from harness.drive import judging
-from harness.drive.driver import Progress, drive
+from harness.drive.driver import Progress
 from harness.drive.inflight import InflightBoard
-from harness.drive.trace_session import sessions_for
+from harness.drive.load import LocalDriver, Sinks
+from harness.drive.permits import Permits
 from harness.errors import HarnessError
 from harness.pool.protocol import (
     READY,
@@ -129,20 +129,16 @@ class ForwardWriter:
         self.count += 1
 
 
-async def work(job: Job, channel: Channel, limit: asyncio.Semaphore) -> None:
-    """Drive the job's sessions, every send holding ``limit``; always end with the
-    self-report (``Report``)."""
-    client = job.client.chat_client()
-    sessions_client = job.client.sessions_client(client, job.scenario.dialect)
-    src = job.source
-    plans = list(job.plans)
-    _, make = sessions_for(src.workload, src.mode, src.pace, src.api, job.scenario, src.seed, plans)
+async def work(job: Job, channel: Channel) -> None:
+    """Drive the job's sessions under its permits; always end with the self-report
+    (``Report``)."""
+    load = job.load
     transcripts = None
     if job.transcripts is not None:
         t = job.transcripts
         transcripts = TranscriptLog(
             Path(TRANSCRIPTS_FILE),  # never opened: the rows go to the parent's log
-            job.base,
+            load.base,
             model=t.model,
             stream=t.stream,
             dialect=t.dialect,
@@ -151,27 +147,19 @@ async def work(job: Job, channel: Channel, limit: asyncio.Semaphore) -> None:
         )
     board = InflightBoard(job.board, job.worker, job.workers)
     progress = Progress()
-    options = job.options
-    if options.judges is None:  # the cores shared by the workers' judging processes
-        options = replace(options, judges=judging.auto_processes(job.workers))
-    try:
-        await drive(
-            sessions_client,
-            job.scenario,
-            plans,
-            cast(TurnWriter, ForwardWriter(channel)),
-            job.base,
-            options,
-            progress,
-            on_session_end=lambda index, why: channel.send(SessionEnd(index, why)),
-            make_session=make,
-            board=board,
-            limit=limit,
-            transcripts=transcripts,
+    if load.options.judges is None:  # the cores shared by the workers' judging processes
+        load = replace(
+            load, options=replace(load.options, judges=judging.auto_processes(job.workers))
         )
+    sinks = Sinks(
+        cast(TurnWriter, ForwardWriter(channel)),
+        progress,
+        transcripts,
+        on_session_end=lambda index, why: channel.send(SessionEnd(index, why)),
+    )
+    try:
+        await LocalDriver(board=board).run(load, sinks)
     finally:
-        with contextlib.suppress(Exception):
-            await client.aclose()
         board.close()
         report = dict(progress.harness_self or {})
         report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -197,9 +185,8 @@ async def serve(out: IO[bytes]) -> int:
     for h in local:  # log records go to the parent, which shows them above its display
         root.removeHandler(h)
     root.addHandler(LogsToParent(channel, f"worker {job.worker + 1}/{job.workers}", local))
-    limit = asyncio.Semaphore(job.options.concurrency)
-    task = asyncio.create_task(work(job, channel, limit))
-    stop = asyncio.create_task(listen(reader, limit))  # returns at EOF: the parent says stop
+    task = asyncio.create_task(work(job, channel))
+    stop = asyncio.create_task(listen(reader, job.load.permits))  # at EOF: the parent says stop
     await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
     if not task.done():
         task.cancel()
@@ -220,7 +207,7 @@ async def serve(out: IO[bytes]) -> int:
     return 0
 
 
-async def listen(reader: asyncio.StreamReader, limit: asyncio.Semaphore) -> None:
+async def listen(reader: asyncio.StreamReader, permits: Permits) -> None:
     """The parent's messages after the job, until its end of stdin closes: ``Grow(n)``
     gives this worker ``n`` more requests in flight (permits another worker can no longer
     use)."""
@@ -230,8 +217,7 @@ async def listen(reader: asyncio.StreamReader, limit: asyncio.Semaphore) -> None
         except asyncio.IncompleteReadError:
             return
         if isinstance(msg, Grow):
-            for _ in range(msg.permits):
-                limit.release()
+            permits.grow(msg.permits)
 
 
 def main() -> int:

@@ -1,14 +1,16 @@
 """How one variant's sessions and its concurrency are spread over worker processes.
 
 ``auto_workers`` is ``--workers auto``; ``shard`` deals whole fork families to the workers;
-``split_limit`` splits the concurrency between them; ``regrant`` moves the permits a worker can
-no longer use to the workers whose sessions wait for one (``harness.pool.parent`` applies them).
+the variant's ``Permits`` (``harness.drive.permits``) are split between them; ``regrant`` moves
+the permits a worker can no longer use to the workers whose sessions wait for one
+(``harness.pool.parent`` applies them).
 """
 
 from __future__ import annotations
 
 import os
 
+from harness.drive.permits import split_limit as split_limit  # (where the tests look)
 from harness.drive.session import SessionPlan
 
 AUTO_MIN_CONCURRENCY = 256  # below this, "auto" drives a variant in one process
@@ -55,18 +57,6 @@ def shard(plans: list[SessionPlan], workers: int) -> list[list[SessionPlan]]:
     plans keep their order within a shard."""
     families = len({family(p) for p in plans})
     return [s for s in deal(plans, max(1, min(workers, families))) if s]
-
-
-def split_limit(concurrency: int, sizes: list[int]) -> list[int]:
-    """The concurrency limit over shards of these sizes: in proportion, at least 1 each,
-    summing to ``concurrency`` (when it is at least the number of shards)."""
-    total = sum(sizes)
-    exact = [concurrency * s / total for s in sizes]
-    limits = [max(1, int(x)) for x in exact]
-    by_remainder = sorted(range(len(sizes)), key=lambda i: exact[i] - int(exact[i]), reverse=True)
-    for i in by_remainder[: max(0, concurrency - sum(limits))]:
-        limits[i] += 1
-    return limits
 
 
 def regrant(limits: list[int], remaining: list[int]) -> tuple[list[int], list[int]]:

@@ -3,16 +3,18 @@
 ``drive()`` runs every session on one event loop. A turn costs the harness 0.6-1.4 ms of
 CPU there (stream parsing, classification, tools, the record: 2-3 times a bare client's), so
 one loop tops out at a few hundred to about 1,600 streamed turns per second and lags by more
-than a second at 2,000 sessions (docs/performance.md). ``drive_workers()`` splits the
-sessions into shards, one per worker process (``harness.pool.child``), each with its own event
-loop, client and ``drive()``:
+than a second at 2,000 sessions (docs/performance.md). ``WorkerDriver``, the
+``LoadDriver`` (``harness.drive.load``) over processes, runs ``drive_workers()``: it splits
+the variant's ``Load`` into shards, one per worker process (``harness.pool.child``), each with
+its own event loop, client and ``LocalDriver``:
 
 - **Shards.** Whole fork families (a fork waits for its parent in-process: see
-  ``Session._fork``), dealt in turn; the concurrency limit is split over the shards in
-  proportion to their sizes (at least 1 each). There are never more workers than families
-  or than the concurrency. When a worker has fewer sessions left than its share of the
-  limit, the parent gives the rest to the workers whose sessions wait (``regrant``), so the
-  variant keeps its concurrency to the end. (``harness.pool.dealing`` has these rules.)
+  ``Session._fork``), dealt in turn; the variant's ``Permits`` are split over the shards in
+  proportion to their sizes (at least 1 each), one part in each worker's ``Job``. There are
+  never more workers than families or than the permits. When a worker has fewer sessions
+  left than its part, the parent gives the rest to the workers whose sessions wait
+  (``regrant``, a ``Grow``), so the variant keeps its concurrency to the end.
+  (``harness.pool.dealing`` has these rules.)
 - **Records.** A worker sends what a run writes as it happens: each finished turn as its
   encoded ``turns.jsonl`` line, the transcript rows, each session's end. The parent appends
   them to the one ``turns.jsonl`` (flushed per batch a worker sends: the turns that finished
@@ -41,17 +43,14 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.client import connections_for
 from harness.client.spec import ClientSpec
-from harness.drive.driver import DriveOptions, Progress
 from harness.drive.inflight import InflightBoard
+from harness.drive.load import Load, Sinks
 from harness.drive.selfreport import SelfReport, combine
-from harness.drive.session import SessionPlan
 from harness.errors import EndpointRefused, HarnessError, InfrastructureError, ServerUnanswering
 from harness.pool.dealing import (
     AUTO_MIN_CONCURRENCY,
@@ -70,24 +69,20 @@ from harness.pool.protocol import (
     LogLine,
     Report,
     SessionEnd,
-    SessionSource,
     TranscriptRow,
     TranscriptSpec,
     Turn,
     encode,
     read_frame,
 )
-from harness.record.transcripts import TranscriptLog
-from harness.record.turns import TurnWriter
-from harness.workload.scenario import Scenario
 
 __all__ = [
     "AUTO_MIN_CONCURRENCY",
     "AUTO_PER_WORKER",
     "ClientSpec",
     "InflightBoard",
-    "SessionSource",
     "WorkerError",
+    "WorkerDriver",
     "WorkerPool",
     "auto_workers",
     "drive_workers",
@@ -192,7 +187,7 @@ class _Grants:
     def __init__(self, limits: list[int], sizes: list[int], procs: list[WorkerProcess]) -> None:
         self.limits = list(limits)
         self.remaining = list(sizes)
-        self.procs = procs
+        self.procs = procs[: len(limits)]
 
     def ended(self, worker: int) -> None:
         """One of ``worker``'s sessions ran to its end."""
@@ -213,20 +208,17 @@ class _Feed:
         self,
         number: int,
         proc: WorkerProcess,
-        writer: TurnWriter,
-        transcripts: TranscriptLog | None,
-        progress: Progress,
-        on_session_end: Callable[[int, str | None], None] | None,
+        sinks: Sinks,
         ended: dict[int, str | None],
         grants: _Grants,
     ) -> None:
         self.number = number
         self.grants = grants
         self.proc = proc
-        self.writer = writer
-        self.transcripts = transcripts
-        self.progress = progress
-        self.on_session_end = on_session_end
+        self.writer = sinks.writer
+        self.transcripts = sinks.transcripts
+        self.progress = sinks.progress
+        self.on_session_end = sinks.on_session_end
         self.ended = ended
         self.report: dict[str, Any] | None = None
         self.error: str | None = None
@@ -295,31 +287,40 @@ def variant_stop(message: str, kind: str, whole_run: bool) -> HarnessError:
     return InfrastructureError(message)
 
 
+class WorkerDriver:
+    """The ``LoadDriver`` (``harness.drive.load``) over worker processes: the pool starts
+    while the server starts, drives one load, and is closed."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+
+    async def start(self) -> None:
+        await self.pool.start()
+
+    async def run(self, load: Load, sinks: Sinks) -> dict[int, str | None]:
+        return await drive_workers(self.pool, load, sinks)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
 async def drive_workers(
-    workers: int | WorkerPool,
-    client: ClientSpec,
-    scenario: Scenario,
-    plans: list[SessionPlan],
-    writer: TurnWriter,
-    base: dict[str, Any],
-    options: DriveOptions,
-    progress: Progress | None = None,
-    on_session_end: Callable[[int, str | None], None] | None = None,
-    source: SessionSource | None = None,
-    transcripts: TranscriptLog | None = None,
+    workers: int | WorkerPool, load: Load, sinks: Sinks
 ) -> dict[int, str | None]:
     """``drive()`` over ``workers`` processes (a count, or a pool started ahead, used once and
-    closed here): every session of one variant to its end. Returns how each session that ran
-    to its end ended; the combined self-report is left in ``progress.harness_self`` (also
-    when cancelled)."""
+    closed here): every session of one variant to its end, each worker with its shard of
+    the sessions and its part of the permits. Returns how each session that ran to its end
+    ended; the combined self-report is left in ``sinks.progress.harness_self`` (also when
+    cancelled)."""
     pool = workers if isinstance(workers, WorkerPool) else WorkerPool(workers)
-    progress = progress or Progress()
+    progress = sinks.progress
+    plans = list(load.plans)
     progress.sessions_total += len(plans)
     if not plans:
         await pool.close()
         return {}
-    shards = shard(plans, effective_workers(pool.size, plans, options.concurrency))
-    limits = split_limit(options.concurrency, [len(s) for s in shards])
+    shards = shard(plans, min(pool.size, load.permits.count))
+    parts = load.permits.split([len(s) for s in shards])
     ended: dict[int, str | None] = {}
     feeds: list[_Feed] = []
     board = InflightBoard.create(len(shards))
@@ -327,30 +328,21 @@ async def drive_workers(
     me.start()
     cpu0 = time.process_time()
     tspec = None
-    if transcripts is not None:
+    if (transcripts := sinks.transcripts) is not None:
         tspec = TranscriptSpec(
             transcripts.model, transcripts.stream, transcripts.dialect, transcripts.keep_all
         )
     try:
         await pool.start()
-        grants = _Grants(limits, [len(s) for s in shards], pool.procs[: len(shards)])
-        for i, (part, limit) in enumerate(zip(shards, limits, strict=True)):
+        grants = _Grants([p.count for p in parts], [len(s) for s in shards], pool.procs)
+        for i, (part, permits) in enumerate(zip(shards, parts, strict=True)):
+            # (the client has connections for the whole limit: permits of other workers may
+            # come here)
             job = Job(
                 worker=i,
                 workers=len(shards),
                 board=board,
-                # connections for the whole limit: permits of other workers may come here
-                client=replace(
-                    client,
-                    max_connections=min(
-                        client.max_connections, connections_for(options.concurrency)
-                    ),
-                ),
-                scenario=scenario,
-                plans=tuple(part),
-                base=base,
-                options=replace(options, concurrency=limit),
-                source=source or SessionSource(),
+                load=replace(load, plans=tuple(part), permits=permits),
                 transcripts=tspec,
                 log_level=logging.getLogger().getEffectiveLevel(),
             )
@@ -364,9 +356,7 @@ async def drive_workers(
                 raise WorkerError(
                     f"worker {i + 1} of {len(shards)} exited before it was given its job"
                 ) from None
-            feeds.append(
-                _Feed(i + 1, proc, writer, transcripts, progress, on_session_end, ended, grants)
-            )
+            feeds.append(_Feed(i + 1, proc, sinks, ended, grants))
         for proc in pool.procs[len(shards) :]:  # more workers started than there are shards
             if proc.stdin is not None:
                 proc.stdin.close()

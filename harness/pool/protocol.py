@@ -14,27 +14,12 @@ import logging
 import pickle
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.client.spec import ClientSpec
-from harness.drive.driver import DriveOptions
-from harness.drive.session import SessionPlan
-from harness.workload.scenario import Scenario
+from harness.drive.load import Load
 
 HEADER = struct.Struct(">I")  # the length of the pickle that follows
 READY = b"harness-worker-ready\n"  # a worker's first bytes: imported, waiting for its job
-
-
-@dataclass(frozen=True)
-class SessionSource:
-    """How a worker builds its sessions (``trace_session.sessions_for``)."""
-
-    workload: Path | None = None
-    mode: str = "replay"
-    pace: str = "recorded"
-    api: str = "chat"
-    seed: int = 1
 
 
 @dataclass(frozen=True)
@@ -49,17 +34,13 @@ class TranscriptSpec:
 
 @dataclass(frozen=True)
 class Job:
-    """Everything one worker needs (sent pickled on its stdin)."""
+    """Everything one worker needs (sent pickled on its stdin): its shard of the variant's
+    load, with its part of the permits."""
 
     worker: int
     workers: int
     board: str  # the in-flight board's file
-    client: ClientSpec
-    scenario: Scenario
-    plans: tuple[SessionPlan, ...]
-    base: dict[str, Any]
-    options: DriveOptions
-    source: SessionSource
+    load: Load
     transcripts: TranscriptSpec | None
     log_level: int = logging.WARNING
 

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ from harness.run.judge import judge_variant
 from harness.run.options import RunOptions
 from harness.run.oracle_alarms import canary_rows, spec_rows
 from harness.run.oracle_passkeys import passkey_variant
-from harness.run.oracle_replay import replay_oracle_variant
+from harness.run.oracle_replay import Sample, replay_oracle_variant
 from harness.run.replay import resend
 from harness.target.launch import make_target
 from harness.target.spec import substitute
@@ -176,23 +177,19 @@ async def confirm_variant(
 
 
 async def confirm_on_lone_server(
-    opts: RunOptions,
-    run_id: str,
-    variant: Variant,
-    repeat: int,
-    client: ChatClient,
-    announce: Callable[[str], None],
+    opts: RunOptions, done: Loaded, client: ChatClient, announce: Callable[[str], None]
 ) -> list[dict[str, Any]]:
     """``confirm_variant`` on a fresh server of the variant that takes requests one at a
     time (the target's ``[alone] args`` added to its command): what a damaged cache did to the
     loaded server cannot reach the lone answers, and a server that corrupts only under
     concurrency gives them clean."""
-    spec = opts.target
+    spec = opts.endpoint.launched
     assert spec is not None
     assert spec.alone_args is not None
+    variant, repeat, run_id = done.variant, done.repeat, done.run_id
     values = {**spec.vars, "model": spec.model}
     extra = [substitute(a, values) for a in spec.alone_args]
-    sim = list(opts.sim_args) if spec.name == "sim" else []
+    sim = list(opts.endpoint.sim_args) if spec.name == "sim" else []
     target = make_target(spec, variant, opts.out_dir, extra_args=[*sim, *extra], repeat=repeat)
     announce(f"{variant.label}: a fresh server for the flagged turns alone ({' '.join(extra)})")
     base_url = await target.start()
@@ -200,7 +197,7 @@ async def confirm_on_lone_server(
         lone = ChatClient(
             base_url,
             model=client.model,
-            api_key=opts.api_key,
+            api_key=opts.endpoint.api_key,
             max_connections=2,
             request_timeout=client.request_timeout,
             limits=client.limits,
@@ -257,73 +254,80 @@ async def reference_variant(
     return n
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """One variant's load, done: what the passes after it take."""
+
+    run_id: str
+    variant: Variant
+    repeat: int
+    base: dict[str, Any]  # the fields every record of the variant carries
+    reference: list[SessionPlan]  # the sessions to re-run alone (--reference-sessions)
+    #: --oracle kv_canary: the server log's canary lines during the load (run.oracle_alarms)
+    log_lines: list[tuple[float, float, str]] | None = None
+
+
 async def after_load(
-    opts: RunOptions,
-    run_id: str,
-    variant: Variant,
-    repeat: int,
-    chosen: list[SessionPlan],
-    client: ChatClient,
-    base: dict[str, Any],
-    announce: Callable[[str], None],
-    *,
-    log_lines: list[tuple[float, float, str]] | None = None,
+    opts: RunOptions, done: Loaded, client: ChatClient, announce: Callable[[str], None]
 ) -> None:
-    """--confirm, the judge, --oracle replay and --reference-sessions (``chosen``): lone
-    requests on the same server, now idle. The judge runs by default (``--judge auto``) once
-    the variant has a flagged turn (not on a shard: its reference is the whole variant's)."""
-    name = variant.label + (f" (repeat {repeat + 1})" if opts.repeats > 1 else "")
-    lone_server = opts.target.alone_args if opts.target is not None else None
-    if opts.shard is not None:
+    """--confirm, the judge, --oracle replay and --reference-sessions: lone requests on the
+    same server, now idle (a target's [alone] server for the flagged turns re-sent alone). The
+    judge runs by default (``--judge auto``) once the variant has a flagged turn (not on a
+    shard: its reference is the whole variant's)."""
+    after, out_dir, run_id, repeat = opts.after, opts.out_dir, done.run_id, done.repeat
+    label = done.variant.label
+    name = label + (f" (repeat {repeat + 1})" if opts.schedule.repeats > 1 else "")
+    target = opts.endpoint.launched
+    lone_server = target.alone_args if target is not None else None
+    if opts.load.shard is not None:
         lone_server = None  # (a shard's flagged turns are re-sent by --confirm only)
-    if opts.confirm or (lone_server is not None and flagged(opts.out_dir, variant.label, repeat)):
+    if after.confirm or (lone_server is not None and flagged(out_dir, label, repeat)):
         if lone_server is not None:
-            rows = await confirm_on_lone_server(opts, run_id, variant, repeat, client, announce)
+            rows = await confirm_on_lone_server(opts, done, client, announce)
         else:
-            rows = await confirm_variant(client, opts.out_dir, run_id, variant.label, repeat)
+            rows = await confirm_variant(client, out_dir, run_id, label, repeat)
         alone = sum(1 for r in rows if r["status"] == REPRODUCES_ALONE)
         announce(f"{name}: {len(rows)} corrupted turns re-sent alone, {alone} corrupted again")
-    auto = opts.judge == "auto" and opts.shard is None
-    if opts.confirm or (auto and flagged(opts.out_dir, variant.label, repeat)):
-        await judge_variant(
-            opts, client.base_url, client.model, run_id, variant.label, repeat, announce
-        )
-    if "replay" in opts.oracles:
-        declared = bool(opts.target is not None and opts.target.deterministic)
+    auto = after.judge == "auto" and opts.load.shard is None
+    if after.confirm or (auto and flagged(out_dir, label, repeat)):
+        await judge_variant(opts, client.base_url, client.model, run_id, label, repeat, announce)
+    if "replay" in after.oracles:
+        target = opts.endpoint.target
         rows = await replay_oracle_variant(
-            client, opts.out_dir, run_id, variant.label, repeat, share=opts.oracle_sample,
-            seed=opts.seed, declared=declared, api_key=opts.api_key,
+            client, out_dir, run_id, label, repeat, Sample(after.oracle_sample, opts.source.seed),
+            declared=bool(target is not None and target.deterministic),
+            api_key=opts.endpoint.api_key,
         )  # fmt: skip
         diverged = sum(1 for r in rows if r["status"] == "diverged")
         announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")
-    if "spec_accept" in opts.oracles:
-        rows = spec_rows(opts.out_dir, run_id, variant.label, repeat, opts.spec_rules)
+    if "spec_accept" in after.oracles:
+        rows = spec_rows(out_dir, run_id, label, repeat, after.spec_rules)
         alarms = sum(1 for r in rows if r["alarm"])
         announce(f"{name}: speculative acceptance: {alarms} alarms in {len(rows)} sends")
-    if "kv_canary" in opts.oracles and log_lines is not None:
-        turns = read_rows(opts.out_dir / TURNS_FILE)
-        rows = canary_rows(log_lines, turns, run_id, variant.label, repeat, opts.out_dir)
+    if "kv_canary" in after.oracles and done.log_lines is not None:
+        turns = read_rows(out_dir / TURNS_FILE)
+        rows = canary_rows(done.log_lines, turns, run_id, label, repeat, out_dir)
         tied = sum(1 for r in rows if r["alarm"] == "kv_canary")
-        announce(f"{name}: kv canary: {len(log_lines)} violation lines, {tied} sends in flight")
+        announce(f"{name}: kv canary: {len(done.log_lines)} violation lines, {tied} sends in "
+                 "flight")  # fmt: skip
     if opts.scenario.passkeys:
-        plans = make_plans(opts.scenario, max(opts.sessions, opts.max_sessions or 0), opts.seed)
-        loaded, lone = await passkey_variant(
-            client, opts.out_dir, run_id, variant.label, repeat, plans
-        )
+        most = max(opts.load.sessions, opts.schedule.max_sessions or 0)
+        plans = make_plans(opts.scenario, most, opts.source.seed)
+        loaded, lone = await passkey_variant(client, out_dir, run_id, label, repeat, plans)
         wrong = sum(1 for r in loaded if r["status"] != "right")
         lone_wrong = sum(1 for r in lone if r["status"] in ("wrong", "missing"))
         announce(f"{name}: passkeys: {wrong} of {len(loaded)} wrong or missing under load, "
                  f"{lone_wrong} of {len(lone)} alone")  # fmt: skip
-    if chosen:
-        announce(f"{name}: {len(chosen)} reference sessions, one at a time")
+    if done.reference:
+        announce(f"{name}: {len(done.reference)} reference sessions, one at a time")
         await reference_variant(
             client,
             opts.scenario,
-            chosen,
-            base,
-            opts.out_dir,
-            stream=opts.stream,
-            on_corruption=opts.on_corruption,
+            done.reference,
+            done.base,
+            out_dir,
+            stream=opts.endpoint.stream,
+            on_corruption=opts.load.on_corruption,
         )
 
 
@@ -333,10 +337,10 @@ def after_load_left(
     """The reference sessions of this round still to run alone (the first K of its plans,
     less those a resumed run already re-ran), and whether corrupted sends of a resumed run
     still wait to be confirmed: what an interrupted after-load left to do."""
-    reference = plans[: opts.reference_sessions]
+    reference = plans[: opts.after.reference_sessions]
     if reference and resuming:
         done = referenced(opts.out_dir, variant.label, repeat)
         reference = [p for p in reference if p.index not in done]
-    confirm_left = resuming and opts.confirm
+    confirm_left = resuming and opts.after.confirm
     confirm_left = confirm_left and unconfirmed(opts.out_dir, variant.label, repeat) > 0
     return reference, confirm_left

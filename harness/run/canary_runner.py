@@ -255,13 +255,13 @@ async def open_canary(
     announce: Callable[[str], None],
 ) -> Canary:
     """The variant's canary on its server, its alone scores before the load done."""
-    api = opts.scoring_api
+    api, endpoint, rate = opts.after.scoring_api, opts.endpoint, opts.after.canary_rate
     if api == "auto":
-        api = await detect_api(base_url, opts.api_key)
-    scorer = Scorer(base_url, api, model=model, api_key=opts.api_key,  # type: ignore[arg-type]
-                    timeout=opts.request_timeout)  # fmt: skip
+        api = await detect_api(base_url, endpoint.api_key)
+    scorer = Scorer(base_url, api, model=model, api_key=endpoint.api_key,  # type: ignore[arg-type]
+                    timeout=endpoint.request_timeout)  # fmt: skip
     canary = Canary(
-        scorer, probes(opts.scenario), opts.out_dir, base, rate_per_s=opts.canary_rate,
+        scorer, probes(opts.scenario), opts.out_dir, base, rate_per_s=rate,
         inflight=inflight, announce=announce,
     )  # fmt: skip
     try:
@@ -271,6 +271,6 @@ async def open_canary(
         raise
     announce(
         f"{base.get('variant')}: canary: {len(canary.ready)} probes scored alone "
-        f"{canary.repeats} times ({api}); {opts.canary_rate:g} a second during the load"
+        f"{canary.repeats} times ({api}); {rate:g} a second during the load"
     )
     return canary

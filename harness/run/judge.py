@@ -137,16 +137,18 @@ async def judge_variant(
     announce: Callable[[str], None],
 ) -> None:
     """--confirm's teacher-forced pass over one variant's turns, on its idle server."""
-    if opts.api != "chat":
-        announce(f"{variant}: the judge scores chat turns only; --api {opts.api} is not judged")
+    if opts.source.api != "chat":
+        announce(f"{variant}: the judge scores chat turns only; --api {opts.source.api} is not "
+                 "judged")  # fmt: skip
         return
-    api = opts.scoring_api if opts.scoring_api != "auto" else await detect_api(base_url)
+    after, endpoint = opts.after, opts.endpoint
+    api = after.scoring_api if after.scoring_api != "auto" else await detect_api(base_url)
     transcripts = load_transcripts(opts.out_dir / TRANSCRIPTS_FILE)
-    async with Scorer(base_url, api, model=model, api_key=opts.api_key,  # type: ignore[arg-type]
-                      timeout=opts.request_timeout) as scorer:  # fmt: skip
+    async with Scorer(base_url, api, model=model, api_key=endpoint.api_key,  # type: ignore[arg-type]
+                      timeout=endpoint.request_timeout) as scorer:  # fmt: skip
         n, why = await judge_turns(
             scorer, transcripts, opts.out_dir / JUDGE_FILE, variant=variant, repeat=repeat,
-            share=opts.judge_sample, seed=opts.seed, base={"run_id": run_id},
+            share=after.judge_sample, seed=opts.source.seed, base={"run_id": run_id},
         )  # fmt: skip
     if why is not None:
         announce(f"{variant}: the judge is off: the server cannot score a given text ({why})")

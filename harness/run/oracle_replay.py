@@ -28,7 +28,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.analysis import variantcheck
 from harness.analysis.confirm import ROW_KEY, row_key
@@ -53,6 +53,13 @@ def check_sampling(temperature: float, seeded: bool, what: str = "the scenario")
             f"--oracle replay needs deterministic sampling: {what} samples at temperature "
             f"{temperature:g} without a fixed seed; use temperature 0 or a seeded workload"
         )
+
+
+class Sample(NamedTuple):
+    """Which sends the replay re-sends: a seeded share of them (--oracle-sample, --seed)."""
+
+    share: float = 1.0
+    seed: int = 1
 
 
 def sampled(key: Sequence[Any], share: float, seed: int) -> bool:
@@ -144,9 +151,8 @@ async def replay_oracle_variant(
     run_id: str,
     variant: str,
     repeat: int,
+    sample: Sample,
     *,
-    share: float = 1.0,
-    seed: int = 1,
     declared: bool = False,
     api_key: str | None = None,
 ) -> list[dict[str, Any]]:
@@ -165,7 +171,7 @@ async def replay_oracle_variant(
             for row in t.rows:
                 key = (v, r, session, row["turn"], row["attempt"])
                 recorded = row.get("response") or {}
-                if key in done or not sampled(key, share, seed):
+                if key in done or not sampled(key, *sample):
                     continue
                 if recorded.get("failure") or recorded.get("label") == "transport_error":
                     continue  # nothing came back under load: nothing to compare

@@ -53,12 +53,6 @@ class Contact:
     strict: bool
 
 
-def model_source(model: str | None, args: Mapping[str, Any]) -> str:
-    if model is None:
-        return "discovered: the first model of /v1/models"
-    return "--model" if args.get("model") else "the target file"
-
-
 def _note_model(run_dir: Path, model: str) -> None:
     """run.json gets the model the server named when none was asked."""
     path = run_dir / "run.json"

@@ -3,9 +3,10 @@ sessions, and ``harness merge`` (``harness.run.merge``) makes one run folder of 
 
 The slices are whole fork families dealt in turn (``harness.pool.dealing.deal``), from the
 plans the seed makes, so hosts given the same command agree on them without talking, and the A
-and B arms of a shard replay the same scripts. A shard drives its share of ``--concurrency``
-(in proportion to its sessions), so the K together keep the plan's load. ``plan_id`` names
-the plan: shards of one run carry the same one, and the merge refuses folders whose differ.
+and B arms of a shard replay the same scripts. A shard drives its share of the variant's
+permits (``--concurrency``, in proportion to its sessions), so the K together keep the plan's
+load. ``RunOptions.plan_id`` names the plan: shards of one run carry the same one, and the
+merge refuses folders whose differ.
 
 Time: latencies stay per process (monotonic); each shard records when it really started
 against ``--start-at`` and its clock's offset from the server's ``Date`` header, so merged
@@ -15,14 +16,10 @@ timelines can be checked; the merge reports the largest offset.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import email.utils
-import hashlib
-import json
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,7 +27,7 @@ import httpx
 from harness.client.door import get_models, server_client
 from harness.drive.session import SessionPlan
 from harness.errors import UsageError
-from harness.pool.dealing import deal, split_limit
+from harness.pool.dealing import deal
 
 #: The farthest ``--start-at`` may lie ahead: a typo in the date must not park a CI job.
 MAX_WAIT_S = 24 * 3600
@@ -94,36 +91,6 @@ def _iso_time(text: str) -> float:
 
 def slice_plans(plans: list[SessionPlan], shard: Shard) -> list[SessionPlan]:
     return deal(plans, shard.count)[shard.index - 1]
-
-
-def shard_concurrency(concurrency: int, plans: list[SessionPlan], shard: Shard) -> int:
-    """This shard's share of the plan's concurrency, in proportion to its sessions."""
-    sizes = [len(s) for s in deal(plans, shard.count)]
-    if not sizes[shard.index - 1]:
-        return 1
-    live = [i for i, n in enumerate(sizes) if n]
-    limits = split_limit(max(concurrency, len(live)), [sizes[i] for i in live])
-    return limits[live.index(shard.index - 1)]
-
-
-def plan_id(opts: Any) -> str:
-    """A name for what a run does (the scenario's content, factors, sessions, seed...): the
-    same for every shard of one run on any host, different when any of those differ."""
-    scenario = {k: v for k, v in dataclasses.asdict(opts.scenario).items() if k != "source"}
-    workload = None
-    if opts.workload is not None:
-        workload = hashlib.sha256(Path(opts.workload).read_bytes()).hexdigest()
-    wanted = {
-        "scenario": scenario,
-        "variants": [v.as_dict() for v in opts.variants],
-        "workload": workload,
-    }
-    for key in ("sessions", "concurrency", "seed", "repeats", "order", "stream"):
-        wanted[key] = getattr(opts, key)
-    for key in ("on_corruption", "api", "workload_mode", "pace", "max_sessions"):
-        wanted[key] = getattr(opts, key)
-    text = json.dumps(wanted, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 async def wait_until(at: float, announce: Any) -> float:

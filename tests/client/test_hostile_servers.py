@@ -22,7 +22,7 @@ from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.chat import ChatClient
 from harness.client.output import TurnOutput
 from harness.client.response_limits import Limits
-from harness.drive.driver import DriveOptions, drive
+from harness.drive.driver import DriveHooks, DriveOptions, drive
 from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.record.safejson import Unencodable
 from harness.record.turns import TurnWriter, read_turns
@@ -47,14 +47,14 @@ async def drive_against(
     **hooks: Any,
 ) -> list[dict[str, Any]]:
     """Drive ``sessions`` sessions of the shipped scenario against ``url``; their rows.
-    ``hooks``: ``drive``'s ``make_session`` and ``on_session_end``."""
+    ``hooks``: ``DriveHooks``' ``make_session`` and ``on_session_end``."""
     scenario = load_scenario().with_overrides(sessions=sessions, max_turns=max_turns)
     client = ChatClient(url, model="m", request_timeout=request_timeout, limits=limits)
     options = DriveOptions(concurrency=concurrency or sessions, stream=stream)
     try:
         with TurnWriter(tmp_path / "turns.jsonl") as writer:
             plans = make_plans(scenario, sessions, seed=3)
-            await drive(client, scenario, plans, writer, BASE, options, **hooks)
+            await drive(client, scenario, plans, writer, BASE, options, hooks=DriveHooks(**hooks))
     finally:
         await client.aclose()
     return [dict(r) for r in read_turns(tmp_path / "turns.jsonl")]

@@ -15,7 +15,7 @@ from harness.cli.main import main
 from harness.client.chat import ChatClient
 from harness.client.raw import RawClient
 from harness.dialects import dsml
-from harness.drive.driver import DriveOptions, drive
+from harness.drive.driver import DriveHooks, DriveOptions, drive
 from harness.drive.trace_session import TraceSession, fake_kind, session_factory, trace_plans
 from harness.record.turns import TurnWriter, read_turns
 from harness.workload.scenario import load_scenario
@@ -47,7 +47,7 @@ async def _drive(
                 writer,
                 BASE,
                 DriveOptions(concurrency=4),
-                make_session=session_factory(conversations, mode, pace),
+                hooks=DriveHooks(make_session=session_factory(conversations, mode, pace)),
             )
     finally:
         await client.aclose()

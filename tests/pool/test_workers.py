@@ -18,9 +18,12 @@ import pytest
 
 from harness import labels as L
 from harness.client.chat import ChatClient
-from harness.drive.driver import DriveOptions, Progress, drive
+from harness.drive.driver import DriveHooks, DriveOptions, Progress, drive
+from harness.drive.load import Load, Sinks
+from harness.drive.permits import Permits
 from harness.drive.selfreport import combine
-from harness.drive.session import make_plans
+from harness.drive.session import SessionPlan, make_plans
+from harness.drive.trace_session import SessionSource
 from harness.pool.parent import (
     ClientSpec,
     WorkerError,
@@ -43,6 +46,14 @@ SAME = ("session", "turn", "attempt", "label", "corrupted", "content", "tool_cal
 def _small(**changes: Any) -> Scenario:
     base = {"sessions": 8, "steps": 5, "max_turns": 7, "max_context": 12_000}
     return load_scenario().with_overrides(**{**base, **changes})
+
+
+def _load(
+    spec: ClientSpec, scenario: Scenario, plans: list[SessionPlan], options: DriveOptions
+) -> Load:
+    """One variant's load: its permits ``options.concurrency``."""
+    permits = Permits(options.concurrency)
+    return Load(spec, scenario, tuple(plans), BASE, options, SessionSource(), permits)
 
 
 def _key(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -68,15 +79,15 @@ async def _run(
             try:
                 await drive(
                     client, scenario, plans, writer, BASE, options, progress,
-                    on_session_end=ended.__setitem__,
+                    DriveHooks(on_session_end=ended.__setitem__),
                 )  # fmt: skip
             finally:
                 await client.aclose()
         else:
             spec = ClientSpec(url, "m", request_timeout=30)
             await drive_workers(
-                workers, spec, scenario, plans, writer, BASE, options, progress,
-                on_session_end=ended.__setitem__,
+                workers, _load(spec, scenario, plans, options),
+                Sinks(writer, progress, on_session_end=ended.__setitem__),
             )  # fmt: skip
     return progress, ended
 
@@ -125,8 +136,8 @@ async def test_a_worker_left_with_long_sessions_gets_the_others_permits(
     path = tmp_path / "t.jsonl"
     with TurnWriter(path) as writer:
         await drive_workers(
-            2, ClientSpec(url, "m", request_timeout=30), sc, plans, writer, BASE,
-            DriveOptions(concurrency=4),
+            2, _load(ClientSpec(url, "m", request_timeout=30), sc, plans, DriveOptions(4)),
+            Sinks(writer, Progress()),
         )  # fmt: skip
     rows = read_turns(path)
     assert max(r["inflight"] for r in rows) <= 4  # never more than the variant's limit
@@ -247,14 +258,9 @@ async def test_cancel_records_the_turns_in_flight(
         load = asyncio.create_task(
             drive_workers(
                 pool,
-                ClientSpec(url, "m"),
-                sc,
-                make_plans(sc, 6, seed=3),
-                writer,
-                BASE,
-                DriveOptions(concurrency=6),
-                progress,
-            )  # fmt: skip
+                _load(ClientSpec(url, "m"), sc, make_plans(sc, 6, seed=3), DriveOptions(6)),
+                Sinks(writer, progress),
+            )
         )
         await _until_turns(path, 6)
         pids = [p.pid for p in pool.procs]
@@ -286,14 +292,9 @@ async def test_a_worker_that_dies_stops_the_variant(
         load = asyncio.create_task(
             drive_workers(
                 pool,
-                ClientSpec(url, "m"),
-                sc,
-                make_plans(sc, 6, seed=3),
-                writer,
-                BASE,
-                DriveOptions(concurrency=6),
-                Progress(),
-            )  # fmt: skip
+                _load(ClientSpec(url, "m"), sc, make_plans(sc, 6, seed=3), DriveOptions(6)),
+                Sinks(writer, Progress()),
+            )
         )
         await _until_turns(path, 6)
         victim, other = pool.procs
@@ -312,8 +313,8 @@ async def test_no_sessions_start_no_worker(tmp_path: Path) -> None:
     progress = Progress()
     with TurnWriter(tmp_path / "t.jsonl") as writer:
         ended = await drive_workers(
-            pool, ClientSpec("http://127.0.0.1:9", "m"), _small(), [], writer, BASE,
-            DriveOptions(concurrency=4), progress,
+            pool, _load(ClientSpec("http://127.0.0.1:9", "m"), _small(), [], DriveOptions(4)),
+            Sinks(writer, progress),
         )  # fmt: skip
     assert ended == {}
     assert pool.procs == []

@@ -20,7 +20,7 @@ from harness.report.build import write_report
 from harness.run.execute import execute, write_run_json
 from harness.run.options import RunOptions
 from harness.workload.canary_probes import LONG_SHARES, probes, session_probe
-from harness.workload.matrix import Variant
+from tests.run.endpoint_options import endpoint_options
 from tests.run.test_replay import small_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,10 +91,7 @@ def test_canary_separates_the_race_from_fp8(tmp_path: Path) -> None:
 async def _run(url: str, out: Path, **opts: Any) -> RunOptions:
     scenario = small_scenario(12, turns=4, max_context=8000)
     out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a test
-    options = RunOptions(
-        scenario=scenario, variants=(Variant(()),), out_dir=out, sessions=12, concurrency=12,
-        endpoint=url, model="m", request_timeout=20, **opts,
-    )  # fmt: skip
+    options = endpoint_options(scenario, out, url, 12, **opts)
     write_run_json(options, "r1")
     await execute(options, "r1", Progress())
     return options

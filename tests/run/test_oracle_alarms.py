@@ -16,10 +16,9 @@ from harness.record.rundir import ORACLE_ALARMS_FILE
 from harness.record.turns import read_rows, read_turns
 from harness.report.build import write_report
 from harness.run.execute import execute, write_run_json
-from harness.run.options import RunOptions
 from harness.run.oracle_alarms import SpecRules, line_time, spec_alarm
-from harness.workload.matrix import Variant
 from tests.cli.test_cli import harness
+from tests.run.endpoint_options import endpoint_options
 from tests.run.test_replay import LOAD_SCALE, _fault_run, small_scenario
 
 RULES = SpecRules(min_length=1.4, min_tokens=8, max_rate=0.96)
@@ -38,11 +37,9 @@ async def test_spec_acceptance_alarms_are_the_injected_sends(
 ) -> None:
     url = make_sim(fault_scale=LOAD_SCALE)
     scenario = small_scenario(40, turns=8, max_context=16000).with_overrides(return_meta_info=True)
-    options = RunOptions(
-        scenario=scenario, variants=(Variant(()),), out_dir=tmp_path, sessions=40,
-        concurrency=40, endpoint=url, model="m", request_timeout=20, stream=False,
-        oracles=("spec_accept",), spec_rules=RULES,
-    )  # fmt: skip
+    options = endpoint_options(
+        scenario, tmp_path, url, 40, stream=False, oracles=("spec_accept",), spec_rules=RULES
+    )
     write_run_json(options, "r1")
     await execute(options, "r1", Progress())
     rows = [r for r in read_rows(tmp_path / ORACLE_ALARMS_FILE) if "accept_length" in r]

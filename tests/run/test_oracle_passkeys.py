@@ -18,19 +18,15 @@ from harness.record.transcripts import load_transcripts
 from harness.record.turns import read_rows, read_turns
 from harness.report.build import write_report
 from harness.run.execute import execute, write_run_json
-from harness.run.options import RunOptions
 from harness.workload import passkeys as pk
-from harness.workload.matrix import Variant
 from tests.cli.test_cli import harness
+from tests.run.endpoint_options import endpoint_options
 from tests.run.test_replay import LOAD_SCALE, small_scenario
 
 
 async def _run(url: str, out: Path, sessions: int, passkeys: bool, **opts: Any) -> None:
     scenario = replace(small_scenario(sessions, turns=8, max_context=16000), passkeys=passkeys)
-    options = RunOptions(
-        scenario=scenario, variants=(Variant(()),), out_dir=out, sessions=sessions,
-        concurrency=sessions, endpoint=url, model="m", request_timeout=20, **opts,
-    )  # fmt: skip
+    options = endpoint_options(scenario, out, url, sessions, **opts)
     write_run_json(options, "r1")
     await execute(options, "r1", Progress())
 

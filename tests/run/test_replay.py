@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from harness.client.chat import ChatClient
-from harness.drive.driver import DriveOptions, Progress, drive
+from harness.drive.driver import DriveHooks, DriveOptions, Progress, drive
 from harness.drive.session import make_plans
 from harness.record.rundir import TRANSCRIPTS_FILE
 from harness.record.transcripts import TranscriptLog, load_transcripts
@@ -27,9 +27,9 @@ from harness.run.replay import (
     target_for_replay,
 )
 from harness.verdict import classify_turn
-from harness.workload.matrix import Variant
 from harness.workload.scenario import load_scenario
 from tests.cli.test_cli import harness
+from tests.run.endpoint_options import endpoint_options
 
 BASE = {"run_id": "t", "variant": "v", "factors": {}, "repeat": 0}
 
@@ -126,7 +126,7 @@ async def drive_with_log(
                 BASE,
                 DriveOptions(concurrency=sessions, stream=stream),
                 Progress(),
-                transcripts=log,
+                DriveHooks(transcripts=log),
             )
     finally:
         log.close()
@@ -188,17 +188,7 @@ async def test_only_corrupted_sessions_are_kept_unless_asked(
 
 async def _fault_run(url: str, out: Path, sessions: int, **opts: Any) -> RunOptions:
     scenario = small_scenario(sessions, turns=8, max_context=16000)
-    options = RunOptions(
-        scenario=scenario,
-        variants=(Variant(()),),
-        out_dir=out,
-        sessions=sessions,
-        concurrency=sessions,
-        endpoint=url,
-        model="m",
-        request_timeout=20,
-        **opts,
-    )
+    options = endpoint_options(scenario, out, url, sessions, **opts)
     write_run_json(options, "r1")
     await execute(options, "r1", Progress())
     return options

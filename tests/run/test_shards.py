@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.drive.permits import Permits
 from harness.drive.session import make_plans
 from harness.errors import UsageError
 from harness.pool.dealing import deal, family
@@ -19,7 +20,6 @@ from harness.run.shard import (
     Shard,
     parse_shard,
     parse_start_at,
-    shard_concurrency,
     slice_plans,
     wait_until,
 )
@@ -43,10 +43,11 @@ def test_slices_cover_every_session_once_with_whole_families() -> None:
     assert all(owner[family(p)] == i for i, s in enumerate(slices) for p in s)
     assert slice_plans(plans, Shard(2, 4)) == slices[1]
     assert slice_plans(make_plans(scenario, 23, seed=5), Shard(2, 4)) == slices[1]
-    shares = [shard_concurrency(10, plans, Shard(i, 4)) for i in range(1, 5)]
+    sizes = [len(s) for s in slices]
+    shares = [Permits(10).share(sizes, i).count for i in range(4)]
     assert sum(shares) == 10
     assert deal(plans[:2], 4)[3] == []  # more shards than sessions: some slices are empty
-    assert shard_concurrency(10, plans[:2], Shard(4, 4)) == 1
+    assert Permits(10).share([len(s) for s in deal(plans[:2], 4)], 3).count == 1
 
 
 def test_shard_and_start_time_arguments() -> None:
