@@ -56,8 +56,12 @@ def split_run_args(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    # the runs' analysis reads pandas: loaded when a bisect runs, not for `harness --help`
-    from harness.run.bisect import Bisect, between, registry_versions, version_key
+    from harness.run.bisect import (  # lazy: pandas (the runs' turns), not for --help
+        Bisect,
+        between,
+        registry_versions,
+        version_key,
+    )
 
     run_args = list(args.run_args)
     if "--ab" in run_args or "--out" in run_args:

@@ -13,7 +13,7 @@ from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import probability as _share
 from harness.argtypes import workers as workers_arg
 from harness.cli.gates import add_gate_args
-from harness.cli.limits import add_limit_args
+from harness.cli.limit_flags import add_limit_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 
 DEMO_HELP = (

@@ -33,7 +33,7 @@ from harness.record.rundir import SESSIONS_FILE, TRANSCRIPTS_FILE
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import JsonlAppender, TurnWriter
 from harness.run.afterload import Loaded, after_load
-from harness.run.canary import Canary, open_canary
+from harness.run.canary_runner import Canary, open_canary
 from harness.run.options import LoadSpec, RunOptions
 from harness.run.oracle_alarms import LogWatch
 from harness.run.serverup import Served, ServerUp
