@@ -28,6 +28,7 @@ from harness.analysis import coverage, crossvariant, judge, livecontext, oracles
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record import safejson
+from harness.record.outcomes import server_deaths
 from harness.record.rundir import CONFIRM_FILE, METRICS_FILE, RUN_FILE, TURNS_FILE
 from harness.record.turns import read_rows, read_turns
 
@@ -103,10 +104,36 @@ def load_run(run_dir: Path | str) -> RunData:
         mrows = _read_jsonl(run_dir / METRICS_FILE)
         if mrows:
             metrics = pd.DataFrame.from_records(mrows)
-    frame = turn_frame(run_dir)
+    frame = lost_to_deaths(turn_frame(run_dir), server_deaths(run_dir))
     if meta.get("temperature") == 0:
         frame = with_reference(frame)
     return RunData(run_dir=run_dir, turns=prepare(frame), meta=meta, metrics=metrics)
+
+
+#: seconds before a server's death was seen in which a failed send counts as cut by it (the
+#: watch looks every half second; a send in flight fails when the server goes)
+DEATH_SLACK_S = 5.0
+
+
+def lost_to_deaths(frame: pd.DataFrame, deaths: list[dict[str, Any]]) -> pd.DataFrame:
+    """``lost_to_server_death`` on the failed sends of a variant whose server died under the
+    load, from the moment it died: the death is the finding (outcomes.json), not a transport
+    error rate of the server."""
+    dated = [d for d in deaths if isinstance(d.get("at"), int | float)]
+    if not dated or frame.empty or "transport_error" not in frame:
+        return frame
+    frame = frame.copy()
+    failed = frame["transport_error"].map(lambda e: isinstance(e, str) and bool(e))
+    sent = pd.to_numeric(frame.get("sent_at"), errors="coerce").fillna(0.0)
+    took = pd.to_numeric(frame.get("latency_s"), errors="coerce").fillna(0.0)
+    lost = pd.Series(False, index=frame.index)
+    for d in dated:
+        mine = (frame["variant"] == d.get("variant")) & (
+            pd.to_numeric(frame.get("repeat"), errors="coerce").fillna(0) == (d.get("repeat") or 0)
+        )
+        lost |= mine & failed & (sent + took >= float(d["at"]) - DEATH_SLACK_S)
+    frame["lost_to_server_death"] = lost
+    return frame
 
 
 def turn_frame(run_dir: Path) -> pd.DataFrame:
@@ -155,6 +182,9 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["is_transport"] = failed | (df["label"] == TRANSPORT_ERROR)
     errors = df["transport_error"].where(df["transport_error"].notna(), "").astype(str)
     df["is_cancelled"] = df["is_transport"] & errors.str.startswith(CANCELLED + ":")
+    lost = df.get("lost_to_server_death", pd.Series(False, index=df.index))
+    lost = lost.astype(object).where(lost.notna(), False).astype(bool)
+    df["is_lost"] = df["is_transport"] & ~df["is_cancelled"] & lost
     if "corrupted" in df:
         flagged = df["corrupted"].fillna(False).astype(bool)
     else:
@@ -181,8 +211,9 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
     n_sess, k_sess = int(per_session.size), int(per_session.sum())
     n_turns, k_turns = int(len(ok)), int(ok["is_corrupted"].sum())
     n_cancelled = int(g["is_cancelled"].sum())
-    n_transport = int(g["is_transport"].sum()) - n_cancelled
-    n_sent = len(g) - n_cancelled
+    n_lost = int(g["is_lost"].sum())  # cut by the server's own death: that finding, apart
+    n_transport = int(g["is_transport"].sum()) - n_cancelled - n_lost
+    n_sent = len(g) - n_cancelled - n_lost
     s_rate, s_ci = _rate(k_sess, n_sess)
     t_rate, t_ci = _rate(k_turns, n_turns)
     counts = g["label"].value_counts()
@@ -197,6 +228,7 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "sessions_seen": int(g.groupby(SESSION_KEY).ngroups) if len(g) else 0,
         "turns": int(len(g)),
         "classified_turns": n_turns,
+        "lost_to_server_death": n_lost,
         "corrupted_sessions": k_sess,
         "corrupted_turns": k_turns,
         "session_corruption_rate": s_rate,

@@ -273,6 +273,7 @@ class VariantRun:
             **death,
             "variant": self.block.variant.label,
             "repeat": self.block.repeat,
+            "at": round(time.time(), 3),  # when it was seen dead (wall clock, like sent_at)
             "after_s": round(time.monotonic() - started, 1) if started is not None else None,
             "turns_done": counts.turns if counts is not None else None,
         }

@@ -99,3 +99,22 @@ def test_the_same_request_alone_and_on_another_variant() -> None:
     assert a["alone"] == {"acquitted": 1, "confirmed": 1}
     assert b["corrupted_turns"] == 0
     assert b["headline_basis"] == "structural+confirmed"
+
+
+def test_sends_cut_by_the_servers_death_are_that_finding_not_transport_errors() -> None:
+    from harness.analysis.summary import lost_to_deaths
+
+    rows = [
+        _turn("a", 0, "ok_text", sent_at=100.0, latency_s=2.0),
+        _turn("a", 1, "transport_error", transport_error="timeout: 120s", sent_at=100.0,
+              latency_s=1.0),  # failed long before the server died: a transport error
+        _turn("a", 2, "transport_error", transport_error="cut: Server disconnected",
+              sent_at=150.0, latency_s=8.0),  # in flight when it died
+        _turn("a", 3, "transport_error", transport_error="connect: refused", sent_at=159.0),
+        _turn("b", 0, "transport_error", transport_error="connect: refused", sent_at=159.0),
+    ]  # fmt: skip
+    death = {"variant": "a", "repeat": 0, "at": 158.5}
+    frame = lost_to_deaths(pd.DataFrame(rows).assign(repeat=0), [death])
+    a, b = summarize(frame, "r")["variants"]
+    assert (a["lost_to_server_death"], a["transport_errors"]) == (2, 1)
+    assert (b["lost_to_server_death"], b["transport_errors"]) == (0, 1)
