@@ -270,8 +270,9 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
     out = ["", "## How the corrupted turns were found", "",
            "Structural: an envelope, schema or markup failure the parsers found exactly. "
            "Confirmed: a suspect of the text detector that the model judge (the same model "
-           "scoring the output alone, teacher-forced) or an exact oracle confirmed, or (greedy "
-           "runs) an answer cut short against another variant's answer to the same request. "
+           "scoring the output alone, teacher-forced), an exact oracle or a clean answer when "
+           "re-sent alone confirmed, or (greedy runs) an answer cut short against another "
+           "variant's answer to the same request. "
            "A suspect that another variant wrote byte for byte is the model's own output: "
            "acquitted by the reference. The rates above count structural + confirmed turns, "
            "or structural + suspect turns where no suspect could be judged (the text "
@@ -287,7 +288,7 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
     lone = [(v["label"], v["alone"]) for v in rows if v.get("alone")]
     if any(r["acquitted"] or r["confirmed"] for _, r in lone):
         parts = [f"`{label}` {r['confirmed']} clean alone (confirmed), {r['acquitted']} "
-                 "flagged again alone (the model's own: acquitted)"
+                 "the same answer alone (the model's own: acquitted)"
                  for label, r in lone]  # fmt: skip
         out += ["", "The flagged turns re-sent alone after the load: " + "; ".join(parts) + "."]
     refs = [(v["label"], v["reference"]) for v in rows if v.get("reference")]
