@@ -116,7 +116,11 @@ args = ["--slow-start", "1"]
     assert steady
     assert not any(t["transport_error"] for t in steady)
     outcomes = {o["label"]: o for o in json.loads((out / "outcomes.json").read_text())}
-    assert outcomes["server=crashing"]["error"] == "the server process died during the run"
+    died = outcomes["server=crashing"]
+    assert died["error"] == "the server process died during the run (exit code 70)"
+    assert died["server_death"]["exit_code"] == 70  # the finding: how, when, what it said
+    assert died["server_death"]["turns_done"] >= 1
+    assert died["server_death"]["last_lines"]
     assert outcomes["server=steady"]["error"] is None
     ended = outcomes["server=steady"]["ended"]
     assert sum(ended.values()) == 4
