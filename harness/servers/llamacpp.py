@@ -30,12 +30,14 @@ import signal
 import socket
 import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from harness.argtypes import port as _port
+from harness.argtypes import positive_int as _positive_int
 from harness.errors import HarnessError, InfrastructureError, UsageError
+from harness.portfile import write_port_file
 from harness.servers import engines
 from harness.servers.engines import ENGINE_PACKAGE
 from harness.servers.http_front import HttpFront
@@ -51,26 +53,6 @@ MODEL_ALIAS = "SmolLM2-135M-Instruct"
 #: KV cache element types llama.cpp accepts for ``--cache-type-k/-v`` (ggml type names).
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 FLASH_ATTN = {"auto": "AUTO", "on": "ENABLED", "off": "DISABLED"}
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
-    return value
 
 
 def default_threads() -> int:
@@ -283,15 +265,6 @@ def wait_healthy(base_url: str, timeout_s: float) -> None:
     raise InfrastructureError(
         f"llama.cpp server at {base_url} not healthy after {timeout_s}s ({last})"
     )
-
-
-def write_port_file(path: Path, port: int) -> None:
-    """Write ``port`` atomically (temp file in the same directory, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{port}\n")
-    os.replace(tmp, path)
 
 
 def cut_connections(port: int) -> int:
