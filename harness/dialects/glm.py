@@ -37,6 +37,7 @@ from harness.dialects.markup import (
     Writer,
     expect_ws,
     need,
+    next_block,
     skip_ws,
     value_end,
 )
@@ -105,12 +106,8 @@ def _scanner(version: str) -> Scanner:
                 p = vend + len(VALUE_CLOSE)
             calls.append(ToolCall(name, coerce_args(raw, name, tools)))
             p += len(CLOSE)
-            q = skip_ws(body, p)
-            if not body.startswith(OPEN, q):
+            if (start := next_block(body, p, OPEN, nl, nc)) < 0:
                 return calls, p
-            if body[p:q] != nl:
-                nc.append(NC_NEWLINES)
-            start = q
 
     return scan
 

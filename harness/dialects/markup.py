@@ -137,6 +137,17 @@ def expect_ws(text: str, pos: int, canonical: str, nc: list[str]) -> int:
     return end
 
 
+def next_block(body: str, end: int, opener: str, separator: str, nc: list[str]) -> int:
+    """Where the next block starts after whitespace from ``end`` (-1: no ``opener`` follows);
+    whitespace other than ``separator`` before it is non-canonical."""
+    nxt = skip_ws(body, end)
+    if not body.startswith(opener, nxt):
+        return -1
+    if body[end:nxt] != separator:
+        nc.append(NC_NEWLINES)
+    return nxt
+
+
 def first_of(pattern: re.Pattern[str], text: str, start: int = 0, end: int | None = None) -> int:
     m = pattern.search(text, start, len(text) if end is None else end)
     return m.start() if m else -1

@@ -40,7 +40,7 @@ from harness.dialects.markup import (
     Tools,
     expect_ws,
     need,
-    skip_ws,
+    next_block,
     value_end,
 )
 
@@ -98,12 +98,8 @@ def _scan(body: str, pos: int, nc: list[str], tools: Tools) -> tuple[list[ToolCa
             raise need(body, p, "</tool_call> after </function>", calls)
         calls.append(ToolCall(name, coerce_args(raw, name, tools)))
         p += len(CLOSE)
-        nxt = skip_ws(body, p)
-        if not body.startswith(OPEN, nxt):
+        if (pos := next_block(body, p, OPEN, "\n", nc)) < 0:
             return calls, p
-        if body[p:nxt] != "\n":
-            nc.append(NC_NEWLINES)
-        pos = nxt
 
 
 def _write(calls: Sequence[ToolCall]) -> str:
