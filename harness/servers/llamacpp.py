@@ -318,6 +318,36 @@ def _port_of(address: str) -> int:
     return int(address.rstrip("/").rsplit(":", 1)[1])
 
 
+def _ready(
+    args: argparse.Namespace,
+    base_url: str,
+    port: int,
+    what: str,
+    model: Path,
+    t0: float,
+    flash_attn: str,
+) -> None:
+    """Wait until the server at ``base_url`` is healthy, say so (``what``: the build and how
+    it is served), then write ``port`` to ``--port-file``."""
+    wait_healthy(base_url, args.ready_timeout)
+    log.info(
+        "llama.cpp %s ready at %s in %.1fs (model %s, %d slots x %d ctx, K %s, V %s, "
+        "flash attention %s, %d threads)",
+        what,
+        base_url,
+        time.perf_counter() - t0,
+        model.name,
+        args.parallel,
+        args.ctx,
+        args.cache_type_k,
+        args.cache_type_v,
+        flash_attn,
+        args.threads,
+    )
+    if args.port_file is not None:
+        write_port_file(args.port_file, port)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -355,23 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     base_url = str(server.listening_address).rstrip("/")
     stopping = False
     try:
-        wait_healthy(base_url, args.ready_timeout)
-        log.info(
-            "llama.cpp server %s ready at %s in %.1fs (model %s, %d slots x %d ctx, K %s, V %s, "
-            "flash attention %s, %d threads)",
-            build_of(xl),
-            base_url,
-            time.perf_counter() - t0,
-            model.name,
-            args.parallel,
-            args.ctx,
-            args.cache_type_k,
-            args.cache_type_v,
-            args.flash_attn,
-            args.threads,
+        _ready(
+            args, base_url, _port_of(base_url), f"server {build_of(xl)}", model, t0, args.flash_attn
         )
-        if args.port_file is not None:
-            write_port_file(args.port_file, _port_of(base_url))
         signum = signal.sigwait(stop_signals)
         log.info("signal %d: stopping the llama.cpp server", signum)
         stopping = True
@@ -413,25 +429,15 @@ def _serve_front(
     except OSError as exc:
         raise InfrastructureError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
     front.start()
-    wait_healthy(front.base_url, args.ready_timeout)
-    log.info(
-        "llama.cpp %s (Python API, served by the harness's HTTP front) ready at %s in %.1fs "
-        "(model %s, %d slots x %d ctx, K %s, V %s, flash attention %s, defrag threshold %s, "
-        "%d threads)",
-        build,
+    _ready(
+        args,
         front.base_url,
-        time.perf_counter() - t0,
-        model.name,
-        args.parallel,
-        args.ctx,
-        args.cache_type_k,
-        args.cache_type_v,
-        params.flash_attn,
-        f"{params.defrag_thold:g}",
-        args.threads,
+        int(front.server_address[1]),
+        f"{build} (Python API, served by the harness's HTTP front)",
+        model,
+        t0,
+        f"{params.flash_attn!s}, defrag threshold {params.defrag_thold:g}",
     )
-    if args.port_file is not None:
-        write_port_file(args.port_file, int(front.server_address[1]))
     signum = signal.sigwait({signal.SIGTERM, signal.SIGINT})
     log.info("signal %d: stopping the llama.cpp server", signum)
     front.shutdown()
