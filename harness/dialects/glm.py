@@ -39,6 +39,7 @@ from harness.dialects.markup import (
     need,
     next_block,
     skip_ws,
+    tag_blocks,
     value_end,
 )
 
@@ -114,14 +115,12 @@ def _scanner(version: str) -> Scanner:
 
 def _writer(nl: str) -> Writer:
     def write(calls: Sequence[ToolCall]) -> str:
-        blocks = []
-        for c in calls:
-            args = "".join(
-                f"{KEY}{k}{KEY_CLOSE}{nl}{VALUE}{xml_value(v)}{VALUE_CLOSE}{nl}"
-                for k, v in c.arguments.items()
-            )
-            blocks.append(f"{OPEN}{c.name}{nl}{args}{CLOSE}")
-        return nl.join(blocks)
+        return tag_blocks(
+            calls,
+            lambda c, args: f"{OPEN}{c.name}{nl}{args}{CLOSE}",
+            lambda k, v: f"{KEY}{k}{KEY_CLOSE}{nl}{VALUE}{xml_value(v)}{VALUE_CLOSE}{nl}",
+            nl,
+        )
 
     return write
 

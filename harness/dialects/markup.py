@@ -194,6 +194,19 @@ def value_end(
     return end
 
 
+def tag_blocks(
+    calls: Sequence[ToolCall],
+    block: Callable[[ToolCall, str], str],
+    param: Callable[[str, Any], str],
+    separator: str,
+) -> str:
+    """The calls written one ``block(call, params)`` each, ``separator`` between them, its
+    ``params`` the ``param(key, value)`` of each argument in order."""
+    return separator.join(
+        block(c, "".join(param(k, v) for k, v in c.arguments.items())) for c in calls
+    )
+
+
 #: scan(body, start, noncanonical, tools) -> (calls, offset after the markup); raises Fail
 Scanner = Callable[[str, int, list[str], Tools], tuple[list[ToolCall], int]]
 #: write(calls) -> the canonical block of markup for the calls (one call at least)

@@ -41,6 +41,7 @@ from harness.dialects.markup import (
     expect_ws,
     need,
     next_block,
+    tag_blocks,
     value_end,
 )
 
@@ -104,14 +105,14 @@ def _scan(body: str, pos: int, nc: list[str], tools: Tools) -> tuple[list[ToolCa
 
 def _write(calls: Sequence[ToolCall]) -> str:
     """One block per call, newline-separated."""
-    blocks = []
-    for call in calls:
-        params = "".join(
+    return tag_blocks(
+        calls,
+        lambda call, params: f"{OPEN}\n<function={call.name}>\n{params}{FUNC_CLOSE}\n{CLOSE}",
+        lambda key, value: (
             f"<parameter={key}>\n{xml_value(value, python_literals=True)}\n{PARAM_CLOSE}\n"
-            for key, value in call.arguments.items()
-        )
-        blocks.append(f"{OPEN}\n<function={call.name}>\n{params}{FUNC_CLOSE}\n{CLOSE}")
-    return "\n".join(blocks)
+        ),
+        "\n",
+    )
 
 
 GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), what="Qwen3-Coder", write=_write)
