@@ -35,6 +35,14 @@ def probability(text: str) -> float:
     return value
 
 
+def port(text: str) -> int:
+    """A TCP port: 0 (the system picks a free one) to 65535."""
+    value = int(_number(text, int))
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
+    return value
+
+
 def workers(text: str) -> int | str:
     """``auto``, ``ray`` or ``ray:ADDRESS`` (a Ray cluster), or a whole number of at least 1."""
     if text == "auto" or text == "ray" or text.startswith("ray:"):

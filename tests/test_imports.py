@@ -20,6 +20,7 @@ GROUND = {
     "harness.errors",
     "harness.labels",
     "harness.argtypes",
+    "harness.portfile",
     "harness.tomlfile",
 }
 

@@ -19,20 +19,17 @@ def add_limit_args(parser: argparse.ArgumentParser) -> None:
         help="a request that takes longer than this in all fails as a timeout "
         "(default: the larger of 4 x --request-timeout and 600)",
     )
-    p.add_argument(
-        "--max-answer-bytes",
-        type=positive_int,
-        default=Limits.max_answer_bytes,
-        metavar="N",
-        help=f"read at most this much of one answer (default {Limits.max_answer_bytes})",
-    )
-    p.add_argument(
-        "--max-line-bytes",
-        type=positive_int,
-        default=Limits.max_line_bytes,
-        metavar="N",
-        help=f"the longest line of a stream read (default {Limits.max_line_bytes})",
-    )
+    for name, default, text in (
+        ("max_answer_bytes", Limits.max_answer_bytes, "read at most this much of one answer"),
+        ("max_line_bytes", Limits.max_line_bytes, "the longest line of a stream read"),
+    ):
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=positive_int,
+            default=default,
+            metavar="N",
+            help=f"{text} (default {default})",
+        )
 
 
 def limits_from(args: argparse.Namespace) -> Limits:

@@ -37,7 +37,9 @@ from harness.dialects.markup import (
     Writer,
     expect_ws,
     need,
+    next_block,
     skip_ws,
+    tag_blocks,
     value_end,
 )
 
@@ -105,26 +107,20 @@ def _scanner(version: str) -> Scanner:
                 p = vend + len(VALUE_CLOSE)
             calls.append(ToolCall(name, coerce_args(raw, name, tools)))
             p += len(CLOSE)
-            q = skip_ws(body, p)
-            if not body.startswith(OPEN, q):
+            if (start := next_block(body, p, OPEN, nl, nc)) < 0:
                 return calls, p
-            if body[p:q] != nl:
-                nc.append(NC_NEWLINES)
-            start = q
 
     return scan
 
 
 def _writer(nl: str) -> Writer:
     def write(calls: Sequence[ToolCall]) -> str:
-        blocks = []
-        for c in calls:
-            args = "".join(
-                f"{KEY}{k}{KEY_CLOSE}{nl}{VALUE}{xml_value(v)}{VALUE_CLOSE}{nl}"
-                for k, v in c.arguments.items()
-            )
-            blocks.append(f"{OPEN}{c.name}{nl}{args}{CLOSE}")
-        return nl.join(blocks)
+        return tag_blocks(
+            calls,
+            lambda c, args: f"{OPEN}{c.name}{nl}{args}{CLOSE}",
+            lambda k, v: f"{KEY}{k}{KEY_CLOSE}{nl}{VALUE}{xml_value(v)}{VALUE_CLOSE}{nl}",
+            nl,
+        )
 
     return write
 

@@ -137,6 +137,17 @@ def expect_ws(text: str, pos: int, canonical: str, nc: list[str]) -> int:
     return end
 
 
+def next_block(body: str, end: int, opener: str, separator: str, nc: list[str]) -> int:
+    """Where the next block starts after whitespace from ``end`` (-1: no ``opener`` follows);
+    whitespace other than ``separator`` before it is non-canonical."""
+    nxt = skip_ws(body, end)
+    if not body.startswith(opener, nxt):
+        return -1
+    if body[end:nxt] != separator:
+        nc.append(NC_NEWLINES)
+    return nxt
+
+
 def first_of(pattern: re.Pattern[str], text: str, start: int = 0, end: int | None = None) -> int:
     m = pattern.search(text, start, len(text) if end is None else end)
     return m.start() if m else -1
@@ -181,6 +192,19 @@ def value_end(
     if end < 0:
         raise Fail(f"truncated block: {what} not closed", start, calls)
     return end
+
+
+def tag_blocks(
+    calls: Sequence[ToolCall],
+    block: Callable[[ToolCall, str], str],
+    param: Callable[[str, Any], str],
+    separator: str,
+) -> str:
+    """The calls written one ``block(call, params)`` each, ``separator`` between them, its
+    ``params`` the ``param(key, value)`` of each argument in order."""
+    return separator.join(
+        block(c, "".join(param(k, v) for k, v in c.arguments.items())) for c in calls
+    )
 
 
 #: scan(body, start, noncanonical, tools) -> (calls, offset after the markup); raises Fail

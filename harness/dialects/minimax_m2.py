@@ -34,6 +34,7 @@ from harness.dialects.markup import (
     expect_ws,
     need,
     snippet,
+    tag_blocks,
     value_end,
 )
 
@@ -95,13 +96,13 @@ def _scan(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[Tool
 
 
 def _write(calls: Sequence[ToolCall]) -> str:
-    invokes = []
-    for c in calls:
-        params = "".join(
-            f'<parameter name="{k}">{xml_value(v)}{PARAM_CLOSE}\n' for k, v in c.arguments.items()
-        )
-        invokes.append(f'<invoke name="{c.name}">\n{params}{INVOKE_CLOSE}\n')
-    return f"{OPEN}\n{''.join(invokes)}{CLOSE}"
+    invokes = tag_blocks(
+        calls,
+        lambda c, params: f'<invoke name="{c.name}">\n{params}{INVOKE_CLOSE}\n',
+        lambda k, v: f'<parameter name="{k}">{xml_value(v)}{PARAM_CLOSE}\n',
+        "",
+    )
+    return f"{OPEN}\n{invokes}{CLOSE}"
 
 
 GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), what="MiniMax", write=_write)

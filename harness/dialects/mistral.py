@@ -32,6 +32,7 @@ from harness.dialects.markup import (
     Scanner,
     Tools,
     Writer,
+    next_block,
     skip_ws,
     snippet,
 )
@@ -139,12 +140,8 @@ def _scan_v11(body: str, start: int, nc: list[str], tools: Tools) -> tuple[list[
         if not isinstance(args, dict):
             raise Fail("arguments are JSON but not an object", q, calls)
         calls.append(ToolCall(m.group(0), args))
-        nxt = skip_ws(body, end)
-        if not body.startswith(TOOL_CALLS, nxt):
+        if (start := next_block(body, end, TOOL_CALLS, "", nc)) < 0:
             return calls, end
-        if nxt != end:
-            nc.append(NC_NEWLINES)
-        start = nxt
 
 
 def _write_v3(calls: Sequence[ToolCall]) -> str:

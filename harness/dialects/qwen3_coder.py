@@ -40,7 +40,8 @@ from harness.dialects.markup import (
     Tools,
     expect_ws,
     need,
-    skip_ws,
+    next_block,
+    tag_blocks,
     value_end,
 )
 
@@ -98,24 +99,20 @@ def _scan(body: str, pos: int, nc: list[str], tools: Tools) -> tuple[list[ToolCa
             raise need(body, p, "</tool_call> after </function>", calls)
         calls.append(ToolCall(name, coerce_args(raw, name, tools)))
         p += len(CLOSE)
-        nxt = skip_ws(body, p)
-        if not body.startswith(OPEN, nxt):
+        if (pos := next_block(body, p, OPEN, "\n", nc)) < 0:
             return calls, p
-        if body[p:nxt] != "\n":
-            nc.append(NC_NEWLINES)
-        pos = nxt
 
 
 def _write(calls: Sequence[ToolCall]) -> str:
     """One block per call, newline-separated."""
-    blocks = []
-    for call in calls:
-        params = "".join(
+    return tag_blocks(
+        calls,
+        lambda call, params: f"{OPEN}\n<function={call.name}>\n{params}{FUNC_CLOSE}\n{CLOSE}",
+        lambda key, value: (
             f"<parameter={key}>\n{xml_value(value, python_literals=True)}\n{PARAM_CLOSE}\n"
-            for key, value in call.arguments.items()
-        )
-        blocks.append(f"{OPEN}\n<function={call.name}>\n{params}{FUNC_CLOSE}\n{CLOSE}")
-    return "\n".join(blocks)
+        ),
+        "\n",
+    )
 
 
 GRAMMAR = BlockGrammar(NAME, _OPENER, FRAGMENT, _scan, eos=(EOS,), what="Qwen3-Coder", write=_write)

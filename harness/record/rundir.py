@@ -54,6 +54,17 @@ CLOCK_FILE = "clock.json"  # a shard's start against --start-at, its clock again
 SessionKey = tuple[str, int, int]  # (variant, repeat, session)
 
 
+class _File:
+    """A file of the run folder as a read-only attribute: ``run.turns`` is the folder's
+    ``turns.jsonl``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: RunDir, owner: type[RunDir] | None = None) -> Path:
+        return run.path / self.name
+
+
 @dataclass(frozen=True)
 class RunDir:
     """One run folder."""
@@ -63,29 +74,12 @@ class RunDir:
     def __truediv__(self, name: str) -> Path:
         return self.path / name
 
-    @property
-    def turns(self) -> Path:
-        return self.path / TURNS_FILE
-
-    @property
-    def transcripts(self) -> Path:
-        return self.path / TRANSCRIPTS_FILE
-
-    @property
-    def run_file(self) -> Path:
-        return self.path / RUN_FILE
-
-    @property
-    def sessions(self) -> Path:
-        return self.path / SESSIONS_FILE
-
-    @property
-    def outcomes(self) -> Path:
-        return self.path / OUTCOMES_FILE
-
-    @property
-    def clock(self) -> Path:
-        return self.path / CLOCK_FILE
+    turns = _File(TURNS_FILE)
+    transcripts = _File(TRANSCRIPTS_FILE)
+    run_file = _File(RUN_FILE)
+    sessions = _File(SESSIONS_FILE)
+    outcomes = _File(OUTCOMES_FILE)
+    clock = _File(CLOCK_FILE)
 
     def server_log(self, name: str) -> Path:
         return self.path / SERVERS_DIR / name

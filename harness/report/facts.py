@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.analysis.summary import fmt_pct
 from harness.record.rundir import OUTCOMES_FILE
+from harness.report.tables import section
 
 
 def run_facts(meta: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -153,12 +154,12 @@ def sim_accuracy_markdown(variants: Sequence[Mapping[str, Any]]) -> list[str]:
     known = [v for v in variants if "sim_injected_turns" in v]
     if not known:
         return []
-    out = ["", "## The simulator's own accuracy", "",
-           "The simulator says in each response what it injected; the classifier never reads "
-           "it. Recall: injected corruptions the harness flagged; precision: flagged turns the "
-           "simulator had corrupted.", "",
-           "| variant | injected | flagged | recall | precision | false alarms |",
-           "|---|---|---|---|---|---|"]  # fmt: skip
+    out = section("The simulator's own accuracy",
+                  "The simulator says in each response what it injected; the classifier never "
+                  "reads it. Recall: injected corruptions the harness flagged; precision: "
+                  "flagged turns the simulator had corrupted.",
+                  "variant", "injected", "flagged", "recall", "precision",
+                  "false alarms")  # fmt: skip
     for v in known:
         injected = int(v.get("sim_injected_turns") or 0)
         out.append(

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.analysis.summary import fmt_pct  # noqa: E402
+from harness.report.tables import section  # noqa: E402
 
 DPI = 110
 
@@ -21,6 +22,11 @@ def _ci(rate: float | None, ci: list[float]) -> str:
     if rate is None:
         return "-"
     return f"{fmt_pct(rate)} [{fmt_pct(ci[0])}, {fmt_pct(ci[1])}]"
+
+
+def _having(variants: list[Mapping[str, Any]], oracle: str) -> list[Mapping[str, Any]]:
+    """The variants that recorded ``oracle``'s rows."""
+    return [v for v in variants if (v.get("oracles") or {}).get(oracle)]
 
 
 NOT_EXACT = (
@@ -34,16 +40,14 @@ NOT_EXACT = (
 
 
 def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
-    rows = [v for v in variants if (v.get("oracles") or {}).get("replay")]
-    if not rows:
+    if not (rows := _having(variants, "replay")):
         return []
-    out = ["", "## Replay alone (exact oracle)", "",
-           "Every sampled send was re-sent alone after the load, each session's sends in "
-           "order after one cache flush, and its output compared with the loaded one "
-           "(reasoning, content, tool-call names and arguments).", "",
-           "| variant | server deterministic | replayed | identical | diverged | undecided | "
-           "divergence [95% CI] | extra requests (share of load) |",
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = section("Replay alone (exact oracle)",
+                  "Every sampled send was re-sent alone after the load, each session's sends in "
+                  "order after one cache flush, and its output compared with the loaded one "
+                  "(reasoning, content, tool-call names and arguments).",
+                  "variant", "server deterministic", "replayed", "identical", "diverged",
+                  "undecided", "divergence [95% CI]", "extra requests (share of load)")  # fmt: skip
     for v in rows:
         r = v["oracles"]["replay"]
         share = fmt_pct(r["load_share"]) if r["load_share"] is not None else "-"
@@ -77,19 +81,17 @@ def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
 
 
 def passkey_lines(variants: list[Mapping[str, Any]]) -> list[str]:
-    rows = [v for v in variants if (v.get("oracles") or {}).get("passkey")]
-    if not rows:
+    if not (rows := _having(variants, "passkey")):
         return []
-    out = ["", "## Passkeys (exact oracle)", "",
-           "Each session got a random id in its first tool result and was asked for it back "
-           "later, as a tool-call argument. A wrong or missing id is a context failure, "
-           "checked exactly. The same asks were re-sent alone after the load: the model's own "
-           "recall failure, the floor the loaded rate is judged against (the difference, "
-           "not the raw rate, is the verdict).", "",
-           "| variant | asks checked | wrong | missing | failure under load [95% CI] | "
-           "failure alone [95% CI] | excess [95% CI] | worse under load (p) | "
-           "extra requests (share of load) |",
-           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = section("Passkeys (exact oracle)",
+                  "Each session got a random id in its first tool result and was asked for it "
+                  "back later, as a tool-call argument. A wrong or missing id is a context "
+                  "failure, checked exactly. The same asks were re-sent alone after the load: "
+                  "the model's own recall failure, the floor the loaded rate is judged against "
+                  "(the difference, not the raw rate, is the verdict).",
+                  "variant", "asks checked", "wrong", "missing", "failure under load [95% CI]",
+                  "failure alone [95% CI]", "excess [95% CI]", "worse under load (p)",
+                  "extra requests (share of load)")  # fmt: skip
     for v in rows:
         p = v["oracles"]["passkey"]
         a, b = p["loaded"], p["alone"]
@@ -115,18 +117,16 @@ def passkey_lines(variants: list[Mapping[str, Any]]) -> list[str]:
 
 
 def alarm_lines(variants: list[Mapping[str, Any]]) -> list[str]:
-    rows = [v for v in variants if (v.get("oracles") or {}).get("alarms")]
-    if not rows:
+    if not (rows := _having(variants, "alarms")):
         return []
-    out = ["", "## The server's own alarms", "",
-           "Speculative acceptance per request (SGLang's meta_info): an average accept length "
-           "below the threshold after enough generated tokens points at a KV mismatch, an "
-           "accept rate above its threshold at degraded attention (repetition). KV canary: "
-           "`kv_canary violation` lines in the server log, tied to the sends in flight when "
-           "they were written.", "",
-           "| variant | sends checked | acceptance alarms (length, rate) | alarm rate [95% CI] "
-           "| kv canary lines | sends in flight at them |",
-           "|---|---|---|---|---|---|"]  # fmt: skip
+    out = section("The server's own alarms",
+                  "Speculative acceptance per request (SGLang's meta_info): an average accept "
+                  "length below the threshold after enough generated tokens points at a KV "
+                  "mismatch, an accept rate above its threshold at degraded attention "
+                  "(repetition). KV canary: `kv_canary violation` lines in the server log, tied "
+                  "to the sends in flight when they were written.",
+                  "variant", "sends checked", "acceptance alarms (length, rate)",
+                  "alarm rate [95% CI]", "kv canary lines", "sends in flight at them")  # fmt: skip
     for v in rows:
         a = v["oracles"]["alarms"]
         sp, kv = a["spec_accept"], a["kv_canary"]

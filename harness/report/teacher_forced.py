@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.analysis import canary_deviations as analysis  # noqa: E402
 from harness.analysis.summary import fmt_pct  # noqa: E402
+from harness.report.tables import table_head  # noqa: E402
 
 DPI = 110
 TINY = 1e-12  # a KL of exactly zero, drawn on the log axis
@@ -83,9 +84,8 @@ def markdown(summary: Mapping[str, Any]) -> Iterator[str]:
                "token against the first alone score. Canary requests are separate from the "
                "sessions, one at a time, at a bounded rate.")  # fmt: skip
         yield ""
-        yield ("| variant | probes | scored under load | deviating | max KL | noise floor KL "
-               "| share of requests |")  # fmt: skip
-        yield "|---|---|---|---|---|---|---|"
+        yield from table_head("variant", "probes", "scored under load", "deviating", "max KL",
+                              "noise floor KL", "share of requests")  # fmt: skip
         for v in canaried:
             c = v["canary"]
             share = c.get("deviating_share")
@@ -105,9 +105,9 @@ def markdown(summary: Mapping[str, Any]) -> Iterator[str]:
     if judged:
         yield "## Judge: teacher-forced confirmation"
         yield ""
-        yield ("| variant | flagged judged | confirmed | passed judged | passed confirmed | "
-               "threshold (nats) | confirmed session rate |")  # fmt: skip
-        yield "|---|---|---|---|---|---|---|"
+        yield from table_head("variant", "flagged judged", "confirmed", "passed judged",
+                              "passed confirmed", "threshold (nats)",
+                              "confirmed session rate")  # fmt: skip
         for v in judged:
             j = v["judge"]
             rate = j.get("confirmed_session_corruption_rate")

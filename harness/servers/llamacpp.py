@@ -30,12 +30,14 @@ import signal
 import socket
 import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from harness.argtypes import port as _port
+from harness.argtypes import positive_int as _positive_int
 from harness.errors import HarnessError, InfrastructureError, UsageError
+from harness.portfile import write_port_file
 from harness.servers import engines
 from harness.servers.engines import ENGINE_PACKAGE
 from harness.servers.http_front import HttpFront
@@ -51,26 +53,6 @@ MODEL_ALIAS = "SmolLM2-135M-Instruct"
 #: KV cache element types llama.cpp accepts for ``--cache-type-k/-v`` (ggml type names).
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 FLASH_ATTN = {"auto": "AUTO", "on": "ENABLED", "off": "DISABLED"}
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
-    return value
 
 
 def default_threads() -> int:
@@ -285,15 +267,6 @@ def wait_healthy(base_url: str, timeout_s: float) -> None:
     )
 
 
-def write_port_file(path: Path, port: int) -> None:
-    """Write ``port`` atomically (temp file in the same directory, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{port}\n")
-    os.replace(tmp, path)
-
-
 def cut_connections(port: int) -> int:
     """Shut down this process's accepted connections on ``port``; return how many.
 
@@ -345,6 +318,36 @@ def _port_of(address: str) -> int:
     return int(address.rstrip("/").rsplit(":", 1)[1])
 
 
+def _ready(
+    args: argparse.Namespace,
+    base_url: str,
+    port: int,
+    what: str,
+    model: Path,
+    t0: float,
+    flash_attn: str,
+) -> None:
+    """Wait until the server at ``base_url`` is healthy, say so (``what``: the build and how
+    it is served), then write ``port`` to ``--port-file``."""
+    wait_healthy(base_url, args.ready_timeout)
+    log.info(
+        "llama.cpp %s ready at %s in %.1fs (model %s, %d slots x %d ctx, K %s, V %s, "
+        "flash attention %s, %d threads)",
+        what,
+        base_url,
+        time.perf_counter() - t0,
+        model.name,
+        args.parallel,
+        args.ctx,
+        args.cache_type_k,
+        args.cache_type_v,
+        flash_attn,
+        args.threads,
+    )
+    if args.port_file is not None:
+        write_port_file(args.port_file, port)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -382,23 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     base_url = str(server.listening_address).rstrip("/")
     stopping = False
     try:
-        wait_healthy(base_url, args.ready_timeout)
-        log.info(
-            "llama.cpp server %s ready at %s in %.1fs (model %s, %d slots x %d ctx, K %s, V %s, "
-            "flash attention %s, %d threads)",
-            build_of(xl),
-            base_url,
-            time.perf_counter() - t0,
-            model.name,
-            args.parallel,
-            args.ctx,
-            args.cache_type_k,
-            args.cache_type_v,
-            args.flash_attn,
-            args.threads,
+        _ready(
+            args, base_url, _port_of(base_url), f"server {build_of(xl)}", model, t0, args.flash_attn
         )
-        if args.port_file is not None:
-            write_port_file(args.port_file, _port_of(base_url))
         signum = signal.sigwait(stop_signals)
         log.info("signal %d: stopping the llama.cpp server", signum)
         stopping = True
@@ -440,25 +429,15 @@ def _serve_front(
     except OSError as exc:
         raise InfrastructureError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
     front.start()
-    wait_healthy(front.base_url, args.ready_timeout)
-    log.info(
-        "llama.cpp %s (Python API, served by the harness's HTTP front) ready at %s in %.1fs "
-        "(model %s, %d slots x %d ctx, K %s, V %s, flash attention %s, defrag threshold %s, "
-        "%d threads)",
-        build,
+    _ready(
+        args,
         front.base_url,
-        time.perf_counter() - t0,
-        model.name,
-        args.parallel,
-        args.ctx,
-        args.cache_type_k,
-        args.cache_type_v,
-        params.flash_attn,
-        f"{params.defrag_thold:g}",
-        args.threads,
+        int(front.server_address[1]),
+        f"{build} (Python API, served by the harness's HTTP front)",
+        model,
+        t0,
+        f"{params.flash_attn!s}, defrag threshold {params.defrag_thold:g}",
     )
-    if args.port_file is not None:
-        write_port_file(args.port_file, int(front.server_address[1]))
     signum = signal.sigwait({signal.SIGTERM, signal.SIGINT})
     log.info("signal %d: stopping the llama.cpp server", signum)
     front.shutdown()

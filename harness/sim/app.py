@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from harness.sim import openai, transport
 from harness.sim.config import SimConfig
-from harness.sim.engine import Engine, Generation
+from harness.sim.engine import Engine, Generation, Sampling
 from harness.sim.inject import CHARS_PER_TOKEN
 from harness.sim.raw import RawRoutes
 from harness.sim.scoreroutes import ScoringRoutes
@@ -164,9 +164,7 @@ class SimApp:
                 fields["messages"],
                 fields["tools"],
                 in_flight,
-                fields["max_tokens"],
-                fields["seed"],
-                fields["call_tools"],
+                Sampling(fields["max_tokens"], fields["seed"], fields["call_tools"]),
                 prepared=prepared,
                 corrupt=fault is None,
                 pin=True,  # the prompt's KV stays in the pool while the answer is sent
@@ -200,17 +198,10 @@ class SimApp:
         finally:
             done()
         use = openai.usage(gen.prompt_tokens, gen.completion_tokens, self._cached(gen))
-        body = openai.completion(
-            rid,
-            int(time.time()),
-            self.config.model,
-            gen.content,
-            gen.calls,
-            gen.call_ids,
-            gen.finish_reason,
-            use,
-            gen.reasoning,
+        answer = openai.Answer(
+            gen.content, gen.calls, gen.call_ids, gen.finish_reason, gen.reasoning
         )
+        body = openai.completion(rid, int(time.time()), self.config.model, answer, use)
         if fields["meta_info"]:  # SGLang's per-request meta_info (non-streamed requests)
             body["choices"][0]["meta_info"] = engine.meta_info(gen)
         if fault is None:

@@ -44,6 +44,21 @@ def content_text(content: Any) -> str:
     return str(content)
 
 
+def refresh(entries: OrderedDict[bytes, int], prompt: Prompt) -> list[tuple[bytes, int]]:
+    """Make every prefix of ``prompt`` the most recent in ``entries`` (an LRU of prefix keys
+    and their tokens), the leaf first so that parents end up more recent than children; add
+    the ones missing, and return those (key, tokens), leaf first."""
+    added = []
+    for i in range(len(prompt.chain) - 1, -1, -1):
+        key = prompt.chain[i]
+        if key in entries:
+            entries.move_to_end(key)
+        else:
+            entries[key] = prompt.tokens[i]
+            added.append((key, prompt.tokens[i]))
+    return added
+
+
 def call_parts(message: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(name, canonical arguments JSON) of an assistant message's ``tool_calls``."""
     calls = message.get("tool_calls")
@@ -150,13 +165,8 @@ class PrefixCache:
     def insert(self, prompt: Prompt) -> None:
         """Remember every prefix of ``prompt``; parents end up more recent than children."""
         entries = self._entries
-        for i in range(len(prompt.chain) - 1, -1, -1):
-            key = prompt.chain[i]
-            if key in entries:
-                entries.move_to_end(key)
-            else:
-                entries[key] = prompt.tokens[i]
-                self.tokens += prompt.tokens[i]
+        for _, n in refresh(entries, prompt):
+            self.tokens += n
         while self.tokens > self.capacity and entries:
             _, n = entries.popitem(last=False)
             self.tokens -= n

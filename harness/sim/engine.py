@@ -62,6 +62,16 @@ class Generation:
     spec_length: float = SPEC_LENGTH_HEALTHY  # mean accepted tokens per verify step
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How the request asks for its answer: the token limit (None: the configured default),
+    the seed, and whether it may call tools (``call_tools=False``: ``tool_choice: "none"``)."""
+
+    max_tokens: int | None = None
+    seed: int | None = None
+    call_tools: bool = True
+
+
 def _seed(*parts: bytes) -> random.Random:
     digest = hashlib.blake2b(b"|".join(parts), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "big"))
@@ -216,21 +226,21 @@ class Engine:
         messages: Sequence[Mapping[str, Any]],
         tools_json: Any,
         in_flight: int,
-        max_tokens: int | None,
-        seed: int | None,
-        call_tools: bool = True,
+        sampling: Sampling = Sampling(),
         *,
         prepared: tuple[Prompt, int] | None = None,
         corrupt: bool = True,
         pin: bool = False,
     ) -> Generation:
-        """One chat turn. ``call_tools=False`` (``tool_choice: "none"``) answers in prose.
+        """One chat turn. ``sampling.call_tools=False`` (``tool_choice: "none"``) answers in
+        prose.
 
         ``prepared`` is ``prepare()``'s result when the caller already has it; ``corrupt=False``
         leaves the answer clean (a response that gets a transport fault carries no other).
         ``pin=True`` keeps the prompt's KV pinned until ``release(gen.pinned)``.
         """
         config = self.config
+        max_tokens, seed, call_tools = sampling.max_tokens, sampling.seed, sampling.call_tools
         prompt, attempt = prepared or self.prepare(messages, tools_json)
         admission = self.pool.admit(prompt, pin=pin)
         cached = admission.cached_tokens

@@ -15,6 +15,7 @@ import json
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harness.dialects import registry
@@ -178,16 +179,25 @@ def _first_marker(sp: Speaker, text: str) -> int:
     return int(registry.get(sp.name).first_marker(text))
 
 
-def broken_envelope(
-    sp: Speaker,
-    clean: str,
-    content: str,
-    calls: Sequence[ToolCall],
-    rng: random.Random,
-    tools: Tools = None,
-) -> str | None:
-    """``clean`` with one piece of its envelope damaged, or None when nothing applies."""
-    start = markup_start(sp, clean, content)
+@dataclass(frozen=True)
+class Written:
+    """A clean turn as its speaker wrote it: the ``text`` of its ``content`` and ``calls``, and
+    the tools the request declared (None: the parser reads the calls against none)."""
+
+    sp: Speaker
+    text: str
+    content: str
+    calls: Sequence[ToolCall]
+    tools: Tools = None
+
+    def markup_start(self) -> int:
+        return markup_start(self.sp, self.text, self.content)
+
+
+def broken_envelope(turn: Written, rng: random.Random) -> str | None:
+    """The turn's text with one piece of its envelope damaged, or None when nothing applies."""
+    sp, clean, calls, tools = turn.sp, turn.text, turn.calls, turn.tools
+    start = turn.markup_start()
     table = mutations(sp.eos)
     names = list(table)
     rng.shuffle(names)
@@ -229,16 +239,11 @@ def _broken(value: str, rng: random.Random) -> str | None:
     return rng.choice(out) if out else None
 
 
-def broken_values(
-    sp: Speaker,
-    clean: str,
-    content: str,
-    calls: Sequence[ToolCall],
-    rng: random.Random,
-    tools: Tools = None,
-) -> str | None:
-    """``clean`` with the JSON of a call's arguments (or of one non-string value) broken."""
-    start = markup_start(sp, clean, content)
+def broken_values(turn: Written, rng: random.Random) -> str | None:
+    """The turn's text with the JSON of a call's arguments (or of one non-string value)
+    broken, or None when nothing applies."""
+    sp, clean, calls, tools = turn.sp, turn.text, turn.calls, turn.tools
+    start = turn.markup_start()
     spots: list[tuple[int, str]] = []
     for call in calls:
         values: list[Any] = [call.arguments] if call.arguments else []

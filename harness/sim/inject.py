@@ -45,6 +45,7 @@ def inject(
     clean = sp.encode(turn.content, turn.calls)
     declared = [{"type": "function", "function": {"name": t.name, "parameters": t.parameters}}
                 for t in tools]  # fmt: skip
+    written = envelopes.Written(sp, clean, turn.content, turn.calls, declared)
     limit = max_tokens * CHARS_PER_TOKEN
     if kind in ("envelope", "json", "schema") and not turn.calls:
         kind = "salad"
@@ -52,7 +53,7 @@ def inject(
         raw = (
             broken_json(turn, tools, rng, maker, sp)
             if dsml_turn
-            else envelopes.broken_values(sp, clean, turn.content, turn.calls, rng, declared)
+            else envelopes.broken_values(written, rng)
         )
         if raw is not None:
             return Injected(raw, "json")
@@ -60,7 +61,7 @@ def inject(
     if kind == "envelope":
         if dsml_turn:
             return Injected(broken_envelope(clean, rng), "envelope")
-        raw = envelopes.broken_envelope(sp, clean, turn.content, turn.calls, rng, declared)
+        raw = envelopes.broken_envelope(written, rng)
         if raw is not None:
             return Injected(raw, "envelope")
         kind = "salad"

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from harness.sim.cache import Prompt
+from harness.sim.cache import Prompt, refresh
 
 
 @dataclass(frozen=True)
@@ -123,14 +123,8 @@ class KVPool:
 
     def insert(self, prompt: Prompt) -> None:
         """Put every prefix of ``prompt`` on the GPU tier, parents most recent; then evict."""
-        gpu = self.gpu
-        for i in range(len(prompt.chain) - 1, -1, -1):
-            key = prompt.chain[i]
-            if key in gpu:
-                gpu.move_to_end(key)
-                continue
-            gpu[key] = prompt.tokens[i]
-            self.gpu_tokens += prompt.tokens[i]
+        for key, n in refresh(self.gpu, prompt):
+            self.gpu_tokens += n
             if key not in self._seen:
                 self._seen[key] = None
                 if len(self._seen) > 1_000_000:

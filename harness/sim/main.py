@@ -8,7 +8,6 @@ import logging
 import os
 import signal
 import socket
-import tempfile
 import threading
 from collections.abc import Callable, Generator
 from dataclasses import fields
@@ -22,6 +21,7 @@ from harness.argtypes import positive_float as _positive_float
 from harness.argtypes import positive_int as _positive_int
 from harness.argtypes import probability as _probability
 from harness.errors import EXIT_OK, HarnessError, InfrastructureError, UsageError
+from harness.portfile import write_port_file
 from harness.sim.app import create_app
 from harness.sim.config import (
     DEFAULT_MODEL,
@@ -244,15 +244,6 @@ def bind(host: str, port: int) -> socket.socket:
         raise InfrastructureError(f"cannot listen on {host}:{port}: {exc}") from None
     sock.set_inheritable(True)
     return sock
-
-
-def write_port_file(path: Path, port: int) -> None:
-    """Write ``port`` atomically (temp file in the same directory, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{port}\n")
-    os.replace(tmp, path)
 
 
 class SimServer(uvicorn.Server):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -41,22 +42,25 @@ def arguments(call: ToolCall) -> str:
     return json.dumps(call.arguments, ensure_ascii=False)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A whole answer: its message's parts (a call's id beside each call) and why it ended."""
+
+    content: str | None
+    calls: Sequence[ToolCall]
+    ids: Sequence[str]
+    finish_reason: str
+    reasoning: str = ""
+
+
 def completion(
-    rid: str,
-    created: int,
-    model: str,
-    content: str | None,
-    calls: Sequence[ToolCall],
-    ids: Sequence[str],
-    finish_reason: str,
-    use: dict[str, Any],
-    reasoning: str = "",
+    rid: str, created: int, model: str, answer: Answer, use: dict[str, Any]
 ) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": content,
-        "reasoning_content": reasoning or None,
-        "tool_calls": tool_calls_json(calls, ids) if calls else None,
+        "content": answer.content,
+        "reasoning_content": answer.reasoning or None,
+        "tool_calls": tool_calls_json(answer.calls, answer.ids) if answer.calls else None,
     }
     return {
         "id": rid,
@@ -68,7 +72,7 @@ def completion(
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": finish_reason,
+                "finish_reason": answer.finish_reason,
                 "matched_stop": None,
             }
         ],

@@ -31,7 +31,7 @@ from starlette.routing import Route
 from harness.dialects import dsml
 from harness.dialects.prompt_v4 import ASSISTANT, BOS, END_THINK, THINK, USER
 from harness.sim import openai
-from harness.sim.engine import Generation
+from harness.sim.engine import Generation, Sampling
 from harness.sim.inject import CHARS_PER_TOKEN
 from harness.sim.scoring import is_scoring
 from harness.sim.transport import Stream
@@ -194,8 +194,7 @@ class RawRoutes:
                 messages,
                 tools,
                 in_flight,
-                fields["max_tokens"],
-                fields["seed"],
+                Sampling(fields["max_tokens"], fields["seed"]),
                 prepared=prepared,
                 pin=True,
             )

@@ -81,7 +81,7 @@ def test_damaged_envelopes_never_read_as_the_clean_calls(dialect: str) -> None:
     for seed in range(60):
         rng = random.Random(seed)
         for damage in (envelopes.broken_envelope, envelopes.broken_values):
-            text = damage(sp, clean, content, calls, rng, TOOLS)
+            text = damage(envelopes.Written(sp, clean, content, calls, TOOLS), rng)
             if text is None:
                 continue
             seen[damage.__name__] += 1

@@ -17,7 +17,7 @@ import pytest
 from harness.dialects import dsml
 from harness.dialects.base import ToolCall
 from harness.sim.config import FAULT_KINDS, SimConfig
-from harness.sim.engine import Engine, Generation
+from harness.sim.engine import Engine, Generation, Sampling
 from harness.sim.faults import (
     FaultOdds,
     corruption_probability,
@@ -121,7 +121,7 @@ def test_empirical_session_rate_matches_analytic() -> None:
         corrupted = False
         for turn, tokens in enumerate(schedule(12, 2_000, 80_000)):
             msgs[0]["content"] = "x" * (tokens * 4)  # grow the prompt as the schedule says
-            gen = engine.generate(msgs, TOOLS, 80, 1024, None)
+            gen = engine.generate(msgs, TOOLS, 80, Sampling(1024))
             corrupted |= gen.injected != "none"
             if not gen.calls:
                 break
@@ -148,9 +148,10 @@ def _session(kind: str, seed: int) -> tuple[Generation, Generation]:
     forced = Engine(SimConfig(seed=seed, force_fault=kind))
     msgs = messages()
     for turn in range(seed % 3):
-        gen = engine.generate(msgs, TOOLS, 1, 1024, None)
+        gen = engine.generate(msgs, TOOLS, 1, Sampling(1024))
         follow(msgs, as_message(gen), turn)
-    return engine.generate(msgs, TOOLS, 1, 512, None), forced.generate(msgs, TOOLS, 80, 512, None)
+    short = Sampling(512)
+    return engine.generate(msgs, TOOLS, 1, short), forced.generate(msgs, TOOLS, 80, short)
 
 
 def _session_engine(kind: str, seed: int) -> tuple[str, Generation]:
@@ -281,8 +282,8 @@ def test_deterministic_mode_alone_equals_under_load_except_where_the_race_hits()
     for s in range(60):
         msgs = messages(f"Session {s}: trace the race. About 20 steps.")
         msgs[0]["content"] = "x" * 120_000
-        loaded = engine.generate(msgs, TOOLS, 80, 1024, None)
-        alone = engine.generate(msgs, TOOLS, 1, 1024, None)
+        loaded = engine.generate(msgs, TOOLS, 80, Sampling(1024))
+        alone = engine.generate(msgs, TOOLS, 1, Sampling(1024))
         assert alone.injected == "none"
         injected += loaded.injected != "none"
         assert (loaded.raw == alone.raw) == (loaded.injected == "none")

@@ -7,7 +7,7 @@ from typing import Any
 
 from harness.sim.cache import hash_prompt
 from harness.sim.config import SimConfig
-from harness.sim.engine import Engine
+from harness.sim.engine import Engine, Sampling
 from harness.sim.faults import loadback_probability, overlap
 from harness.sim.kvpool import KVPool
 from tests.sim.common import TOOLS, follow, messages
@@ -111,7 +111,7 @@ def _turns(engine: Engine, sessions: int, turns: int, pad: int) -> int:
     for turn in range(turns):
         for s, msgs in enumerate(convs):
             engine.running += 1
-            gen = engine.generate(msgs, TOOLS, sessions, 1024, 7, pin=True)
+            gen = engine.generate(msgs, TOOLS, sessions, Sampling(1024, 7), pin=True)
             engine.release(gen.pinned)
             injected += gen.injected != "none"
             calls = _calls(gen) or [

@@ -147,7 +147,7 @@ def test_default_plan_is_twelve_steps() -> None:
 def test_clean_turns_parse_back() -> None:
     engine = Engine(SimConfig(fault_scale=0.0))
     msgs = messages("About 3 steps.")
-    gen = engine.generate(msgs, TOOLS, 1, None, None)
+    gen = engine.generate(msgs, TOOLS, 1)
     parsed = dsml.parse(gen.raw, "v4")
     assert parsed.ok
     assert parsed.eos
