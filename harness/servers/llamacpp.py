@@ -15,6 +15,10 @@ The default model is SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB, Apache-2.0) as shi
 Exit codes: 0 after a clean stop, 2 when xllamacpp or the model is missing or a flag is
 wrong, 3 when the server does not start or never becomes healthy.
 
+``--engine VERSION`` runs another build of the wheel, installed once into a virtual
+environment of its own (harness.servers.engines); the 0.1.x builds, which have no HTTP server,
+are served through the harness's OpenAI-compatible front (harness.servers.http_front).
+
 ``import harness.servers.llamacpp`` stays cheap: xllamacpp is imported inside ``main()``.
 """
 
@@ -220,8 +224,8 @@ def make_params(xl: Any, args: argparse.Namespace, model: Path) -> Any:
     if args.defrag_thold is not None:
         if not hasattr(p, "defrag_thold"):
             raise UsageError(
-                "--defrag-thold: this build has no KV cache defragmentation setting (llama.cpp "
-                "dropped it once its cache stopped fragmenting); leave the flag out"
+                "--defrag-thold: this build of xllamacpp has no defragmentation threshold "
+                "(CommonParams.defrag_thold); leave the flag out"
             )
         p.defrag_thold = args.defrag_thold
     alias = alias_of(args, model)
