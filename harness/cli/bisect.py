@@ -60,7 +60,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         Bisect,
         between,
         registry_versions,
-        version_key,
     )
 
     run_args = list(args.run_args)
@@ -75,7 +74,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         for end in (args.good, args.bad):
             if end not in levels:
                 raise UsageError(f"{end} is not a release of {args.registry} on the registry")
-        levels.sort(key=version_key)
     order = between(levels, args.good, args.bad)
     out = args.out or Path("reports") / time.strftime("bisect-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
