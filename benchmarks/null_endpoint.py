@@ -219,13 +219,15 @@ class Conn(asyncio.Protocol):
     def respond(self, body: bytes) -> None:
         assert self.transport is not None
         if self.method == b"GET":
-            doc = {
+            doc: dict[str, object] = {
                 "requests": Stats.requests,
                 "bytes_in": Stats.bytes_in,
                 "bytes_out": Stats.bytes_out,
                 "events": Stats.events,
                 "arrivals": Stats.arrivals,
             }
+            if self.path.startswith(b"/v1/models"):  # what a client checks first
+                doc = {"object": "list", "data": [{"id": "null", "object": "model"}]}
             payload = orjson.dumps(doc)
             self.transport.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"

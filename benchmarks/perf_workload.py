@@ -79,15 +79,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(k) for k in fh.read().split()]
+    except OSError:
+        return []
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """A process's CPU seconds and its living children's (the judging processes)."""
     total = cpu_seconds(pid)
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            kids = [int(k) for k in fh.read().split()]
-    except OSError:
-        kids = []
-    for kid in kids:
+    for kid in children_of(pid):
         with contextlib.suppress(OSError, ValueError, IndexError):
             total += cpu_seconds(kid)
     return total
@@ -117,19 +120,31 @@ class CpuSampler:
     cut out: on a machine shared with other work, the rate of a CPU-bound client says how
     much of its core it got, its CPU per request what it costs."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, judge_cores: set[int] | None = None) -> None:
         import threading
 
         self.pid = pid
         self.samples: list[tuple[float, float]] = []
+        self.loop_samples: list[tuple[float, float]] = []  # the client process alone
+        # --judge-cores: the harness's children (its judging processes) are moved there as
+        # they appear, so the loop keeps its core to itself
+        self.judge_cores = judge_cores
+        self._pinned: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if self.judge_cores:
+                for kid in set(children_of(self.pid)) - self._pinned:
+                    with contextlib.suppress(OSError):
+                        os.sched_setaffinity(kid, self.judge_cores)
+                        self._pinned.add(kid)
             try:
-                self.samples.append((time.monotonic(), tree_cpu_seconds(self.pid)))
+                now = time.monotonic()
+                self.samples.append((now, tree_cpu_seconds(self.pid)))
+                self.loop_samples.append((now, cpu_seconds(self.pid)))
             except (OSError, ValueError, IndexError):
                 return  # the process is gone
             self._stop.wait(0.02)
@@ -143,11 +158,18 @@ class CpuSampler:
         before = [cpu for t, cpu in self.samples if t <= when]
         return before[-1] if before else 0.0
 
-    def steady_ms(self, arrivals: list[float]) -> float:
-        """CPU ms per request between the 10th and the 90th percentile arrival."""
+    def steady_ms(self, arrivals: list[float], loop_only: bool = False) -> float:
+        """CPU ms per request between the 10th and the 90th percentile arrival (the client
+        and its judging processes; ``loop_only``: the client process alone)."""
         n = len(arrivals)
         lo, hi = n // 10, (9 * n) // 10
-        return 1000 * (self.at(arrivals[hi]) - self.at(arrivals[lo])) / max(1, hi - lo)
+        samples = self.loop_samples if loop_only else self.samples
+
+        def at(when: float) -> float:
+            before = [cpu for t, cpu in samples if t <= when]
+            return before[-1] if before else 0.0
+
+        return 1000 * (at(arrivals[hi]) - at(arrivals[lo])) / max(1, hi - lo)
 
 
 def harness_cmd(url: str, out: Path, args: argparse.Namespace) -> list[str]:
@@ -170,7 +192,7 @@ def run_harness(args: argparse.Namespace, record: Path | None) -> dict[str, Any]
     out = Path(tempfile.mkdtemp(prefix="perf-workload-"))
     try:
         t0, c0 = time.monotonic(), children_cpu()
-        done, sampler = run_sampled(harness_cmd(url, out / "run", args))
+        done, sampler = run_sampled(harness_cmd(url, out / "run", args), judge_cores(args))
         t1, c1 = time.monotonic(), children_cpu()
         endpoint_cpu = cpu_seconds(proc.pid)
         if done.returncode != 0:
@@ -192,8 +214,20 @@ def run_harness(args: argparse.Namespace, record: Path | None) -> dict[str, Any]
         "wall_s": t1 - t0,
         "client_cpu_ms": 1000 * (c1 - c0) / len(arrivals),
         "steady_cpu_ms": sampler.steady_ms(arrivals),
+        "steady_loop_cpu_ms": sampler.steady_ms(arrivals, loop_only=True),
         "endpoint_cpu_ms": 1000 * endpoint_cpu / len(arrivals),
     }
+
+
+def judge_cores(args: argparse.Namespace) -> set[int] | None:
+    """``--judge-cores 2-5,7``: the cores the judging processes are moved to."""
+    if not args.judge_cores:
+        return None
+    cores: set[int] = set()
+    for part in args.judge_cores.split(","):
+        lo, _, hi = part.partition("-")
+        cores.update(range(int(lo), int(hi or lo) + 1))
+    return cores
 
 
 def run_bare(args: argparse.Namespace, bodies: Path) -> dict[str, Any]:
@@ -220,10 +254,12 @@ def run_bare(args: argparse.Namespace, bodies: Path) -> dict[str, Any]:
     }
 
 
-def run_sampled(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], CpuSampler]:
+def run_sampled(
+    cmd: list[str], judges_on: set[int] | None = None
+) -> tuple[subprocess.CompletedProcess[str], CpuSampler]:
     """Run ``cmd`` (``taskset`` execs the client: the same process), sampling its CPU."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = CpuSampler(proc.pid)
+    sampler = CpuSampler(proc.pid, judges_on)
     try:
         stdout, stderr = proc.communicate(timeout=1800)
     finally:
@@ -292,6 +328,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: tuple[flo
     pairs = list(zip(bare, ours, strict=True))
     rate = [h["rate"] / b["rate"] for b, h in pairs]
     cpu = [b["steady_cpu_ms"] / h["steady_cpu_ms"] for b, h in pairs]
+    loop = [b["steady_cpu_ms"] / h["steady_loop_cpu_ms"] for b, h in pairs]
 
     def med(values: list[float]) -> float:
         return statistics.median(values)
@@ -307,10 +344,13 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace, loads: tuple[flo
         f"| `harness run --workers 1` | {med([r['rate'] for r in ours]):,.0f} "
         f"| {med([r['steady_cpu_ms'] for r in ours]):.2f} |\n"
         f"| harness / bare | {span(rate)} | bare / harness: {span(cpu)} |\n"
+        f"| the harness's event-loop process alone | | "
+        f"{med([r['steady_loop_cpu_ms'] for r in ours]):.2f} (bare / it: {span(loop)}) |\n"
         f"\nharness: {med([r['to_first_request_s'] for r in ours]):.2f} s from the command to "
         f"the first request, {med([r['after_last_request_s'] for r in ours]):.2f} s from the "
         f"last request to the exit ({args.sessions} sessions x {args.turns} turns, "
-        f"{args.concurrency} in flight, answers {args.shape}, judges {args.judges or 'auto'}, "
+        f"{args.concurrency} in flight, answers {args.shape}, judges {args.judges or 'auto'}"
+        f"{' on cores ' + args.judge_cores if args.judge_cores else ''}, "
         f"{len(pairs)} repeats; loop lag p99 "
         f"{med([r['loop_lag_p99_ms'] or 0 for r in ours]):.0f} ms; load average "
         f"{loads[0]:.1f} before, {loads[1]:.1f} after)"
@@ -330,6 +370,11 @@ def main() -> None:
         help="raw: DSML in the content, the harness parses it; parsed: the server's tool_calls",
     )
     ap.add_argument("--judges", help="harness run --judges (default: its own, auto)")
+    ap.add_argument(
+        "--judge-cores",
+        help="move the harness's judging processes to these cores (e.g. 2-5) as they start, "
+        "so the client's core is the event loop's alone (needs more than two cores)",
+    )
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     ap.add_argument("--replay", type=Path, help=argparse.SUPPRESS)  # the bare client itself
     ap.add_argument("--url", help=argparse.SUPPRESS)
