@@ -5,8 +5,9 @@ Each corrupted turn was found in one of three ways (``harness.verdict.turn``):
 - ``structural``: an envelope, schema or markup failure, found exactly by the parsers;
 - ``suspect``: the text detector's guess (salad, a loop);
 - ``confirmed``: a suspect that an oracle confirmed after the load: the model judge
-  (``judge_confirmed``, analysis/judge.py) or an exact oracle (``oracle_confirmed``); or that
-  the text itself proves (a loop to the end of the output, tier ``confirmed`` on the record).
+  (``judge_confirmed``, analysis/judge.py), an exact oracle (``oracle_confirmed``), a lone
+  re-send or another variant's answer. (Records of earlier versions also carry tier
+  ``confirmed`` for a loop to the end of the output, which the text alone no longer decides.)
 
 Per variant, when its suspects were judged (the server could score them), the headline
 counts ``structural + confirmed`` and the suspects the judge acquitted or could not score are
@@ -60,7 +61,8 @@ def mark(df: pd.DataFrame) -> None:
     tier = tier.where(tier.notna() & (tier.astype(str) != ""), df["label"].map(_tier_of_label))
     df["tier"] = tier.where(flagged, "").astype(str)
     df["is_structural"] = flagged & (df["tier"] == STRUCTURAL)
-    # the verdict confirmed some itself (a loop to the end); the detector flagged them all
+    # records of earlier versions confirmed a loop to the end by its text; the detector
+    # flagged them all
     by_text = flagged & (df["tier"] == CONFIRMED)
     df["is_suspect"] = flagged & ((df["tier"] == SUSPECT) | by_text)
     # another variant wrote the same bytes for the same request (analysis.crossvariant): the

@@ -131,7 +131,8 @@ def why(verdict: Verdict) -> str:
     if "loop_to_the_end" in ev:
         loop = ev["loop_to_the_end"]
         return (f"a loop to the end of the output{where}: {loop['span']!r} written "
-                f"{loop['copies']} times back to back (confirmed by the text itself)")  # fmt: skip
+                f"{loop['copies']} times back to back (a suspect: the model's own loops look "
+                f"the same; an oracle decides)")  # fmt: skip
     if verdict.tier == "suspect":
         signals = {k: v for k, v in (ev.get("signals") or {}).items()
                    if k not in ("char_surprisal", "p_corrupted")}  # fmt: skip

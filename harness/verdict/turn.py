@@ -44,8 +44,9 @@ _ALIGN_CHARS = 200  # a window starts after a line break or space this close, wh
 #: How a corrupted verdict was reached (``Verdict.tier``; "" for a healthy turn).
 STRUCTURAL = "structural"  # found exactly: an envelope, a schema, markup where it cannot be
 SUSPECT = "suspect"  # the text detector's guess (salad, a loop), until an oracle confirms it
-#: a suspect an oracle confirmed: after the load (the judge, analysis.tiers), or here when
-#: the text itself proves it (a span looping back to back to the end, coherence.py)
+#: a suspect an oracle confirmed after the load (the judge, the exact oracles, a lone
+#: re-send: analysis.tiers). Never the text alone: a loop that runs to the end of the output
+#: is as often the model's own (a small model's greedy loops) as the server's.
 CONFIRMED = "confirmed"
 TIERS = (STRUCTURAL, CONFIRMED, SUSPECT)
 
@@ -234,7 +235,7 @@ def _score_one(
     found, windowed = score_bounded(coherence.emoji_fffd(text), context)
     if found.label == L.REPETITION:
         loop = coherence.loop_to_the_end(text)
-        if loop is not None:  # exact: the text itself confirms it
+        if loop is not None:  # what the loop is; an oracle decides whose it is
             evidence["loop_to_the_end"] = loop
             return found, windowed
     if found.label is not None:
@@ -324,9 +325,8 @@ def classify_turn(
             elif at >= field_len:
                 at = part.reasoning_start + at - field_len
             evidence["offset"] = at
-        tier = CONFIRMED if "loop_to_the_end" in evidence else SUSPECT
         return _verdict(
-            finding.label, server_calls_as_dicts(server_calls), evidence, noncanonical, tier
+            finding.label, server_calls_as_dicts(server_calls), evidence, noncanonical, SUSPECT
         )
 
     reasoning_markup = _parse_markup(reasoning, dialect, True, tools) if reasoning else None

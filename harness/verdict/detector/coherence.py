@@ -22,10 +22,11 @@ as a neutral symbol, for the detector to read.
 A loop is a fact one can point to: a ``repetition`` finding in whose window the rules found
 no repetition at all (no loop, drift, run) is the fitted model's guess from the text's look,
 and on agent text that look is a list (file names, test names, one per line): acquitted.
-And the other way round, ``loop_to_the_end`` confirms one exactly: the same span written four
+And the other way round, ``loop_to_the_end`` names one exactly: the same span written four
 times or more back to back until the output ends (a model stuck in a loop until the token
-limit cut it). The model judge cannot confirm loops: once a loop has started, the model
-finds each next copy likely.
+limit cut it). That is evidence of a loop, not of whose loop: a small model's greedy answers
+end so on their own (SmolLM2-135M on llama.cpp: 77 of 2,400 healthy answers), so such a turn
+stays a suspect until an oracle (a lone re-send, another variant's bytes, the judge) decides.
 """
 
 from __future__ import annotations
