@@ -188,6 +188,8 @@ class Progress:
 # The cyclic garbage collector's thresholds while sessions run. At the default (700
 # allocations) 2,000 sessions spent 10-25% of the run's CPU in collections; with 20,000
 # about 5% (docs/performance.md).
+#: sessions started per pass of the event loop (``_drive``)
+START_PER_PASS = 16
 GC_THRESHOLDS = (20_000, 10, 10)  # gen0 raised; gen1 and gen2 keep their cadence
 _gc_users = 0
 _gc_saved: tuple[int, int, int] | None = None
@@ -357,7 +359,18 @@ async def _drive(
     sessions: list[Session | None] = [None] * len(plans)
     make_session = hooks.make_session or Session
 
+    # sessions start a few per pass of the loop: building a session and its first request
+    # takes a fraction of a millisecond, which 2,000 sessions starting in one pass made a
+    # stall of most of a second (the loop's lag, every time stamp late by as much)
+    starts = [asyncio.Event() for _ in range(-(-len(plans) // START_PER_PASS))]
+
+    async def starter() -> None:
+        for ev in starts:
+            ev.set()
+            await asyncio.sleep(0)  # the sessions it let go run in the next pass, alone
+
     async def one(i: int, plan: SessionPlan) -> None:
+        await starts[i // START_PER_PASS].wait()
         if options.ramp_up_s > 0 and len(plans) > 1:
             await asyncio.sleep(options.ramp_up_s * i / len(plans))
         async with gate if gate is not None else contextlib.nullcontext():
@@ -373,6 +386,7 @@ async def _drive(
             hooks.on_session_end(session.plan.index, session.ended)
 
     tasks = [asyncio.ensure_future(one(i, plan)) for i, plan in enumerate(plans)]
+    tasks.append(asyncio.ensure_future(starter()))
     try:
         await asyncio.gather(*tasks)
     except BaseException:
