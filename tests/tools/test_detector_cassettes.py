@@ -135,6 +135,35 @@ def test_calls_of_a_whole_message_stay_apart_without_an_index() -> None:
     assert [c["arguments"] for c in row["tool_calls"]] == ['{"city": "Lyon"}', '{"city": "Oslo"}']
 
 
+def test_a_chunk_is_read_by_its_delta_even_with_a_message_beside_it() -> None:
+    base = {"id": "x", "object": "chat.completion.chunk"}
+
+    def chunk(index: int, tid: str | None, name: str | None, args: str) -> dict[str, Any]:
+        delta = {"tool_calls": [{"index": index, "id": tid,
+                                 "function": {"name": name, "arguments": args}}]}  # fmt: skip
+        return {**base, "choices": [{"index": 0, "delta": delta, "message": delta}]}
+
+    events = [chunk(0, "a", "f", ""), chunk(0, None, None, "{}"), chunk(1, "b", "g", "{}")]
+    (turn,) = cassettes.turns_of(_sse([*events, {**base, "choices": [], "usage": {"n": 1}}]))
+    row = turn.row()
+    assert row is not None
+    assert row["tool_calls"] == [{"name": "f", "arguments": "{}"}, {"name": "g", "arguments": "{}"}]
+
+
+def test_streamed_calls_without_an_index_stay_apart() -> None:
+    plus = {"id": "p", "function": {"name": "plus", "arguments": "{}"}}
+    minus = {"id": "m", "function": {"name": "minus", "arguments": "{"}}
+    rest = {"function": {"arguments": "}"}}
+    base = {"id": "x", "object": "chat.completion.chunk"}
+    events = [{**base, "choices": [{"index": 0, "delta": {"tool_calls": calls}}]}
+              for calls in ([plus, minus], [rest])]  # fmt: skip
+    (turn,) = cassettes.turns_of(_sse([*events, {**base, "choices": [], "usage": {"n": 1}}]))
+    row = turn.row()
+    assert row is not None
+    assert [(c["name"], c["arguments"]) for c in row["tool_calls"]] == [
+        ("plus", "{}"), ("minus", "{}")]  # fmt: skip
+
+
 def test_two_messages_of_one_response_are_two_paragraphs() -> None:
     msg = {"type": "message", "content": [{"type": "output_text", "text": "{}"}]}
     body = {"id": "r", "object": "response", "usage": {}, "output": [msg, msg]}

@@ -87,6 +87,7 @@ class Turn:
     reasoning: list[str] = field(default_factory=list)
     calls: dict[Any, dict[str, Any]] = field(default_factory=dict)  # key -> {name, arguments}
     recorded: set[str] = field(default_factory=set)  # "id", "usage" once seen
+    last_call: Any = None  # the key of the call a streamed delta without an index continues
 
     def add_call(self, name: Any, arguments: Any) -> None:
         self.calls[len(self.calls)] = {"name": name or "", "arguments": arguments or {}}
@@ -117,6 +118,19 @@ def _mark(turn: Turn, obj: dict[str, Any], ids: tuple[str, ...], usages: tuple[s
         turn.model = obj["modelVersion"]
 
 
+def _delta_slot(t: Turn, tc: dict[str, Any]) -> Any:
+    index, last = tc.get("index"), t.last_call
+    if index is None:
+        same = last is not None and (
+            not tc.get("id") or t.calls[last].get("id") in (None, tc["id"])
+        )
+        index = last if same else ("new", len(t.calls))
+    t.last_call = index
+    if tc.get("id"):
+        t.call(index)["id"] = tc["id"]
+    return index
+
+
 def _openai_chat(events: list[dict[str, Any]]) -> list[Turn]:
     """Chat completions, whole (one event) or streamed (chunks with ``delta``)."""
     turns: dict[int, Turn] = {}
@@ -124,7 +138,9 @@ def _openai_chat(events: list[dict[str, Any]]) -> list[Turn]:
         for ch in ev.get("choices") or []:
             t = turns.setdefault(int(ch.get("index") or 0), Turn("openai-chat"))
             _mark(t, ev, ("id",), ("usage",))
-            msg = ch.get("message") or ch.get("delta") or {}
+            # a chunk's delta (some servers copy it into a "message" beside it), or the message
+            delta = ch.get("delta")
+            msg = delta if isinstance(delta, dict) else ch.get("message") or {}
             if isinstance(ch.get("text"), str):  # the legacy completions endpoint
                 t.text.append(ch["text"])
             if isinstance(msg.get("content"), str):
@@ -133,13 +149,10 @@ def _openai_chat(events: list[dict[str, Any]]) -> list[Turn]:
                 if isinstance(msg.get(part), str):
                     t.reasoning.append(msg[part])
             for i, tc in enumerate(msg.get("tool_calls") or []):
-                # a whole message lists its calls; a delta names its call by index, and
-                # without one a new id starts a call
-                key = i if "message" in ch else tc.get("index")
-                if key is None:
-                    key = tc.get("id") or (list(t.calls)[-1:] or [0])[0]
-                c = t.call(key)
                 fn = tc.get("function") or {}
+                # a message lists its calls; a delta names its call by index, or without
+                # one (Mistral) opens a call with a new id: as the harness's client reads it
+                c = t.call(_delta_slot(t, tc) if isinstance(delta, dict) else i)
                 c["name"] += fn.get("name") or ""
                 c["arguments"] += fn.get("arguments") or ""
         if ev.get("usage"):  # a stream's last chunk carries usage and no choice
