@@ -19,8 +19,9 @@ generate, Bedrock's Converse, Cohere's v2 chat, each whole or streamed (server-s
 JSON lines put back together); responses of a made-up endpoint (``fake`` in its URI) are left
 out. Each turn's answer text, its reasoning (reasoning fields, thinking blocks,
 reasoning summaries, Gemini thought parts) and its function calls (name and arguments) are
-kept; server-side tools without arguments (web search, code execution) and free-form custom
-tool input are left out. Turns with nothing in them are dropped, and identical turns (same
+kept, Anthropic's server tool calls with their input among them; the Responses API's built-in
+tool items (web search, code interpreter), Gemini's executable code and free-form custom tool
+input are left out. Turns with nothing in them are dropped, and identical turns (same
 text, reasoning and calls) are written once, the first package in ``SDISTS`` order keeping
 it. The data is not committed: the script makes it.
 """
