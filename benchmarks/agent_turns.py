@@ -20,6 +20,12 @@ each turn that is prose also gets K corrupted copies made by ``tools.detector.co
 debris, loops: a generator independent of the detector and of the simulator), and the
 share the detector flags is reported per source and per kind of corruption.
 
+Each source's false alarms are also counted by kind (``alarm_kinds``: tier, label and the
+rule signals that carried the finding; no text). The development set is
+``agent_turns_dev.jsonl``; the held-out set is made by ``python -m tools.detector.cassettes``
+(real turns recorded in the HTTP cassettes of LLM client libraries' source distributions, one
+source per package).
+
 The data this project develops on is not the data it is evaluated on: say which file a
 number comes from, and never tune to the strings of the evaluation sets.
 """
@@ -64,8 +70,20 @@ def rate(k: int, n: int) -> dict[str, Any]:
     return {"k": k, "n": n, "rate": k / n if n else None, "ci": [lo, hi]}
 
 
+def kind(v: Any) -> str:
+    """What a false alarm is, in words of the verdict (never the text): its tier and label,
+    and for the text detector the rule signals in its window (the character model's surprisal,
+    a feature of every finding, aside), else "fitted model alone"."""
+    signals = v.evidence.get("signals") or {}
+    rules = sorted(k for k in signals if k not in ("p_corrupted", "char_surprisal"))
+    why = v.evidence.get("reason") or "+".join(rules) or "fitted model alone"
+    extra = " (JSON answer)" if v.evidence.get("json_answer") else ""
+    return f"{v.tier} {v.label}: {why}{extra}"
+
+
 def healthy(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     by: dict[str, Counter[str]] = defaultdict(Counter)
+    kinds: dict[str, Counter[str]] = defaultdict(Counter)
     alarms: list[dict[str, Any]] = []
     for r in rows:
         calls = server_calls(r.get("tool_calls"))
@@ -77,6 +95,7 @@ def healthy(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, 
         if v.corrupted:
             by[g][SUSPECT if v.tier == CONFIRMED else v.tier] += 1
             by[g]["exact"] += v.tier == CONFIRMED
+            kinds[g][kind(v)] += 1
             alarms.append({"id": r.get("id"), "source": g, "label": v.label, "tier": v.tier,
                            "evidence": v.evidence, "text": text[:400]})  # fmt: skip
     out: dict[str, Any] = {}
@@ -85,7 +104,8 @@ def healthy(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, 
         total.update(c)
         out[g] = {"turns": c["turns"], "turns_with_calls": c["calls"],
                   "suspect": rate(c[SUSPECT], c["turns"]), "exact": rate(c["exact"], c["turns"]),
-                  "structural": rate(c[STRUCTURAL], c["turns"])}  # fmt: skip
+                  "structural": rate(c[STRUCTURAL], c["turns"]),
+                  "alarm_kinds": dict(kinds[g].most_common())}  # fmt: skip
     out["all"] = {"turns": total["turns"], "turns_with_calls": total["calls"],
                   "suspect": rate(total[SUSPECT], total["turns"]),
                   "exact": rate(total["exact"], total["turns"]),
@@ -141,6 +161,9 @@ def main() -> None:
               f"[{100 * s['ci'][0]:.2f}, {100 * s['ci'][1]:.2f}] (exact {c['exact']['k']})  "
               f"structural {st['k']:3d} "
               f"{100 * st['rate']:.3f}% of {c['turns_with_calls']} with calls")  # fmt: skip
+    for g, c in clean.items():
+        for k, n in (c.get("alarm_kinds") or {}).items():
+            print(f"alarm {g:32s} {n:4d}  {k}")
     for g, r in (result.get("corrupted") or {}).items():
         if g != "by_kind" and r["n"]:
             print(f"found {g:26s} {r['k']:5d}/{r['n']:5d} = {r['rate']:.3f}")

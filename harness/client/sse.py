@@ -53,7 +53,7 @@ class _Function(msgspec.Struct):
 
 
 class _ToolCallDelta(msgspec.Struct):
-    index: int | None = 0
+    index: int | None = None  # None: the server gave none (Mistral's API)
     id: Any = None
     function: _Function | None = None
 
@@ -91,7 +91,9 @@ class ChatEvents:
     """SSE bytes -> the ``TurnOutput``; ``read`` (and ``feed``) return True at ``[DONE]`` or
     an error."""
 
-    __slots__ = ("out", "t0", "content", "reasoning", "calls", "last", "gaps", "done", "split")
+    __slots__ = (
+        "out", "t0", "content", "reasoning", "calls", "last_call", "last", "gaps", "done", "split"
+    )  # fmt: skip
 
     def __init__(self, out: TurnOutput, t0: float) -> None:
         self.out = out
@@ -99,6 +101,7 @@ class ChatEvents:
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
+        self.last_call: int | None = None
         self.last: float | None = None
         self.gaps = 0.0
         self.done = False
@@ -192,9 +195,15 @@ class ChatEvents:
         return stop
 
     def _calls(self, deltas: list[_ToolCallDelta]) -> None:
-        """Tool-call deltas into their call's slot (by index): id, name and arguments."""
+        """Tool-call deltas into their call's slot (by index): id, name and arguments.
+
+        A delta without an index (Mistral's API streams whole calls so, several in one
+        event) opens a call of its own when it brings a new id, and else continues the last
+        call: read by a default index of 0, parallel calls would be glued into one."""
         for tc in deltas:
-            slot = self.calls.setdefault(tc.index or 0, {"id": None, "name": "", "arguments": ""})
+            key = self._unindexed(tc.id) if tc.index is None else tc.index
+            self.last_call = key
+            slot = self.calls.setdefault(key, {"id": None, "name": "", "arguments": ""})
             if tc.id:
                 slot["id"] = tc.id
             fn = tc.function
@@ -203,6 +212,13 @@ class ChatEvents:
                     slot["name"] += fn.name
                 if fn.arguments:
                     slot["arguments"] += fn.arguments
+
+    def _unindexed(self, call_id: Any) -> int:
+        """The slot of a delta without an index: the last call's, unless a new id opens one."""
+        last = self.last_call
+        if last is not None and (not call_id or self.calls[last]["id"] in (None, call_id)):
+            return last
+        return max(self.calls) + 1 if self.calls else 0
 
     def finish(self) -> None:
         out = self.out

@@ -255,3 +255,44 @@ async def test_a_stream_cut_anywhere_by_a_real_server_reads_as_the_whole() -> No
         want = (whole.content, whole.reasoning, whole.tool_calls, "tool_calls", 7)
         assert got == want, name
     assert outs["bytes"].events == whole.events == 8  # every event with text or a call
+
+
+def _unindexed(*calls: dict[str, Any]) -> bytes:
+    return _event({"tool_calls": list(calls)})
+
+
+async def test_parallel_calls_streamed_without_an_index_stay_apart() -> None:
+    """Mistral's API streams whole calls without an ``index``, several in one event: each
+    new id is a call of its own, read through a real socket, and the verdict finds them
+    valid; a delta without an id continues the last call."""
+    from harness.client.chat import ChatClient
+    from harness.verdict import classify_turn
+
+    plus = {"id": "QAw0", "function": {"name": "plus", "arguments": '{"a": 1, "b": 2}'}}
+    minus = {"id": "Hlyh", "function": {"name": "minus", "arguments": '{"a": '}}
+    rest = {"function": {"arguments": '1, "b": 2}'}}
+    stream = [_event({"role": "assistant", "content": ""}), _unindexed(plus, minus),
+              _unindexed(rest), DONE]  # fmt: skip
+    runner, url = await _chunking_server({"mistral": [b"".join(stream)]})
+    client = ChatClient(url, model="m")
+    try:
+        body = {"messages": [{"role": "user", "content": "mistral"}]}
+        out = await client.chat(body, stream=True)
+    finally:
+        await client.aclose()
+        await runner.cleanup()
+    assert out.tool_calls == [
+        {"id": "QAw0", "name": "plus", "arguments": '{"a": 1, "b": 2}'},
+        {"id": "Hlyh", "name": "minus", "arguments": '{"a": 1, "b": 2}'},
+    ]
+    calls = [{"id": c["id"], "type": "function",
+              "function": {"name": c["name"], "arguments": c["arguments"]}}
+             for c in out.tool_calls]  # fmt: skip
+    assert not classify_turn(out.content, tool_calls=calls).corrupted
+
+
+def test_an_id_repeated_without_an_index_is_one_call() -> None:
+    first = {"id": "c1", "function": {"name": "read", "arguments": '{"p"'}}
+    again = {"id": "c1", "function": {"arguments": ":1}"}}
+    out, _ = _read([_unindexed(first), _unindexed(again), DONE])
+    assert out["tool_calls"] == [{"id": "c1", "name": "read", "arguments": '{"p":1}'}]
