@@ -108,6 +108,12 @@ def detect(text: str) -> str:
     return _auto(text, False, None)[0]
 
 
+def has_markup(text: str) -> bool:
+    """Whether ``text`` holds the first marker of any dialect "auto" knows (a text without
+    one cannot settle a dialect)."""
+    return bool(_marks(text))
+
+
 def _marks(text: str) -> list[tuple[int, str]]:
     """(offset of the first markup, name) of the auto dialects present, earliest first."""
     for group in (_AUTO, _FALLBACK):

@@ -15,6 +15,7 @@ from typing import Any, cast
 from harness import labels as L
 from harness.client.chat import ChatClient
 from harness.client.output import Failure, TurnOutput
+from harness.dialects import registry
 from harness.drive import judging
 from harness.drive.answering import ServerWatch, retry_delay
 from harness.drive.inflight import InflightBoard
@@ -338,9 +339,15 @@ class Session:
         )
         judge = sh.judge or judging.shared(0)
         t0 = time.perf_counter()
-        if sh.dialect_lock is not None and sh.dialect_lock.name == AUTO:
-            # until the first markup settles the dialect, answers are judged one at a time,
-            # in the order they arrive (as on the loop): each sees what the last one settled
+        if (
+            sh.dialect_lock is not None
+            and sh.dialect_lock.name == AUTO
+            and (out.source == "raw" or registry.has_markup(out.content))
+        ):
+            # until the first markup settles the dialect, answers with markup are judged one
+            # at a time, in the order they arrive (as on the loop): each sees what the last
+            # one settled. Answers without any (the server parsed the calls) settle nothing
+            # and go at once: queued here, every verdict of such a run waited for all others'.
             async with sh.settling:
                 ask = replace(ask, dialect=sh.dialect)
                 result = await judge.classify(ask)
