@@ -27,7 +27,8 @@ def test_significant_from_the_turn_after_which_every_look_is() -> None:
     assert onset["turns_compared"] == 10_000
     assert onset["p_at_end"] == fisher_exact(8, 10_000, 0, 10_000)
     line = sentence({"a": "base", "b": "other", "onset": onset})
-    assert line is not None and "from turn 5,501" in line
+    assert line is not None
+    assert "from turn 5,501" in line
 
 
 def test_a_difference_that_fades_has_no_onset() -> None:
