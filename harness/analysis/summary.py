@@ -24,7 +24,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis import coverage, crossvariant, judge, livecontext, oracles, stats, tiers
+from harness.analysis import (
+    coverage,
+    crossvariant,
+    judge,
+    livecontext,
+    onset,
+    oracles,
+    stats,
+    tiers,
+)
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record import safejson
@@ -283,7 +292,16 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
 
 
 def fmt_pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
+    """A rate in percent: one decimal, two significant digits below 0.1% (3 in 10,000 is
+    0.03%, not 0.0%)."""
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.2g}%" if 0 < abs(x) < 0.001 else f"{100 * x:.1f}%"
+
+
+def fmt_points(x: float) -> str:
+    """A difference of rates in percentage points, signed, as ``fmt_pct`` writes rates."""
+    return f"{100 * x:+.2g}" if 0 < abs(x) < 0.001 else f"{100 * x:+.1f}"
 
 
 def fmt_p(p: float | None) -> str:
@@ -338,8 +356,8 @@ def _comparison_verdict(c: dict[str, Any], alpha: float) -> str:
     if rb < ra:  # state the difference as "more minus less"
         d, lo, hi = -d, -hi, -lo
     rates = (
-        f"{fmt_pct(max(ra, rb))} vs {fmt_pct(min(ra, rb))} of {unit}s (difference {100 * d:+.1f} "
-        f"points, {CONF:.0%} CI {100 * lo:+.1f} to {100 * hi:+.1f})"
+        f"{fmt_pct(max(ra, rb))} vs {fmt_pct(min(ra, rb))} of {unit}s (difference {fmt_points(d)} "
+        f"points, {CONF:.0%} CI {fmt_points(lo)} to {fmt_points(hi)})"
     )
     if c["p_holm"] < alpha:
         more, less = (b, a) if rb > ra else (a, b)
@@ -390,6 +408,9 @@ def summarize(
             c["p_holm"] = adj
             c["significant"] = bool(adj < alpha and c["n_a"] and c["n_b"])
             c["verdict"] = _comparison_verdict(c, alpha)
+            if unit == "turn":  # how many turns it took (Bonferroni over the comparisons)
+                base, other = _in_order(df, c["a"]), _in_order(df, c["b"])
+                c["onset"] = onset.significant_from(base, other, alpha / len(comps))
         comparisons.extend(comps)
     return {
         "run_id": run_id,
@@ -402,6 +423,11 @@ def summarize(
         "variants": variants,
         "comparisons": comparisons,
     }
+
+
+def _in_order(df: pd.DataFrame, label: str) -> np.ndarray:
+    g = df[df["variant"] == label]
+    return onset.completion_order(g[~g["is_transport"] & ~g["is_harness"]])
 
 
 def _run_verdict(variants: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:

@@ -22,13 +22,14 @@ from harness.analysis import (
     coverage,
     frames,
     judge,
+    onset,
     oracles,
     stats,
     tiers,
 )
 from harness.analysis import load as analysis_load
 from harness.analysis import summary as analysis
-from harness.analysis.summary import Summary, fmt_p, fmt_pct
+from harness.analysis.summary import Summary, fmt_p, fmt_pct, fmt_points
 from harness.errors import UsageError
 from harness.record.rundir import (
     PLOTS_DIR,
@@ -233,8 +234,12 @@ def render_markdown(
             lo, hi = c["diff_ci"]
             out.append(f"| {c['b']} | {c['unit']} | {fmt_pct(c['rate_b'])} | "
                        f"{fmt_pct(c['rate_a'])} | "
-                       f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
+                       f"{fmt_points(c['diff'])} [{fmt_points(lo)}, {fmt_points(hi)}] points | "
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
+        onsets = [line for c in summary["comparisons"] if (line := onset.sentence(c))]
+        if onsets:
+            out += ["", "How many turns it took (the cumulative test over turns):", ""]
+        out += [f"- {line}." for line in onsets]
     out += shared_sections(summary)
     out += report_servers.markdown(summary)
     if plot_files:
@@ -503,7 +508,7 @@ def compare_markdown(cmp: Mapping[str, Any]) -> str:
         out.append(
             f"| {r['label']} | {rate_ci(s['rate_a'], s['ci_a'])} | "
             f"{rate_ci(s['rate_b'], s['ci_b'])} | "
-            f"{100 * s['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points | "
+            f"{fmt_points(s['diff'])} [{fmt_points(lo)}, {fmt_points(hi)}] points | "
             f"{fmt_p(s['p_value'])} | "
             f"{fmt_p(s['p_increase_holm'])} | {fmt_pct(t['rate_a'])} | {fmt_pct(t['rate_b'])} | "
             f"{'REGRESSION' if r['regression'] else ''} |"

@@ -12,8 +12,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from harness.analysis import coverage
-from harness.analysis.summary import fmt_p, fmt_pct
+from harness.analysis import coverage, onset
+from harness.analysis.summary import fmt_p, fmt_pct, fmt_points
 from harness.report.facts import cancelled_markdown, evidence_lines, has_calls
 from harness.report.servers import html as servers_html
 
@@ -101,7 +101,7 @@ def _comparisons(summary: Mapping[str, Any]) -> str:
         rows.append([
             (_e(c["b"]), False), (_e(c["unit"]), False), (fmt_pct(c["rate_b"]), True),
             (fmt_pct(c["rate_a"]), True),
-            (f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]", True),
+            (f"{fmt_points(c['diff'])} [{fmt_points(lo)}, {fmt_points(hi)}]", True),
             (fmt_p(c["p_value"]), True), (fmt_p(c["p_holm"]), True), (_e(c.get("hint", "")), False),
         ])  # fmt: skip
     head = ["variant", "unit", "rate", "baseline rate", "difference, points [95% CI]", "p",
@@ -165,6 +165,10 @@ def render_html(
     ]  # fmt: skip
     if summary["comparisons"]:
         parts += ["<h2>Comparisons with the baseline</h2>", _comparisons(summary)]
+        onsets = [line for c in summary["comparisons"] if (line := onset.sentence(c))]
+        parts += ["<ul>" + "".join(f"<li>{_e(line)}.</li>" for line in onsets) + "</ul>"] * bool(
+            onsets
+        )
     parts.append(shared)
     parts += servers_html(summary)
     if plot_paths:

@@ -311,7 +311,7 @@ class SimApp:
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# TYPE sim:{name} {kind}", f"sim:{name} {value}"]
         lines.append("# TYPE sim:corrupted_total counter")
-        for cause in ("race", "loadback", "loop", "forced"):
+        for cause in ("race", "loadback", "loop", "rate", "forced"):
             lines.append(f'sim:corrupted_total{{cause="{cause}"}} {self.engine.causes[cause]}')
         return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 

@@ -13,7 +13,7 @@ from harness.sim.speaker import speaker
 INDEX_K = ("bf16", "fp8")
 HICACHE = ("on", "off")
 TOPK = ("v1", "v2")
-FAULT_KINDS = ("salad", "envelope", "json", "schema", "repetition", "debris")
+FAULT_KINDS = ("salad", "soup", "envelope", "json", "schema", "repetition", "debris")
 #: Transport faults, named like their knobs (``<kind>_rate``); see transport.py.
 TRANSPORT_KINDS = ("error", "disconnect", "stall", "error_event", "bad_json")
 #: the server's tool-call parser: "on" parses the calls into ``tool_calls``; "off" leaves the
@@ -30,7 +30,10 @@ class SimConfig:
     ``index_k``, ``hicache`` and ``topk`` are the incident's knobs (defaults: the production
     setting); ``topk`` has no effect by design. ``speed`` divides every delay.
     ``fault_scale`` multiplies the corruption probability and ``force_fault`` injects one kind
-    in every chat response: both exist for tests and calibration.
+    in every chat response: both exist for tests and calibration. ``fault_rate`` (None: the
+    fault model's load-dependent odds) corrupts each response with exactly that probability,
+    whatever the load, the context or the pool (faults.py ``draw_at_rate``); in deterministic
+    mode a re-send of a conversation (the replay oracle's) gives its clean answer.
 
     The KV pool (kvpool.py): ``kv_capacity`` tokens on the GPU tier (``/server_info``
     reports it as ``max_total_num_tokens``); with ``hicache="on"`` a host tier of
@@ -71,6 +74,7 @@ class SimConfig:
     chunk_tokens: int = 4
     max_running: int = 256
     fault_scale: float = 1.0
+    fault_rate: float | None = None
     force_fault: str | None = None
     default_max_tokens: int = 4096
     error_rate: float = 0.0
@@ -115,6 +119,8 @@ class SimConfig:
         ):
             if value not in allowed:
                 raise UsageError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        if self.fault_rate is not None and not 0.0 <= self.fault_rate <= 1.0:
+            raise UsageError(f"fault_rate must be between 0 and 1, not {self.fault_rate}")
         if self.force_fault is not None and self.force_fault not in FAULT_KINDS:
             raise UsageError(
                 f"force_fault must be one of {', '.join(FAULT_KINDS)}, not {self.force_fault!r}"

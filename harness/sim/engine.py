@@ -28,7 +28,13 @@ from harness.sim.agent import Agent, parse_tools
 from harness.sim.args import ArgMaker, Seen
 from harness.sim.cache import Prompt, estimate_tokens, hash_prompt, message_key
 from harness.sim.config import SimConfig
-from harness.sim.faults import FaultOdds, corruption_probability, draw_cause, loadback_probability
+from harness.sim.faults import (
+    FaultOdds,
+    corruption_probability,
+    draw_at_rate,
+    draw_cause,
+    loadback_probability,
+)
 from harness.sim.inject import CHARS_PER_TOKEN, inject
 from harness.sim.kvpool import KVPool
 from harness.sim.latency import Latency
@@ -43,6 +49,8 @@ log = logging.getLogger(__name__)
 #: accepted tokens per step (the accept length) of healthy, corrupted and looping answers
 SPEC_DRAFT = 3
 SPEC_LENGTH_HEALTHY, SPEC_LENGTH_CORRUPT, SPEC_LENGTH_LOOP = 2.8, 1.15, 3.95
+#: the causes that overwrite a KV page (what --kv-canary log reports): not the loop
+RACES = ("race", "loadback", "rate", "forced")
 
 
 @dataclass(frozen=True)
@@ -263,7 +271,11 @@ class Engine:
         fault_rng = _seed(seed_bytes, prompt.digest, b"fault", str(attempt).encode())
         kind = None
         cause: str | None = None
-        if config.deterministic and in_flight <= 1 and not config.force_fault:
+        if config.fault_rate is not None and not config.force_fault:
+            # load-independent: every first send draws, alone or not; in deterministic mode a
+            # re-send (the replay oracle's, --confirm's) gives the clean answer
+            corrupt_now = corrupt and not (config.deterministic and attempt > 0)
+        elif config.deterministic and in_flight <= 1 and not config.force_fault:
             corrupt_now = False  # alone: nothing races beside it, the answer is the clean one
         else:
             corrupt_now = corrupt
@@ -287,6 +299,8 @@ class Engine:
                 )
             if config.force_fault:
                 cause, kind = "forced", config.force_fault
+            elif config.fault_rate is not None:
+                cause, kind = draw_at_rate(config.fault_rate, fault_rng)
             else:
                 cause, kind = draw_cause(odds, fault_rng)
             if cause is not None:
@@ -340,7 +354,7 @@ class Engine:
         self.generation_tokens_total += completion_tokens
         if corrupt:  # otherwise transport_fault() counted this response
             self.injected[kind or "none"] += 1
-        if config.kv_canary and cause in ("race", "loadback", "forced"):  # a KV page overwritten
+        if config.kv_canary and cause in RACES:  # a KV page overwritten
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
             log.warning("[%s.%03d] kv_canary violation: launch_tag=sim-%s fail_reason=guard "
                         "page overwritten (%d in flight)", stamp, int(time.time() * 1000) % 1000,

@@ -16,6 +16,11 @@ Independent mechanisms, after the incident the simulator reproduces:
   on by default (``calibrated_race``) so the default demo reproduces the incident; turn it
   off to see only what the modelled pool produces. Signatures of both: salad, debris, a
   broken envelope, broken JSON arguments, a schema violation, a loop.
+* ``rate`` -- ``--fault-rate P`` replaces all of the above with one exact, load-independent
+  probability: every response is corrupted with probability ``P`` (one seeded draw per
+  response), in the shapes ``RATE_KINDS`` weighs: the race's signatures plus short
+  cross-script soup. For rare rates (3 in 10,000) the odds above cannot be set: their
+  defaults inject nothing in thousands of turns and a scale moves them with the load.
 * ``loop`` -- a second, unrelated defect of long contexts: with ``hicache=off`` and more than
   ``LOOP_ONSET`` prompt tokens, rare repetition loops, growing with the context.
 
@@ -67,6 +72,20 @@ RACE_KINDS = {
     "json": 0.10,
     "schema": 0.06,
     "repetition": 0.07,
+}
+
+
+#: ``--fault-rate``'s shapes: the race's signatures, with short cross-script sub-word soup
+#: (under about 120 characters, the look of a KV-cache fault the detector finds hardest)
+#: apart from the long salad
+RATE_KINDS = {
+    "salad": 0.32,
+    "soup": 0.15,
+    "debris": 0.10,
+    "envelope": 0.15,
+    "json": 0.10,
+    "schema": 0.06,
+    "repetition": 0.12,
 }
 
 
@@ -195,3 +214,11 @@ def draw_cause(odds: FaultOdds, rng: random.Random) -> tuple[str | None, str | N
     if u < odds.loop:
         return "loop", "repetition"
     return None, None
+
+
+def draw_at_rate(rate: float, rng: random.Random) -> tuple[str | None, str | None]:
+    """(``"rate"``, kind) with probability ``rate``, else (None, None): ``--fault-rate``."""
+    if rng.random() >= rate:
+        return None, None
+    kinds = list(RATE_KINDS)
+    return "rate", rng.choices(kinds, [RATE_KINDS[k] for k in kinds])[0]

@@ -76,7 +76,16 @@ def inject(
         return Injected(start + loop, "repetition", hit_limit=True)
     if kind == "debris":
         return _debris(turn, clean, rng, limit, sp)
+    if kind == "soup":
+        return _soup(clean, rng, sp.eos)
     return _salad(clean, rng, limit, sp.eos)
+
+
+def _soup(clean: str, rng: random.Random, eos: str) -> Injected:
+    """Short cross-script sub-word soup: the answer cut, 20 to 120 characters of salad, the
+    end of the turn (what a KV fault leaves when it hits the last tokens)."""
+    start = clean[: salad.cut_point(rng, clean, 0.3, 0.9, eos)]
+    return Injected(start + salad.salad(rng, rng.randint(20, 120)) + eos, "soup")
 
 
 def _salad(clean: str, rng: random.Random, limit: int, eos: str) -> Injected:

@@ -147,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="as SGLang's: log a 'kv_canary violation' line when the race corrupts a response",
     )
     p.add_argument("--fault-scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--fault-rate",
+        type=_probability,
+        default=None,
+        metavar="P",
+        help="corrupt each response with exactly this probability, whatever the load "
+        "(replaces the incident's load-dependent odds; deterministic given --seed)",
+    )
     p.add_argument("--force-fault", choices=FAULT_KINDS, default=None, help=argparse.SUPPRESS)
     faults = p.add_argument_group(
         "transport faults", "per-request probabilities, seeded like the corruption faults"
@@ -232,9 +240,15 @@ def _api_key(name: str | None) -> str | None:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0: a free one)."""
+    """A listening TCP socket (port 0: a free one).
+
+    Made with ``IPPROTO_TCP`` named: asyncio turns Nagle off (TCP_NODELAY) only on sockets
+    whose protocol says TCP, and the accepted connections inherit it. With protocol 0 every
+    answer on a kept-alive connection waited about 40 ms for the client's delayed ACK (the
+    response's head and body are two writes), which made requests sent one at a time (the
+    replay oracle's, the passkeys' alone) take 40 ms each whatever --speed said."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.sim.main import build_parser, config_from_args
+from harness.sim.main import bind, build_parser, config_from_args
 
 
 def test_parser_defaults_are_the_production_setting() -> None:
@@ -49,3 +50,23 @@ def test_subprocess_port_file_and_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_listening_socket_turns_nagle_off_for_its_connections() -> None:
+    """asyncio sets TCP_NODELAY only on sockets whose protocol is TCP by name; with protocol 0
+    each answer on a kept-alive connection waited for the client's delayed ACK."""
+    sock = bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+        client = socket.create_connection(sock.getsockname()[:2])
+        conn, _ = sock.accept()
+        with client, conn:
+            assert conn.proto == socket.IPPROTO_TCP  # what asyncio checks before setting it
+    finally:
+        sock.close()
+
+
+def test_fault_rate_flag() -> None:
+    config = config_from_args(build_parser().parse_args(["--fault-rate", "0.0003"]))
+    assert config.fault_rate == 0.0003
+    assert config_from_args(build_parser().parse_args([])).fault_rate is None

@@ -14,14 +14,17 @@ import jsonschema
 import orjson
 import pytest
 
+from harness.analysis.stats import wilson
 from harness.dialects import dsml
 from harness.dialects.base import ToolCall
 from harness.sim.config import FAULT_KINDS, SimConfig
 from harness.sim.engine import Engine, Generation, Sampling
 from harness.sim.faults import (
+    RATE_KINDS,
     FaultOdds,
     corruption_probability,
     draw,
+    draw_at_rate,
     expected_session_rate,
     schedule,
 )
@@ -288,3 +291,76 @@ def test_deterministic_mode_alone_equals_under_load_except_where_the_race_hits()
         injected += loaded.injected != "none"
         assert (loaded.raw == alone.raw) == (loaded.injected == "none")
     assert injected > 5
+
+
+# ----------------------------------------------------------------------------- --fault-rate
+
+
+def _rate_run(config: SimConfig, sessions: int, in_flight: int, context: int) -> list[str]:
+    """The injected kind of one first send per conversation (``"none"`` when clean)."""
+    engine = Engine(config)
+    kinds = []
+    for s in range(sessions):
+        msgs = messages(f"Session {s}: find the stale cache entry. About 12 steps.")
+        msgs[0]["content"] = "x" * context
+        kinds.append(engine.generate(msgs, TOOLS, in_flight, Sampling(512)).injected)
+    return kinds
+
+
+@pytest.mark.parametrize(("in_flight", "context"), [(1, 100), (200, 200_000)])
+def test_fault_rate_is_the_share_injected_whatever_the_load(in_flight: int, context: int) -> None:
+    """--fault-rate P: P of the responses corrupted, alone or beside 200 others, short
+    context or long, with the race's odds (fp8: none) out of the picture."""
+    rate, n = 0.05, 1200
+    kinds = _rate_run(SimConfig(seed=3, index_k="fp8", fault_rate=rate), n, in_flight, context)
+    hits = sum(k != "none" for k in kinds)
+    lo, hi = wilson(hits, n, 0.999)
+    assert lo <= rate <= hi, hits
+    assert {k for k in kinds if k != "none"} <= set(RATE_KINDS) | {"recall", "envelope"}
+
+
+def test_fault_rate_is_deterministic_given_the_seed() -> None:
+    config = SimConfig(seed=11, fault_rate=0.1)
+    first = _rate_run(config, 300, 40, 100)
+    assert _rate_run(config, 300, 40, 100) == first
+    assert _rate_run(SimConfig(seed=12, fault_rate=0.1), 300, 40, 100) != first
+    # zero is zero, even where the load-dependent odds would fire (80 in flight, 120k tokens)
+    assert set(_rate_run(SimConfig(fault_rate=0.0, fault_scale=9600.0), 40, 80, 480_000)) == {
+        "none"
+    }
+
+
+def test_fault_rate_in_deterministic_mode_a_resend_gives_the_clean_answer() -> None:
+    """The replay oracle's ground truth: a first send draws at the rate, alone or not; its
+    re-send gives the clean answer, equal to the first where that was clean."""
+    engine = Engine(SimConfig(seed=5, fault_rate=0.3, deterministic=True))
+    injected = 0
+    for s in range(40):
+        msgs = messages(f"Session {s}: trace the race. About 20 steps.")
+        first = engine.generate(msgs, TOOLS, 1 + s % 2, Sampling(1024))
+        again = engine.generate(msgs, TOOLS, 1, Sampling(1024))
+        assert again.injected == "none"
+        injected += first.injected != "none"
+        assert (first.raw == again.raw) == (first.injected == "none")
+    assert injected >= 5
+
+
+def test_draw_at_rate_draws_every_kind_by_its_weight() -> None:
+    rng = random.Random(4)
+    kinds = Counter(draw_at_rate(1.0, rng)[1] for _ in range(20_000))
+    assert set(kinds) == set(RATE_KINDS)
+    for kind, weight in RATE_KINDS.items():
+        assert kinds[kind] / 20_000 == pytest.approx(weight, abs=0.015)
+    assert draw_at_rate(0.0, rng) == (None, None)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_soup_is_short_cross_script_debris_at_the_end(seed: int) -> None:
+    clean, soup = _session("soup", seed)
+    assert soup.injected == "soup"
+    assert soup.calls == ()
+    text = soup.content or ""
+    body = dsml.encode_turn(clean.content or "", clean.calls).removesuffix(dsml.EOS)
+    common = next((i for i, (a, b) in enumerate(zip(text, body, strict=False)) if a != b), 0)
+    assert 20 <= len(text) - common <= 160  # the soup itself is short
+    assert len(text) < len(body) + 120
