@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -299,9 +300,12 @@ def fmt_pct(x: float | None) -> str:
     return f"{100 * x:.2g}%" if 0 < abs(x) < 0.001 else f"{100 * x:.1f}%"
 
 
-def fmt_points(x: float) -> str:
-    """A difference of rates in percentage points, signed, as ``fmt_pct`` writes rates."""
-    return f"{100 * x:+.2g}" if 0 < abs(x) < 0.001 else f"{100 * x:+.1f}"
+def fmt_diff(diff: float, lo: float, hi: float) -> tuple[str, str, str]:
+    """A difference and its interval in percentage points, signed, with one number of
+    decimals: two significant digits of the smallest that is not zero, at least one."""
+    small = min((abs(x) for x in (diff, lo, hi) if x), default=1.0)
+    places = max(1, 1 - math.floor(math.log10(100 * small))) if small < 0.001 else 1
+    return f"{100 * diff:+.{places}f}", f"{100 * lo:+.{places}f}", f"{100 * hi:+.{places}f}"
 
 
 def fmt_p(p: float | None) -> str:
@@ -355,9 +359,10 @@ def _comparison_verdict(c: dict[str, Any], alpha: float) -> str:
     lo, hi = c["diff_ci"]
     if rb < ra:  # state the difference as "more minus less"
         d, lo, hi = -d, -hi, -lo
+    ds, los, his = fmt_diff(d, lo, hi)
     rates = (
-        f"{fmt_pct(max(ra, rb))} vs {fmt_pct(min(ra, rb))} of {unit}s (difference {fmt_points(d)} "
-        f"points, {CONF:.0%} CI {fmt_points(lo)} to {fmt_points(hi)})"
+        f"{fmt_pct(max(ra, rb))} vs {fmt_pct(min(ra, rb))} of {unit}s (difference {ds} "
+        f"points, {CONF:.0%} CI {los} to {his})"
     )
     if c["p_holm"] < alpha:
         more, less = (b, a) if rb > ra else (a, b)

@@ -29,7 +29,7 @@ from harness.analysis import (
 )
 from harness.analysis import load as analysis_load
 from harness.analysis import summary as analysis
-from harness.analysis.summary import Summary, fmt_p, fmt_pct, fmt_points
+from harness.analysis.summary import Summary, fmt_diff, fmt_p, fmt_pct
 from harness.errors import UsageError
 from harness.record.rundir import (
     PLOTS_DIR,
@@ -231,10 +231,9 @@ def render_markdown(
                 "| variant | unit | rate | baseline | difference [95% CI] | p | p (Holm) |",
                 "|---|---|---|---|---|---|---|"]  # fmt: skip
         for c in summary["comparisons"]:
-            lo, hi = c["diff_ci"]
+            d, lo, hi = fmt_diff(c["diff"], *c["diff_ci"])
             out.append(f"| {c['b']} | {c['unit']} | {fmt_pct(c['rate_b'])} | "
-                       f"{fmt_pct(c['rate_a'])} | "
-                       f"{fmt_points(c['diff'])} [{fmt_points(lo)}, {fmt_points(hi)}] points | "
+                       f"{fmt_pct(c['rate_a'])} | {d} [{lo}, {hi}] points | "
                        f"{fmt_p(c['p_value'])} | {fmt_p(c['p_holm'])} |")  # fmt: skip
         onsets = [line for c in summary["comparisons"] if (line := onset.sentence(c))]
         if onsets:
@@ -504,11 +503,11 @@ def compare_markdown(cmp: Mapping[str, Any]) -> str:
            "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
     for r in cmp["variants"]:
         s, t = r["session"], r["turn"]
-        lo, hi = s["diff_ci"]
+        diff = fmt_diff(s["diff"], *s["diff_ci"])
         out.append(
             f"| {r['label']} | {rate_ci(s['rate_a'], s['ci_a'])} | "
             f"{rate_ci(s['rate_b'], s['ci_b'])} | "
-            f"{fmt_points(s['diff'])} [{fmt_points(lo)}, {fmt_points(hi)}] points | "
+            f"{diff[0]} [{diff[1]}, {diff[2]}] points | "
             f"{fmt_p(s['p_value'])} | "
             f"{fmt_p(s['p_increase_holm'])} | {fmt_pct(t['rate_a'])} | {fmt_pct(t['rate_b'])} | "
             f"{'REGRESSION' if r['regression'] else ''} |"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis import coverage, onset
-from harness.analysis.summary import fmt_p, fmt_pct, fmt_points
+from harness.analysis.summary import fmt_diff, fmt_p, fmt_pct
 from harness.report.facts import cancelled_markdown, evidence_lines, has_calls
 from harness.report.servers import html as servers_html
 
@@ -97,11 +97,11 @@ def _variants(summary: Mapping[str, Any]) -> str:
 def _comparisons(summary: Mapping[str, Any]) -> str:
     rows = []
     for c in summary["comparisons"]:
-        lo, hi = c["diff_ci"]
+        d, lo, hi = fmt_diff(c["diff"], *c["diff_ci"])
         rows.append([
             (_e(c["b"]), False), (_e(c["unit"]), False), (fmt_pct(c["rate_b"]), True),
             (fmt_pct(c["rate_a"]), True),
-            (f"{fmt_points(c['diff'])} [{fmt_points(lo)}, {fmt_points(hi)}]", True),
+            (f"{d} [{lo}, {hi}]", True),
             (fmt_p(c["p_value"]), True), (fmt_p(c["p_holm"]), True), (_e(c.get("hint", "")), False),
         ])  # fmt: skip
     head = ["variant", "unit", "rate", "baseline rate", "difference, points [95% CI]", "p",
