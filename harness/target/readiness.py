@@ -27,6 +27,7 @@ from harness.client.door import (
     POLL_TIMEOUT_S,
     VERSION_TIMEOUT_S,
     get_models,
+    key_advice,
     list_models,
     server_client,
 )
@@ -70,24 +71,9 @@ def normalize_endpoint(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-#: The advice for a 401 or 403, with and without a key sent.
-KEY_ADVICE = (
-    "the server wants an API key: put it in OPENAI_API_KEY (or in the variable --api-key-env names)"
-)
-KEY_REFUSED = (
-    "the API key sent was refused: check the key in OPENAI_API_KEY (or in the variable "
-    "--api-key-env names)"
-)
 #: Statuses of a server that answers but fails, whatever the wait (not 502/503/504: a proxy
 #: or a server still starting answers those).
 FAILING = frozenset({500, 501})
-
-
-def key_advice(status: int, api_key: str | None) -> str:
-    """What to do about a 401 or 403, said once."""
-    if status == 403:
-        return "the API key is not allowed to use this endpoint or model"
-    return KEY_REFUSED if api_key else KEY_ADVICE
 
 
 def seen(resp: httpx.Response) -> str:
@@ -200,7 +186,7 @@ async def wait_ready(
                 if up_already and resp.status_code in (401, 403):
                     raise UsageError(
                         f"{base_url} answered GET {path} with HTTP {resp.status_code} "
-                        f"({_error_text(resp)}): {key_advice(resp.status_code, api_key)}"
+                        f"({_error_text(resp)}): {key_advice(resp.status_code, bool(api_key))}"
                     )
                 if up_already and resp.status_code in FAILING:
                     failing.append((path, resp))
@@ -250,7 +236,7 @@ async def check_api(base_url: str, api_key: str | None = None) -> None:
     if resp.status_code in (401, 403):
         raise UsageError(
             f"{base_url} answered GET /v1/models with HTTP {resp.status_code} "
-            f"({_error_text(resp)}): {key_advice(resp.status_code, api_key)}"
+            f"({_error_text(resp)}): {key_advice(resp.status_code, bool(api_key))}"
         )
     if resp.status_code == 200:
         if _html(resp):

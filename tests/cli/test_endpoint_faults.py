@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.client.door import KEY_ADVICE, KEY_REFUSED
 from harness.record.turns import read_turns
 from tests.cli.test_cli import CLI, ROOT
 from tests.cli.test_cli_faults import free_port
@@ -192,6 +193,27 @@ def test_a_401_on_v1_models_alone_is_the_key_advice_not_a_discovered_model(
     assert "OPENAI_API_KEY" in proc.stderr
     assert "discovered" not in proc.stderr
     assert took < 8
+
+
+def test_a_401_on_the_chat_path_alone_gives_the_advice_of_readiness(tmp_path: Path) -> None:
+    """Readiness and the model list open, the chat path wanting a key: the one wording of
+    the key advice, whichever request met the 401."""
+    open_paths = ("/health", "/health_generate", "/v1/models")
+    with OpenAIStandin(key="sesame", open_paths=open_paths) as server:
+        chat, _ = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "c"))
+        wrong, _ = timed(
+            "run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "w"), key="nope"
+        )
+    with OpenAIStandin(key="sesame") as server:
+        ready, _ = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert (chat.returncode, wrong.returncode, ready.returncode) == (2, 2, 2)
+
+    assert "/v1/chat/completions) was refused with HTTP 401" in chat.stderr  # the chat path
+    assert "answered GET /health_generate with HTTP 401" in ready.stderr  # readiness
+    for proc in (chat, ready):
+        assert proc.stderr.count(KEY_ADVICE) == 1
+        assert proc.stderr.count("OPENAI_API_KEY") == 1
+    assert wrong.stderr.count(KEY_REFUSED) == 1
 
 
 def test_a_500_on_every_request_fails_fast_showing_the_servers_error(tmp_path: Path) -> None:
