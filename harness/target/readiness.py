@@ -215,8 +215,8 @@ async def wait_ready(
         raise InfrastructureError(f"server at {base_url} exited while starting ({last})")
     if up_already and refused_since is not None:
         raise InfrastructureError(
-            f"nothing answers at {base_url} (connection refused for "
-            f"{time.monotonic() - refused_since:.0f}s): is the server up on that port? "
+            f"nothing answers at {base_url} (connection refused for {refused_for:g}s): is "
+            "the server up on that port? "
             f"({WAIT_LONGER})"
         )
     raise InfrastructureError(

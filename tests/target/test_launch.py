@@ -275,7 +275,7 @@ async def test_endpoint_down_says_whether_the_server_is_up_and_how_to_wait(
     assert "--ready-timeout SECONDS" in msg
     waited = load_target(path)
     waited = dataclasses.replace(waited, ready=waited.ready.waiting(0.5))
-    with pytest.raises(InfrastructureError, match=r"refused for 0s\): is the server up"):
+    with pytest.raises(InfrastructureError, match=r"refused for 0.5s\): is the server up"):
         await make_target(waited, Variant(()), tmp_path).start()
 
 
