@@ -38,7 +38,11 @@ def chromium() -> str | None:
     return next((b for b in map(shutil.which, BROWSERS) if b), None)
 
 
-def _browser(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _browser(
+    args: list[str], timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Chromium with ``args``, a fresh profile, and ``env`` added to the environment (a
+    FONTCONFIG_FILE: the fonts it may use)."""
     browser = chromium()
     if browser is None:
         raise RuntimeError("no chromium found (apt-get install chromium)")
@@ -46,14 +50,19 @@ def _browser(args: list[str], timeout: float = 120) -> subprocess.CompletedProce
         return subprocess.run(
             [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
             capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, **env} if env else None,
         )  # fmt: skip
 
 
-def screenshot(html: Path, png: Path, width: int = 1200, height: int = 9000) -> Path:
+def screenshot(
+    html: Path, png: Path, width: int = 1200, height: int = 9000, env: dict[str, str] | None = None
+) -> Path:
     """A full-height screenshot of ``html`` as Chromium renders it."""
     png.parent.mkdir(parents=True, exist_ok=True)
     png.unlink(missing_ok=True)
-    done = _browser([f"--window-size={width},{height}", f"--screenshot={png}", html.as_uri()])
+    done = _browser(
+        [f"--window-size={width},{height}", f"--screenshot={png}", html.as_uri()], env=env
+    )
     if not png.is_file():
         raise RuntimeError(f"chromium wrote no screenshot: {done.stderr[-400:]}")
     return png

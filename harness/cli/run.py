@@ -202,6 +202,8 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
             else default_sim_target()
         )
         check_variants(target, vs)  # unknown factors and levels fail now, before anything starts
+        if args.ready_timeout is not None:
+            target = replace(target, ready=target.ready.waiting(args.ready_timeout))
     sim_args: list[str] = ["--seed", str(args.seed)]
     if args.speed is not None:
         sim_args += ["--speed", str(args.speed)]
@@ -241,6 +243,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
             limits=limits_from(args),
             sim_args=tuple(sim_args),
             strict_variants=args.strict_variants,
+            ready_timeout=args.ready_timeout,
         ),
         load=LoadSpec(
             sessions=scenario.sessions,

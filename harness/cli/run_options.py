@@ -98,6 +98,14 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
     )
     v.add_argument("--endpoint", metavar="URL", help="base URL of one server already up (no --ab)")
     v.add_argument(
+        "--ready-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="wait this long for a server to become ready, a closed port too (default: a "
+        "server already up 10s, a closed port said after 2s; one started: the target "
+        "file's [ready] timeout_s)",
+    )
+    v.add_argument(
         "--dialect",
         metavar="auto|NAME",
         help="the tool-call dialect the model writes (default: the scenario's; 'auto' in the "

@@ -131,6 +131,7 @@ class ChatClient:
         cap = total_timeout or self.limits.total_timeout_s
         self.total_timeout = cap or max(4 * request_timeout, 600.0)
         self.max_connections = max_connections
+        self.key_sent = bool(api_key)  # what a 401 means (client.door.key_advice)
         self.observers: list[Any] = []
         self._url = self.base_url + "/v1/chat/completions"
         # no compression: a compressed answer is one more thing to bound (``_Body``)

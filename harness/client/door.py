@@ -10,7 +10,8 @@ session (the sessions' turns go through ``ChatClient``, which follows the same r
   and a run makes about ten before its first request);
 * proxies: none from the environment (``trust_env=False``): a probe reaches the server the
   way the turns do, and a ``Date`` header read for the clock offset is the server's own;
-* auth: the API key as a bearer token (``auth_headers``);
+* auth: the API key as a bearer token (``auth_headers``); what to do when it is refused
+  (``key_advice``, the one wording of it);
 * timeouts: the caller names one of the budgets below.
 
 The model listing (``/v1/models``) is asked here only: ``get_models`` on an open client,
@@ -53,6 +54,25 @@ def verify_context() -> ssl.SSLContext:
 def auth_headers(api_key: str | None) -> dict[str, str]:
     """The API key as a bearer token (nothing without one)."""
     return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+#: The advice for a 401 or 403 (readiness, the model list, a session's first request), with
+#: and without a key sent: one wording wherever it is said.
+KEY_ADVICE = (
+    "the server wants an API key: put it in OPENAI_API_KEY (or in the variable --api-key-env names)"
+)
+KEY_REFUSED = (
+    "the API key sent was refused: check the key in OPENAI_API_KEY (or in the variable "
+    "--api-key-env names)"
+)
+KEY_FORBIDDEN = "the API key is not allowed to use this endpoint or model"
+
+
+def key_advice(status: int, key_sent: bool) -> str:
+    """What to do about a 401 or 403."""
+    if status == 403:
+        return KEY_FORBIDDEN
+    return KEY_REFUSED if key_sent else KEY_ADVICE
 
 
 def server_client(

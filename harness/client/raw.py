@@ -108,6 +108,10 @@ class RawClient:
     def request_url(self) -> str:
         return str(self._client.base_url) + PATHS[self.api]
 
+    @property
+    def key_sent(self) -> bool:
+        return self._client.key_sent
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 

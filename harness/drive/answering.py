@@ -26,6 +26,7 @@ import errno
 import os
 from collections import deque
 
+from harness.client.door import key_advice
 from harness.client.output import CANCELLED, Failure
 from harness.errors import EndpointRefused, InfrastructureError, ServerUnanswering
 from harness.verdict.turn import failure_verdict
@@ -41,9 +42,6 @@ RECENT_WINDOW = 20
 
 _HINTS = {
     400: "the server does not take the request the scenario sends",
-    401: "the API key is missing or wrong (it is read from the variable --api-key-env names, "
-    "OPENAI_API_KEY by default)",
-    403: "the API key is not allowed to use this endpoint or model",
     404: "check --model (the server's /v1/models lists its models) and the --endpoint URL",
     405: "the URL does not serve chat completions: check the --endpoint URL",
     422: "the server does not take the request the scenario sends",
@@ -55,9 +53,12 @@ _EMFILE = os.strerror(errno.EMFILE)  # "Too many open files"
 class ServerWatch:
     """One variant's view of its server, fed every answer of every session (in one process)."""
 
-    def __init__(self, variant: str, url: str, window: int = RECENT_WINDOW) -> None:
+    def __init__(
+        self, variant: str, url: str, key_sent: bool = False, window: int = RECENT_WINDOW
+    ) -> None:
         self.variant = variant
         self.url = url
+        self.key_sent = key_sent  # a 401's advice: give a key, or check the one given
         self.answered = False
         self.recent: deque[Failure | None] = deque(maxlen=window)
 
@@ -84,7 +85,7 @@ class ServerWatch:
             raise EndpointRefused(
                 f"variant {self.variant}: the first request (POST {self.url}) was refused with "
                 f"HTTP {status}: {failure.message.rstrip('. ') or '(no message)'}; "
-                f"{_HINTS[status]} (retrying cannot fix this)",
+                f"{self._hint(status)} (retrying cannot fix this)",
                 whole_run=status in REFUSED_EVERYWHERE,
             )
         # an HTTP error status is an answer: the server is up (its share of failures is
@@ -95,6 +96,9 @@ class ServerWatch:
                 f"the server stopped answering: the last {len(self.recent)} requests all "
                 f"failed (the last: {failure})"
             )
+
+    def _hint(self, status: int) -> str:
+        return key_advice(status, self.key_sent) if status in (401, 403) else _HINTS[status]
 
 
 def retry_delay(failure: Failure, backoff_s: float) -> float:

@@ -308,7 +308,9 @@ async def drive(
             on_turn=turn_done,
             board=hooks.board,
             watch=ServerWatch(
-                str(base.get("variant", "")), str(getattr(client, "request_url", "?"))
+                str(base.get("variant", "")),
+                str(getattr(client, "request_url", "?")),
+                bool(getattr(client, "key_sent", False)),
             ),
             transcripts=hooks.transcripts,
             dialect_lock=DialectLock() if scenario.dialect == AUTO else None,

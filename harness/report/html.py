@@ -16,14 +16,18 @@ from harness.analysis import coverage, onset
 from harness.analysis.summary import fmt_diff, fmt_p, fmt_pct
 from harness.report.facts import cancelled_markdown, evidence_lines, has_calls
 from harness.report.servers import html as servers_html
+from harness.report.webfont import FONT_FACE
 
+#: the font stacks: system fonts first (CJK ones by name), then the page's own font for
+#: U+FF5C (harness.report.webfont), then the generic family
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI","Noto Sans","Noto Sans CJK SC",
  "Noto Sans SC","Source Han Sans SC","PingFang SC","Hiragino Sans GB","Microsoft YaHei",
- "WenQuanYi Micro Hei","Noto Sans Symbols 2",sans-serif;
+ "WenQuanYi Micro Hei","Noto Sans Symbols 2","harness-bar",sans-serif;
  max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 pre,code{font-family:ui-monospace,"DejaVu Sans Mono","Noto Sans Mono","Noto Sans Mono CJK SC",
- "Sarasa Mono SC","Source Han Mono","Noto Sans CJK SC","Microsoft YaHei",monospace}
+ "Sarasa Mono SC","Source Han Mono","Noto Sans CJK SC","Microsoft YaHei","harness-bar",
+ monospace}
 h1{font-size:1.5em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:.92em} td,th{border:1px solid #ccc;padding:.3em .6em}
 th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -31,7 +35,7 @@ th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums
 .verdict.clean{background:#eef8f0;border-color:#4c9f70}
 pre.excerpt{white-space:pre-wrap;word-break:break-word;background:#f7f7f7;padding:.8em;
  border:1px solid #e2e2e2;font-size:.88em}
-mark.bad{background:#f8c9cf;color:#7a0010;outline:1px solid #d1495b}
+mark.bad{background:#f8c9cf;color:#7a0010;outline:1px solid #d1495b;outline-offset:1px}
 .meta{color:#666;font-size:.9em} img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 """
 
@@ -149,7 +153,7 @@ def render_html(
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>Corruption report: {_e(summary['run_id'])}</title>",
-        f"<style>{CSS}</style></head><body>",
+        f"<style>{FONT_FACE}{CSS}</style></head><body>",
         f"<h1>Corruption report: run {_e(summary['run_id'])}</h1>",
         opening,
         "<h2>Verdict</h2>",

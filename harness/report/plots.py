@@ -380,39 +380,66 @@ def plot_pressure(live: pd.DataFrame, corruption: pd.DataFrame, path: Path) -> P
     return _save(fig, path)
 
 
-def plot_metrics_vs_corruption(frame: pd.DataFrame, path: Path) -> Path:
-    """The watched server metrics over time, each above the turn corruption rate, per variant
-    (harness.analysis.metrics_vs_corruption)."""
+def related(frame: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
+    """What the metrics-vs-corruption plot can relate: (metrics that move in a variant with
+    corrupted turns, in ``WATCHED`` order; those variants; what is left out and why)."""
     values = frame.dropna(subset=["value"])
-    # a series that never changes says nothing beside the rate: left out, as in server_metrics
-    changing = {str(n) for n, g in values.groupby("metric") if g["value"].nunique() > 1}
-    names = [n for n in metrics_vs_corruption.WATCHED if n in changing]
-    fig, axes = plt.subplots(len(names) + 1, 1, figsize=(11, 2.4 * (len(names) + 1)),
-                             sharex=True, squeeze=False)  # fmt: skip
-    several = frame["repeat"].nunique() > 1
+    bad = values.groupby("variant", sort=False)["corrupted"].sum()
+    variants = [str(v) for v, k in bad.items() if k > 0]
+    mine = values[values["variant"].isin(variants)]
+    moving = {str(n) for n, g in mine.groupby("metric") if g["value"].nunique() > 1}
+    names = [n for n in metrics_vs_corruption.WATCHED if n in moving]
+    clean = [str(v) for v, k in bad.items() if k == 0]
+    still = sorted(set(map(str, values["metric"])) - moving, key=str)
+    left = []
+    if clean:
+        left.append(f"no corrupted turn: {', '.join(clean)}")
+    if still:
+        left.append(f"constant: {', '.join(metric_title(n)[0] for n in still)}")
+    return names, variants, left
+
+
+def plot_metrics_vs_corruption(frame: pd.DataFrame, path: Path) -> Path:
+    """Each watched server metric against the turn corruption rate, one point per time bin
+    of a variant's load, Spearman's rho in the legend (harness.analysis.metrics_vs_corruption):
+    only what relates the two. The metrics over time are the server_metrics plot's; a
+    variant with no corrupted turn and a metric that never moves are said, not drawn."""
+    names, variants, left = related(frame)
+    if not names:
+        raise ValueError("no watched metric moves in a variant with corrupted turns")
+    corr = metrics_vs_corruption.correlations(frame)
+    colors = {v: f"C{i}" for i, v in enumerate(pd.unique(frame["variant"]))}
+    cols = 2 if len(names) > 1 else 1
+    rows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(11, 3.2 * rows + 0.9), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
-        sub = frame[frame["metric"] == name].dropna(subset=["value"])
-        for (variant, repeat), g in sub.groupby(["variant", "repeat"], sort=False):
-            label = f"{variant} #{repeat}" if several else str(variant)
-            ax.plot(g["t"], g["value"], marker=".", lw=1.2, label=label)
-        title, unit, percent = metric_title(name)  # the names of the server_metrics plot
+        sub = frame[(frame["metric"] == name) & frame["variant"].isin(variants)]
+        for variant, g in sub.dropna(subset=["value"]).groupby("variant", sort=False):
+            c = corr.get(str(variant), {}).get(name) or {}
+            rho, p = c.get("spearman"), c.get("p_value")
+            said = "rho n/a" if rho is None else f"rho {rho:+.2f}, p {p:.2g}"
+            ax.scatter(g["value"], g["rate"], s=14 + 2 * g["turns"].clip(upper=40),
+                       color=colors.get(variant), alpha=0.75, edgecolors="white",
+                       label=f"{variant} ({said}, {c.get('bins', len(g))} bins)")  # fmt: skip
+        title, unit, percent = metric_title(name)  # the server_metrics plot's names
         ax.set_title(title, fontsize=10)
-        ax.set_ylabel(unit, fontsize=8)
+        ax.set_xlabel(unit or name, fontsize=8)
         if percent:
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("corrupted turns in the bin", fontsize=8)
         ax.grid(alpha=0.3)
-    bx = axes.flat[-1]
-    rates = frame.drop_duplicates(["variant", "repeat", "t"])
-    for (variant, repeat), g in rates.groupby(["variant", "repeat"], sort=False):
-        label = f"{variant} #{repeat}" if several else str(variant)
-        bx.plot(g["t"], g["rate"], marker="o", lw=1.2, label=label)
-    bx.yaxis.set_major_formatter(PercentFormatter(1.0))
-    bx.set_ylim(bottom=0)
-    bx.set_title("Turn corruption rate", fontsize=10)
-    bx.set_xlabel("time since the variant's first request (s)")
-    bx.grid(alpha=0.3)
-    bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle("Server metrics beside the corruption rate", fontsize=11)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.set_visible(False)
+    head = (
+        "Turn corruption rate against server metrics "
+        f"(a point: one of the {metrics_vs_corruption.BINS} time bins of a variant's load)"
+    )
+    if left:
+        head += "\nnot drawn: " + "; ".join(left)
+    fig.suptitle(head, fontsize=11)
     return _save(fig, path)
 
 
@@ -448,7 +475,7 @@ def make_plots(run: analysis.RunData, summary: analysis.Summary, out_dir: Path) 
         jobs.append(("server_metrics", lambda p: plot_metrics(metrics, p, events)))
     if metrics is not None and {"variant", "t", "name", "value"} <= set(metrics.columns):
         beside = metrics_vs_corruption.binned(df, metrics)
-        if len(beside):
+        if len(beside) and related(beside)[0]:  # not when nothing relates
             jobs.append(("metrics_vs_corruption", lambda p: plot_metrics_vs_corruption(beside, p)))
     for name, job in jobs:
         try:

@@ -190,7 +190,10 @@ async def confirm_on_lone_server(
     values = {**spec.vars, "model": spec.model}
     extra = [substitute(a, values) for a in spec.alone_args]
     sim = list(opts.endpoint.sim_args) if spec.name == "sim" else []
-    target = make_target(spec, variant, opts.out_dir, extra_args=[*sim, *extra], repeat=repeat)
+    target = make_target(
+        spec, variant, opts.out_dir, extra_args=[*sim, *extra], repeat=repeat,
+        api_key=opts.endpoint.api_key,
+    )  # fmt: skip
     announce(f"{variant.label}: a fresh server for the flagged turns alone ({' '.join(extra)})")
     base_url = await target.start()
     try:

@@ -85,6 +85,7 @@ class Endpoint:
     sim_args: tuple[str, ...] = ()  # the simulator's own flags (seed, speed, --demo's odds)
     metrics_interval: float = 1.0  # seconds between scrapes of the server's /metrics
     strict_variants: bool = False  # a variant its server does not confirm stops the run
+    ready_timeout: float | None = None  # --ready-timeout: every readiness wait (None: defaults)
 
     @property
     def launched(self) -> TargetSpec | None:

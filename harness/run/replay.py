@@ -172,11 +172,12 @@ def target_for_replay(
     endpoint: str | None,
     named: Path | None = None,
     target_vars: tuple[str, ...] = (),
+    api_key: str | None = None,
 ) -> Target:
     """The server to replay against (see the module docstring): never a target file that
     run.json names, only the copy kept in the folder or the file the user names."""
     if endpoint:
-        return EndpointTarget(endpoint)
+        return EndpointTarget(endpoint, api_key=api_key)
     path = RunDir(run_dir).target_file(meta, named)
     if path is not None:
         args = meta.get("args") or {}
@@ -192,9 +193,9 @@ def target_for_replay(
         extra: list[str] = []
         if spec.name == "sim":
             extra = sim_args_of(meta)
-        return make_target(spec, variant, run_dir / REPLAYS_DIR, extra_args=extra)
+        return make_target(spec, variant, run_dir / REPLAYS_DIR, extra_args=extra, api_key=api_key)
     if meta.get("endpoint"):
-        return EndpointTarget(str(meta["endpoint"]))
+        return EndpointTarget(str(meta["endpoint"]), api_key=api_key)
     raise UsageError("the run recorded no target or endpoint; give --endpoint URL")
 
 
@@ -298,7 +299,7 @@ async def replay(opts: ReplayOptions) -> dict[str, Any]:
     recorded = row.get("response") or {}
     scenario = _scenario_of(meta) if opts.load else None
     target = target_for_replay(
-        opts.run_dir, meta, t.key[0], opts.endpoint, opts.target, opts.target_vars
+        opts.run_dir, meta, t.key[0], opts.endpoint, opts.target, opts.target_vars, opts.api_key
     )
     alone: list[dict[str, Any]] = []
     loaded: list[dict[str, Any]] = []

@@ -22,6 +22,7 @@ from harness.run.shard import server_clock_offset
 from harness.target.launch import Target, make_target
 from harness.target.metrics import flush_cache, warm_up
 from harness.target.readiness import EndpointTarget, server_version
+from harness.target.spec import ENDPOINT_READY
 from harness.workload.dialect import DialectChoice, choose, model_names
 from harness.workload.matrix import Variant
 
@@ -44,9 +45,15 @@ def target_for(opts: RunOptions, variant: Variant, repeat: int) -> Target:
     endpoint = opts.endpoint
     if endpoint.url or endpoint.target is None:
         assert endpoint.url is not None
-        return EndpointTarget(endpoint.url, api_key=endpoint.api_key)
+        ready = ENDPOINT_READY
+        if endpoint.ready_timeout is not None:
+            ready = ready.waiting(endpoint.ready_timeout)
+        return EndpointTarget(endpoint.url, ready, endpoint.api_key)
     extra = endpoint.sim_args if endpoint.target.name == "sim" else ()
-    return make_target(endpoint.target, variant, opts.out_dir, extra_args=extra, repeat=repeat)
+    return make_target(
+        endpoint.target, variant, opts.out_dir, extra_args=extra, repeat=repeat,
+        api_key=endpoint.api_key,
+    )  # fmt: skip
 
 
 def record_dialect(opts: RunOptions, variant: str, choice: DialectChoice) -> None:

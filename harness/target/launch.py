@@ -24,13 +24,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from harness.errors import InfrastructureError
 from harness.record.rundir import RunDir
-from harness.target.readiness import _LIVE, stop_group, wait_ready
+from harness.target.readiness import _LIVE, EndpointTarget, stop_group, wait_ready
 from harness.target.spec import ReadySpec, TargetSpec, shown_values, substitute
 from harness.workload.matrix import Variant
 
@@ -133,12 +133,10 @@ def _ready_said(ready: ReadySpec) -> dict[str, Any]:
     return {"paths": list(ready.paths), "timeout_s": ready.timeout_s}
 
 
-async def _ready(base_url: str, ready: ReadySpec, alive: Any = None) -> None:
-    """Wait until the server answers one of the target file's readiness paths."""
-    await wait_ready(
-        base_url, timeout_s=ready.timeout_s, paths=ready.paths, alive=alive,
-        interval_s=ready.interval_s,
-    )  # fmt: skip
+async def _ready(base_url: str, ready: ReadySpec, alive: Callable[[], bool] | None) -> None:
+    """Wait until the server the harness started (or reconfigured) answers one of the
+    target file's readiness paths; ``alive()`` False ends the wait at once."""
+    await wait_ready(base_url, ready, alive=alive)
 
 
 class LaunchTarget:
@@ -311,13 +309,15 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-class EndpointMapTarget:
-    """A server that is already up, chosen by the variant from the ``[endpoints]`` table."""
+class EndpointMapTarget(EndpointTarget):
+    """A server that is already up, chosen by the variant from the ``[endpoints]`` table:
+    the checks of ``--endpoint`` (a web page, a key wanted, a server failing everywhere, a
+    closed port), the file's readiness paths and timeout."""
 
-    def __init__(self, spec: TargetSpec, variant: Variant) -> None:
+    def __init__(self, spec: TargetSpec, variant: Variant, api_key: str | None = None) -> None:
+        super().__init__(spec.endpoint_for(variant), spec.ready, api_key)
         self.spec = spec
         self.variant = variant
-        self.base_url = spec.endpoint_for(variant)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -326,13 +326,6 @@ class EndpointMapTarget:
             "url": self.base_url,
             "ready": _ready_said(self.spec.ready),
         }
-
-    async def start(self) -> str:
-        await _ready(self.base_url, self.spec.ready)
-        return self.base_url
-
-    async def stop(self) -> None:
-        return None
 
 
 class HookTarget:
@@ -386,7 +379,7 @@ class HookTarget:
         self._before_done = True  # 'after' runs even if 'before' failed half-way
         if self.hook.before:
             await self._run_hook("before", self.hook.before)
-        await _ready(self.base_url, self.spec.ready)
+        await _ready(self.base_url, self.spec.ready, None)
         return self.base_url
 
     async def stop(self) -> None:
@@ -447,13 +440,15 @@ def make_target(
     *,
     extra_args: Sequence[str] = (),
     repeat: int = 0,
+    api_key: str | None = None,
 ) -> LaunchTarget | HookTarget | EndpointMapTarget:
-    """The target for one variant (no side effects until ``start()``)."""
+    """The target for one variant (no side effects until ``start()``); ``api_key`` is sent
+    to a server already up (endpoint mode) from its readiness on."""
     if spec.mode == "launch":
         return LaunchTarget(spec, variant, run_dir, extra_args=extra_args, repeat=repeat)
     if spec.mode == "hook":
         return HookTarget(spec, variant, run_dir, repeat=repeat)
-    return EndpointMapTarget(spec, variant)
+    return EndpointMapTarget(spec, variant, api_key)
 
 
 def check_variants(spec: TargetSpec, variants: Sequence[Variant]) -> None:

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,11 +27,12 @@ from harness.client.door import (
     POLL_TIMEOUT_S,
     VERSION_TIMEOUT_S,
     get_models,
+    key_advice,
     list_models,
     server_client,
 )
 from harness.errors import InfrastructureError, UsageError
-from harness.target.spec import READINESS_PATHS
+from harness.target.spec import ENDPOINT_READY, ReadySpec
 
 log = logging.getLogger(__name__)
 
@@ -70,24 +71,9 @@ def normalize_endpoint(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-#: The advice for a 401 or 403, with and without a key sent.
-KEY_ADVICE = (
-    "the server wants an API key: put it in OPENAI_API_KEY (or in the variable --api-key-env names)"
-)
-KEY_REFUSED = (
-    "the API key sent was refused: check the key in OPENAI_API_KEY (or in the variable "
-    "--api-key-env names)"
-)
 #: Statuses of a server that answers but fails, whatever the wait (not 502/503/504: a proxy
 #: or a server still starting answers those).
 FAILING = frozenset({500, 501})
-
-
-def key_advice(status: int, api_key: str | None) -> str:
-    """What to do about a 401 or 403, said once."""
-    if status == 403:
-        return "the API key is not allowed to use this endpoint or model"
-    return KEY_REFUSED if api_key else KEY_ADVICE
 
 
 def seen(resp: httpx.Response) -> str:
@@ -128,27 +114,41 @@ def not_openai(base_url: str, path: str, resp: httpx.Response) -> UsageError:
     )
 
 
+#: The hint that ends a closed port's message (the flag works for every kind of target).
+WAIT_LONGER = "to wait for a server that is still starting, give --ready-timeout SECONDS"
+
+
+async def _pause(seconds: float, alive: Callable[[], bool] | None) -> None:
+    """Sleep ``seconds``, cut short the moment ``alive()`` says the server process died."""
+    until = time.monotonic() + seconds
+    while (left := until - time.monotonic()) > 0:
+        if alive is not None and not alive():
+            return
+        await asyncio.sleep(min(left, 0.05))
+
+
 async def wait_ready(
     base_url: str,
+    ready: ReadySpec,
     *,
-    timeout_s: float,
-    paths: tuple[str, ...] = READINESS_PATHS,
-    alive: Any = None,
-    interval_s: float = 0.2,
+    alive: Callable[[], bool] | None = None,
     up_already: bool = False,
     api_key: str | None = None,
 ) -> str:
-    """Poll the readiness paths until one answers 200; return it. ``alive()`` False fails fast.
+    """Poll the readiness paths until one answers 200; return it. ``alive()`` False (a server
+    the harness started has died) fails at once, between polls as well.
 
     ``up_already`` (a server the harness did not start): an answer that no wait can change is
     said at once rather than waited on: every path 404, or an answer that is not HTTP
     (something else listens there), a web page (HTML), 401/403 (a key is needed: exit 2), 500
     or 501 on every path (the server is up and failing: its error said). A server still
-    starting answers 503, or does not listen yet; a closed port is waited on, then said with a
-    hint."""
-    deadline = time.monotonic() + timeout_s
+    starting answers 503, waited on; a closed port (connection refused) for
+    ``ready.refused_s`` is said with a hint (is the server up? how to wait longer)."""
+    deadline = time.monotonic() + ready.timeout_s
+    refused_for = min(ready.refused_s, ready.timeout_s)
+    paths = ready.paths
     last = "no answer"
-    refused = False
+    refused_since: float | None = None
     async with server_client(base_url, api_key=api_key, timeout=POLL_TIMEOUT_S) as http:
         while time.monotonic() < deadline:
             if alive is not None and not alive():
@@ -172,8 +172,12 @@ async def wait_ready(
                         cause, ConnectionRefusedError
                     )
                     last = f"{path}: connection refused" if refused else f"{path}: {exc!r}"
+                    if refused and refused_since is None:
+                        refused_since = time.monotonic()
+                    elif not refused:
+                        refused_since = None
                     break  # not listening yet: no point trying the other paths
-                refused = False
+                refused_since = None
                 if up_already and resp.status_code == 200 and _html(resp):
                     raise not_openai(base_url, path, resp)
                 if resp.status_code == 200:
@@ -182,7 +186,7 @@ async def wait_ready(
                 if up_already and resp.status_code in (401, 403):
                     raise UsageError(
                         f"{base_url} answered GET {path} with HTTP {resp.status_code} "
-                        f"({_error_text(resp)}): {key_advice(resp.status_code, api_key)}"
+                        f"({_error_text(resp)}): {key_advice(resp.status_code, bool(api_key))}"
                     )
                 if up_already and resp.status_code in FAILING:
                     failing.append((path, resp))
@@ -203,13 +207,21 @@ async def wait_ready(
                     f"{resp.status_code}: {_error_text(resp)} (every readiness path answered "
                     "an error; the server's log says why)"
                 )
-            await asyncio.sleep(interval_s)
-    if up_already and refused:
+            now = time.monotonic()
+            if up_already and refused_since is not None and now - refused_since >= refused_for:
+                break
+            await _pause(min(ready.interval_s, max(deadline - now, 0.0)), alive)
+    if alive is not None and not alive():
+        raise InfrastructureError(f"server at {base_url} exited while starting ({last})")
+    if up_already and refused_since is not None:
         raise InfrastructureError(
-            f"nothing answers at {base_url} (connection refused for {timeout_s:.0f}s): is the "
-            "server up on that port?"
+            f"nothing answers at {base_url} (connection refused for {refused_for:g}s): is "
+            "the server up on that port? "
+            f"({WAIT_LONGER})"
         )
-    raise InfrastructureError(f"server at {base_url} not ready after {timeout_s:.0f}s ({last})")
+    raise InfrastructureError(
+        f"server at {base_url} not ready after {ready.timeout_s:.0f}s ({last})"
+    )
 
 
 async def check_api(base_url: str, api_key: str | None = None) -> None:
@@ -224,7 +236,7 @@ async def check_api(base_url: str, api_key: str | None = None) -> None:
     if resp.status_code in (401, 403):
         raise UsageError(
             f"{base_url} answered GET /v1/models with HTTP {resp.status_code} "
-            f"({_error_text(resp)}): {key_advice(resp.status_code, api_key)}"
+            f"({_error_text(resp)}): {key_advice(resp.status_code, bool(api_key))}"
         )
     if resp.status_code == 200:
         if _html(resp):
@@ -241,19 +253,18 @@ async def check_api(base_url: str, api_key: str | None = None) -> None:
 
 
 class EndpointTarget:
-    """A server that is already up."""
+    """A server that is already up (``--endpoint``, an endpoint-mode target file): readiness
+    with every check of a server the harness did not start, then ``check_api``."""
 
     def __init__(
-        self, base_url: str, ready_timeout_s: float = 10.0, api_key: str | None = None
+        self, base_url: str, ready: ReadySpec = ENDPOINT_READY, api_key: str | None = None
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.ready_timeout_s = ready_timeout_s
+        self.ready = ready
         self.api_key = api_key
 
     async def start(self) -> str:
-        await wait_ready(
-            self.base_url, timeout_s=self.ready_timeout_s, up_already=True, api_key=self.api_key
-        )
+        await wait_ready(self.base_url, self.ready, up_already=True, api_key=self.api_key)
         await check_api(self.base_url, self.api_key)
         return self.base_url
 

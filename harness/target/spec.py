@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -48,11 +48,30 @@ class LevelSpec:
     verify: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
+#: How long a server the harness did not start may refuse connections before that is said
+#: (it may have been started a moment ago); ``--ready-timeout`` waits longer.
+REFUSED_GRACE_S = 2.0
+
+
 @dataclass(frozen=True)
 class ReadySpec:
+    """When a server is ready: the first of ``paths`` answering 200, polled every
+    ``interval_s`` for at most ``timeout_s``; a server already up that refuses connections
+    for ``refused_s`` is said to be down (a server the harness starts is waited on)."""
+
     paths: tuple[str, ...] = READINESS_PATHS
     timeout_s: float = 600.0
     interval_s: float = 2.0
+    refused_s: float = REFUSED_GRACE_S
+
+    def waiting(self, timeout_s: float) -> ReadySpec:
+        """The same with ``--ready-timeout``: every wait, a closed port's too, this long."""
+        return replace(self, timeout_s=timeout_s, refused_s=timeout_s)
+
+
+#: ``--endpoint URL``: a server already up answers at once (503 while it loads a model is
+#: waited on this long).
+ENDPOINT_READY = ReadySpec(timeout_s=10.0, interval_s=0.2)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from harness.analysis import metrics_vs_corruption as mvc
 from harness.report import plots
@@ -57,8 +58,21 @@ def test_too_little_to_correlate_says_none() -> None:
     assert mvc.binned(turns, metrics[metrics["name"] == "other"]).empty
 
 
-def test_the_plot_is_drawn(tmp_path: Path) -> None:
+def test_the_plot_relates_only_what_moves_beside_corruption(tmp_path: Path) -> None:
+    """A variant with no corrupted turn and a metric that never moves are said, not drawn
+    (an all-zero rate, a flat line); nothing left to relate: no plot."""
     turns, metrics = _frames()
-    path = plots.plot_metrics_vs_corruption(mvc.binned(turns, metrics), tmp_path / "m.png")
+    clean_turns = turns.assign(variant="clean", is_corrupted=False)
+    clean_metrics = metrics.assign(variant="clean")
+    flat = metrics[metrics["name"] == "spec_accept_rate"].assign(name="cache_usage", value=0.5)
+    frame = mvc.binned(pd.concat([turns, clean_turns]), pd.concat([metrics, clean_metrics, flat]))
+    names, variants, left = plots.related(frame)
+    assert names == ["spec_accept_rate", "hicache_host_used_tokens"]
+    assert variants == ["v"]
+    assert left == ["no corrupted turn: clean", "constant: KV cache in use"]
+    path = plots.plot_metrics_vs_corruption(frame, tmp_path / "m.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert path.stat().st_size > 10_000
+    clean = mvc.binned(clean_turns, clean_metrics)
+    assert plots.related(clean)[0] == []
+    with pytest.raises(ValueError, match="no watched metric moves"):
+        plots.plot_metrics_vs_corruption(clean, tmp_path / "none.png")

@@ -265,4 +265,4 @@ def test_unreachable_endpoint_is_exit_3_naming_the_url(tmp_path: Path) -> None:
     errors = [line for line in proc.stderr.splitlines() if line.startswith("harness:")]
     assert len(errors) == 1, proc.stderr
     assert url in errors[0]
-    assert "not ready" in errors[0]
+    assert "is the server up on that port?" in errors[0]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.client.door import KEY_ADVICE, KEY_REFUSED
 from harness.record.turns import read_turns
 from tests.cli.test_cli import CLI, ROOT
 from tests.cli.test_cli_faults import free_port
@@ -194,6 +195,27 @@ def test_a_401_on_v1_models_alone_is_the_key_advice_not_a_discovered_model(
     assert took < 8
 
 
+def test_a_401_on_the_chat_path_alone_gives_the_advice_of_readiness(tmp_path: Path) -> None:
+    """Readiness and the model list open, the chat path wanting a key: the one wording of
+    the key advice, whichever request met the 401."""
+    open_paths = ("/health", "/health_generate", "/v1/models")
+    with OpenAIStandin(key="sesame", open_paths=open_paths) as server:
+        chat, _ = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "c"))
+        wrong, _ = timed(
+            "run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "w"), key="nope"
+        )
+    with OpenAIStandin(key="sesame") as server:
+        ready, _ = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
+    assert (chat.returncode, wrong.returncode, ready.returncode) == (2, 2, 2)
+
+    assert "/v1/chat/completions) was refused with HTTP 401" in chat.stderr  # the chat path
+    assert "answered GET /health_generate with HTTP 401" in ready.stderr  # readiness
+    for proc in (chat, ready):
+        assert proc.stderr.count(KEY_ADVICE) == 1
+        assert proc.stderr.count("OPENAI_API_KEY") == 1
+    assert wrong.stderr.count(KEY_REFUSED) == 1
+
+
 def test_a_500_on_every_request_fails_fast_showing_the_servers_error(tmp_path: Path) -> None:
     with OpenAIStandin(broken=(500, "CUDA error: an illegal memory access")) as server:
         proc, took = timed("run", "--endpoint", server.url, *ONE, "--out", str(tmp_path / "r"))
@@ -207,8 +229,55 @@ def test_a_closed_port_asks_whether_the_server_is_up(tmp_path: Path) -> None:
     port = free_port()
     proc = harness("run", "--endpoint", f"127.0.0.1:{port}", *ONE, "--out", str(tmp_path / "r"))
     assert proc.returncode == 3, proc.stderr
-    assert "connection refused" in proc.stderr
-    assert "is the server up on that port?" in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if "connection refused" in x]
+    assert "connection refused for 2s" in line  # the grace, not the 10 s readiness wait
+    assert "is the server up on that port?" in line
+    assert "give --ready-timeout SECONDS" in line
+    assert last_json(proc)["exit_code"] == 3
+
+
+def test_ready_timeout_waits_for_a_server_that_is_starting(tmp_path: Path) -> None:
+    """The server comes up after the grace of a closed port: --ready-timeout waits for it."""
+    port = free_port()
+    run = subprocess.Popen(
+        [*CLI, "run", "--endpoint", f"127.0.0.1:{port}", "--ready-timeout", "120", *ONE]
+        + ["--out", str(tmp_path / "r")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OPENAI_API_KEY": ""},
+    )
+    assert run.stderr is not None
+    said = []
+    for line in run.stderr:  # the harness is waiting on the closed port
+        said.append(line)
+        if "waiting for" in line:
+            break
+    time.sleep(3)  # longer than the grace of a closed port
+    with OpenAIStandin(port=port):
+        stdout, stderr = run.communicate(timeout=180)
+    assert run.returncode == 0, "".join(said) + stderr
+    assert "connection refused" not in stderr
+    assert json.loads(stdout.strip().splitlines()[-1])["exit_code"] == 0
+
+
+def test_an_endpoint_file_gets_the_checks_of_endpoint(tmp_path: Path) -> None:
+    with OpenAIStandin(html=True) as server:
+        target = tmp_path / "endpoints.toml"
+        target.write_text(
+            f'name = "page"\nmode = "endpoint"\nmodel = "m"\n[endpoints]\n'
+            f'default = "{server.url}"\n'
+        )
+        proc = harness("run", "--target", str(target), *ONE, "--out", str(tmp_path / "r"))
+        chats = len(server.arrivals)
+    assert proc.returncode == 2, proc.stderr
+    error = [x for x in proc.stderr.splitlines() if x.startswith("harness: error")]
+    assert len(error) == 1
+    assert "is not an OpenAI-compatible API" in error[0]
+    assert "text/html" in error[0]
+    assert chats == 0
+    assert last_json(proc)["exit_code"] == 2
 
 
 def _sim(port: int, seed: str) -> subprocess.Popen[bytes]:

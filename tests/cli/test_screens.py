@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
+import matplotlib
 import pytest
+from PIL import Image, ImageChops
+
+from harness.report import build as report
+from harness.report.webfont import BAR_FAMILY
+from tests.report.test_report import make_run, turn
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "harness.cli"]
@@ -79,3 +86,94 @@ def test_report_html_renders_its_plots_and_runs_no_script_from_model_output(
     assert "PWNED" not in page.split("</title>")[0]
     assert "&lt;script&gt;document.title='PWNED'&lt;/script&gt;" in page  # shown, as text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- glyphs: DSML's full-width bars and Chinese drawn, not boxes --------------------------
+#
+# A character no font has is drawn as the same empty box whatever it is; so a character is
+# drawn when the page differs from the same page with it replaced by a code point no font
+# has (U+10FFFD). The check is shown to see boxes first: two such code points give the same
+# picture, and without the page's own font the bars are boxes on a machine with Latin fonts
+# alone (the DejaVu fonts matplotlib ships, through a fontconfig file of the test's own).
+
+NO_FONT = "\U0010fffd"
+OTHER_NO_FONT = "\U0010fffe"
+DSML = '<｜DSML｜invoke name="read_file">读取文件</｜DSML｜invoke>'
+CHINESE = "先看看读取文件"
+NO_CHROMIUM = (
+    "chromium is not installed (apt-get install chromium): glyphs are checked in a real browser"
+)
+
+
+def report_page(tmp_path: Path) -> str:
+    """A real report of a run whose corrupted turn holds Chinese and DSML: its head (the
+    styles, the fonts) and its worst examples (the evidence, where the text is)."""
+    run = make_run(tmp_path / "run", [
+        turn("k=a", 0),
+        turn("k=b", 0, "token_salad", f"先看看 {DSML} then salad",
+             evidence={"reason": "mixed scripts", "offset": 4, "score": 0.9}),
+    ])  # fmt: skip
+    report.write_report(run)
+    page = (run / "report.html").read_text(encoding="utf-8")
+    head = page[: page.index("</head>") + len("</head>")]
+    return head + "<body>" + page[page.index("<h2>Worst examples</h2>") :]
+
+
+def latin_only(tmp_path: Path) -> dict[str, str]:
+    """The environment of a machine with Latin fonts alone (DejaVu Sans and Sans Mono)."""
+    fonts = tmp_path / "fonts"
+    fonts.mkdir()
+    for font in (Path(matplotlib.get_data_path()) / "fonts" / "ttf").glob("DejaVuSans*.ttf"):
+        (fonts / font.name).symlink_to(font)
+    conf = tmp_path / "fonts.conf"
+    conf.write_text(
+        '<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">'
+        f"<fontconfig><dir>{fonts}</dir><cachedir>{tmp_path / 'fc-cache'}</cachedir>"
+        "</fontconfig>"
+    )
+    return {"FONTCONFIG_FILE": str(conf)}
+
+
+def shot(page: str, tmp_path: Path, name: str, env: dict[str, str] | None) -> Image.Image:
+    html = tmp_path / f"{name}.html"
+    html.write_text(page, encoding="utf-8")
+    png = screens.screenshot(html, tmp_path / f"{name}.png", width=900, height=320, env=env)
+    return Image.open(png).convert("RGB")
+
+
+def same(a: Image.Image, b: Image.Image) -> bool:
+    return ImageChops.difference(a, b).getbbox() is None
+
+
+def drawn(page: str, chars: str, tmp_path: Path, name: str, env: dict[str, str] | None) -> bool:
+    """Whether ``chars`` are drawn: the page differs from the page with them replaced by a
+    code point no font has."""
+    boxes = page.translate({ord(c): NO_FONT for c in chars})
+    assert boxes != page
+    return not same(shot(page, tmp_path, name, env), shot(boxes, tmp_path, name + "-boxes", env))
+
+
+@pytest.mark.skipif(screens.chromium() is None, reason=NO_CHROMIUM)
+def test_dsml_bars_are_drawn_on_a_machine_with_latin_fonts_alone(tmp_path: Path) -> None:
+    page = report_page(tmp_path)
+    env = latin_only(tmp_path)
+    # the check sees boxes: two code points no font has are the same box
+    one, other = page.replace("｜", NO_FONT), page.replace("｜", OTHER_NO_FONT)
+    assert same(shot(one, tmp_path, "no-font", env), shot(other, tmp_path, "other-no-font", env))
+    # without the page's own font the bars are boxes here; with it they are drawn
+    assert f'"{BAR_FAMILY}"' in page
+    bare = re.sub(r"@font-face\{[^}]*\}", "", page)
+    assert not drawn(bare, "｜", tmp_path, "bare", env)
+    assert drawn(page, "｜", tmp_path, "page", env)
+
+
+@pytest.mark.skipif(screens.chromium() is None, reason=NO_CHROMIUM)
+def test_chinese_is_drawn_where_the_machine_has_a_font_for_it(tmp_path: Path) -> None:
+    fc = shutil.which("fc-list")
+    has = fc and subprocess.run([fc, ":charset=8bfb"], capture_output=True, text=True).stdout
+    if not has:
+        pytest.skip("no font on this machine has Chinese, so no page can draw it (Debian: "
+                    "apt-get install fonts-noto-cjk)")  # fmt: skip
+    page = report_page(tmp_path)
+    assert drawn(page, CHINESE, tmp_path, "chinese", None)
+    assert drawn(page, "｜", tmp_path, "bars", None)

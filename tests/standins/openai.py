@@ -9,7 +9,8 @@ UI); ``key`` answers 401 on every path but ``open_paths`` to a request without
 ``Authorization: Bearer KEY`` (an auth gateway; vLLM's ``--api-key`` leaves ``/health``
 open); ``broken=(status, message)`` answers every request, GET or POST, with that status and
 body (a failing server).
-``model``: the id ``/v1/models`` lists. ``arrivals`` keeps when each chat request arrived
+``model``: the id ``/v1/models`` lists; ``port``: where it listens (0: any free port).
+``arrivals`` keeps when each chat request arrived
 (``time.monotonic()``); ``answer`` replaces the "Done." of every answer.
 It cannot score a given text (no /tokenize, no /generate).
 """
@@ -41,6 +42,7 @@ class OpenAIStandin:
         open_paths: tuple[str, ...] = (),
         model: str = "m",
         answer: str = "Done.",
+        port: int = 0,
     ) -> None:
         self.answer = answer
         self.model = model
@@ -53,7 +55,7 @@ class OpenAIStandin:
         self.not_openai = not_openai
         self.arrivals: list[float] = []
         self._lock = threading.Lock()
-        self.server = _Server(("127.0.0.1", 0), self._handler())
+        self.server = _Server(("127.0.0.1", port), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

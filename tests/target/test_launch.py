@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +25,7 @@ from harness.target.spec import LevelSpec
 from harness.target.targetfile import default_sim_target, load_target
 from harness.workload.matrix import Variant, parse_ab, variants
 from tests.standins import SERVER, group_gone, pid_gone, running_standin
+from tests.standins.openai import OpenAIStandin
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -103,6 +105,20 @@ async def test_server_dying_during_startup_fails_fast_with_log_tail(tmp_path: Pa
     assert isinstance(target, LaunchTarget)
     assert target.proc is not None
     assert group_gone(target.proc.pid)
+
+
+async def test_a_dying_server_is_said_at_once_whatever_the_poll_interval(tmp_path: Path) -> None:
+    """Polled every 60 s: the wait between polls ends the moment the process exits."""
+    path = tmp_path / "slow-poll.toml"
+    path.write_text(
+        f'mode = "launch"\n[launch]\ncommand = ["{{python}}", "{SERVER}", "--port", "{{port}}",'
+        ' "--die"]\n[ready]\ntimeout_s = 600\ninterval_s = 60\n'
+    )
+    target = make_target(load_target(path), Variant(()), tmp_path / "run")
+    with pytest.raises(InfrastructureError) as info:
+        await asyncio.wait_for(target.start(), 30)
+    assert "exited with code 1" in str(info.value)
+    assert "cannot allocate the KV cache" in str(info.value)
 
 
 async def test_server_never_ready_times_out_and_is_killed(tmp_path: Path) -> None:
@@ -233,16 +249,76 @@ interval_s = 0.1
             make_target(spec, Variant(()), tmp_path)
 
 
-async def test_endpoint_down_is_an_infrastructure_error(tmp_path: Path) -> None:
-    from tests.standins import free_port
-
+def endpoint_file(tmp_path: Path, url: str, timeout_s: float = 10) -> Path:
     path = tmp_path / "ep.toml"
     path.write_text(
-        f'mode = "endpoint"\n[ready]\ntimeout_s = 0.5\ninterval_s = 0.1\n'
-        f'[endpoints]\ndefault = "http://127.0.0.1:{free_port()}"\n'
+        f'mode = "endpoint"\n[ready]\ntimeout_s = {timeout_s}\ninterval_s = 0.1\n'
+        f'[endpoints]\ndefault = "{url}"\n'
     )
-    with pytest.raises(InfrastructureError, match="not ready"):
-        await make_target(load_target(path), Variant(()), tmp_path).start()
+    return path
+
+
+async def test_endpoint_down_says_whether_the_server_is_up_and_how_to_wait(
+    tmp_path: Path,
+) -> None:
+    from tests.standins import free_port
+
+    path = endpoint_file(tmp_path, f"http://127.0.0.1:{free_port()}", timeout_s=600)
+    target = make_target(load_target(path), Variant(()), tmp_path)
+    # the file's 600 s are for a server that answers 503 while it loads; a closed port is
+    # said after the grace
+    with pytest.raises(InfrastructureError) as info:
+        await asyncio.wait_for(target.start(), 60)
+    msg = str(info.value)
+    assert "connection refused for 2s" in msg
+    assert "is the server up on that port?" in msg
+    assert "--ready-timeout SECONDS" in msg
+    waited = load_target(path)
+    waited = dataclasses.replace(waited, ready=waited.ready.waiting(0.5))
+    with pytest.raises(InfrastructureError, match=r"refused for 0.5s\): is the server up"):
+        await make_target(waited, Variant(()), tmp_path).start()
+
+
+@pytest.mark.parametrize(
+    ("standin", "error", "said"),
+    [
+        (
+            {"html": True},
+            UsageError,
+            ["is not an OpenAI-compatible API", "text/html", "<!DOCTYPE html>"],
+        ),
+        ({"key": "sesame"}, UsageError, ["HTTP 401", "wants an API key", "OPENAI_API_KEY"]),
+        (
+            {"broken": (500, "CUDA error: an illegal memory access")},
+            InfrastructureError,
+            ["is up but failing", "HTTP 500: CUDA error: an illegal memory access"],
+        ),
+        ({"not_openai": True}, InfrastructureError, ["all answered HTTP 404"]),
+    ],
+)
+async def test_an_endpoint_file_gets_the_checks_of_endpoint(
+    tmp_path: Path, standin: dict[str, Any], error: type[Exception], said: list[str]
+) -> None:
+    """What cannot become ready is said at once, as for ``--endpoint`` (the file's 600 s
+    readiness timeout is never waited)."""
+    with OpenAIStandin(**standin) as server:
+        target = make_target(load_target(endpoint_file(tmp_path, server.url, 600)), Variant(()),
+                             tmp_path)  # fmt: skip
+        with pytest.raises(error) as info:
+            await asyncio.wait_for(target.start(), 60)
+    for text in said:
+        assert text in str(info.value)
+    assert "not ready after" not in str(info.value)
+
+
+async def test_an_endpoint_file_sends_the_key(tmp_path: Path) -> None:
+    with OpenAIStandin(key="sesame") as server:
+        spec = load_target(endpoint_file(tmp_path, server.url))
+        assert await make_target(spec, Variant(()), tmp_path, api_key="sesame").start() == (
+            server.url
+        )
+        with pytest.raises(UsageError, match="the API key sent was refused"):
+            await make_target(spec, Variant(()), tmp_path, api_key="nope").start()
 
 
 # -- hook mode --------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from harness.client.door import verify_context
 from harness.target.readiness import served_model, server_version, wait_ready
 from harness.target.serverfacts import read_config
+from harness.target.spec import ReadySpec
 from harness.workload.dialect import model_names
 
 
@@ -29,7 +30,7 @@ async def test_first_contact_makes_no_tls_context_of_its_own(
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ssl, "create_default_context", counting)
-    await wait_ready(url, timeout_s=30)
+    await wait_ready(url, ReadySpec(timeout_s=30))
     model = await served_model(url)
     assert model
     assert await model_names(url, model)
