@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 INLINE_CLASSIFY_CHARS = 32_000
 #: at most this many turns in one batch sent to a process
 BATCH_MAX = 64
+#: the pipes' buffer to and from each process (the default is 64 KB; a turn's context alone
+#: is up to 8 KB)
+PIPE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,11 @@ class _Process:
         assert popen.stdout is not None
         self.wfd = popen.stdin.fileno()
         self.rfd = popen.stdout.fileno()
+        for fd in (self.wfd, self.rfd):  # a batch in one write, not 64 KB and a wake-up
+            with contextlib.suppress(ImportError, OSError, AttributeError):  # Linux only
+                import fcntl  # not on every platform
+
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         self.unsent = bytearray()
         self.received = bytearray()
         self.owed: collections.deque[list[tuple[Ask, asyncio.Future[Verdict | Failed]]]] = (

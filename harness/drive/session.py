@@ -342,12 +342,13 @@ class Session:
         if (
             sh.dialect_lock is not None
             and sh.dialect_lock.name == AUTO
-            and (out.source == "raw" or registry.has_markup(out.content))
+            and (out.source == "raw" or (not out.tool_calls and registry.has_markup(out.content)))
         ):
             # until the first markup settles the dialect, answers with markup are judged one
             # at a time, in the order they arrive (as on the loop): each sees what the last
-            # one settled. Answers without any (the server parsed the calls) settle nothing
-            # and go at once: queued here, every verdict of such a run waited for all others'.
+            # one settled. Answers whose calls the server parsed, and answers without markup,
+            # go at once (they settle it too, out of order): queued here, every verdict of a
+            # run with server-parsed calls waited for all the others'.
             async with sh.settling:
                 ask = replace(ask, dialect=sh.dialect)
                 result = await judge.classify(ask)
