@@ -212,7 +212,11 @@ def variant_tiers(ok: pd.DataFrame) -> dict[str, Any]:
     apart = acquitted if judged else suspects.iloc[0:0]
     apart = pd.concat([apart, unjudged]) if judged else apart
     if len(apart):
-        out["suspect_examples"] = [_example(r) for _, r in apart.head(3).iterrows()]
+        # a turn's attempts (a suspect answer sent again) are one example, with their count
+        turn = [k for k in ("repeat", "session", "turn") if k in apart]
+        attempts = apart.groupby(turn, sort=False)[turn[-1]].transform("size")
+        first = apart.assign(attempts=attempts).drop_duplicates(turn)
+        out["suspect_examples"] = [_example(r) for _, r in first.head(3).iterrows()]
     return out
 
 
@@ -222,6 +226,7 @@ def _example(row: Mapping[str, Any]) -> dict[str, Any]:
         "session": int(row["session"]),
         "turn": int(row["turn"]),
         "attempt": int(row["attempt"]),
+        "attempts": int(row.get("attempts") or 1),
         "label": str(row["label"]),
         "judged": bool(row["is_judged"]),
         "text": text[:160] + ("..." if len(text) > 160 else ""),
@@ -306,6 +311,7 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
             for e in examples:
                 how = "judged healthy" if e["judged"] else "not judged"
                 text = e["text"].replace("`", "'").replace("\n", " ")
-                out.append(f"- session {e['session']} turn {e['turn']} ({e['label']}, {how}): "
-                           f"`{text}`")  # fmt: skip
+                sent = f", sent {e['attempts']} times" if e.get("attempts", 1) > 1 else ""
+                out.append(f"- session {e['session']} turn {e['turn']} ({e['label']}, {how}"
+                           f"{sent}): `{text}`")  # fmt: skip
     return out

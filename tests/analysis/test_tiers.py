@@ -23,7 +23,7 @@ def test_the_headline_counts_structural_and_confirmed_where_the_judge_ran() -> N
         _turn("a", 2, "token_salad", "suspect", judge_confirmed=True),
         _turn("a", 3, "token_salad", "suspect", judge_confirmed=False),
         _turn("a", 4, "repetition", "suspect"),  # the judge could not score it
-        _turn("a", 5, "repetition", "confirmed"),  # a loop to the end: its own proof
+        _turn("a", 5, "repetition", "confirmed"),  # an earlier version's loop to the end
         _turn("b", 0, "token_salad", "suspect"),  # no judge in b: the detector alone
         _turn("b", 1, "ok_text"),
         _turn("b", 2, "invalid_tool_call", "structural"),
@@ -40,6 +40,16 @@ def test_the_headline_counts_structural_and_confirmed_where_the_judge_ran() -> N
     assert b["corrupted_turns"] == 2
     assert s["headline"]["counts"] == "structural+suspect"
     assert s["headline"]["text_detector_alone"] == ["b"]
+
+
+def test_a_suspect_sent_again_is_one_example_with_its_attempts() -> None:
+    rows = [_turn("a", 7, "repetition", "suspect", judge_confirmed=False, attempt=i)
+            for i in range(3)]  # fmt: skip
+    rows.append(_turn("a", 8, "token_salad", "suspect", judge_confirmed=False, attempt=0))
+    [v] = summarize(pd.DataFrame(rows), "r")["variants"]
+    assert v["tiers"]["suspect_acquitted"] == 4  # every row counts
+    examples = v["suspect_examples"]
+    assert [(e["session"], e["attempts"]) for e in examples] == [(7, 3), (8, 1)]
 
 
 def test_records_from_before_the_tiers_get_them_from_their_label() -> None:
