@@ -24,13 +24,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis import coverage, crossvariant, judge, livecontext, oracles, stats, tiers
+from harness.analysis import (
+    coverage,
+    crossvariant,
+    judge,
+    livecontext,
+    oracles,
+    stats,
+    tiers,
+    turnframe,
+)
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record import safejson
 from harness.record.outcomes import server_deaths
 from harness.record.rundir import CONFIRM_FILE, METRICS_FILE, RUN_FILE, TURNS_FILE
-from harness.record.turns import read_rows, read_turns
+from harness.record.turns import read_rows
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +96,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def load_run(run_dir: Path | str) -> RunData:
-    """Read turns.jsonl (required), run.json and metrics.jsonl (optional) of a run folder."""
+    """Read turns.jsonl (required), run.json and metrics.jsonl (optional) of a run folder.
+
+    The turns' text is kept only where the report quotes it (analysis.turnframe): the
+    flagged turns, and those the after-load findings made corrupted."""
     run_dir = Path(run_dir)
     turns_path = run_dir / TURNS_FILE
     if not turns_path.is_file():
@@ -104,10 +116,13 @@ def load_run(run_dir: Path | str) -> RunData:
         mrows = _read_jsonl(run_dir / METRICS_FILE)
         if mrows:
             metrics = pd.DataFrame.from_records(mrows)
-    frame = lost_to_deaths(turn_frame(run_dir), server_deaths(run_dir))
-    if meta.get("temperature") == 0:
+    greedy = meta.get("temperature") == 0
+    frame = lost_to_deaths(turn_frame(run_dir, greedy=greedy), server_deaths(run_dir))
+    if greedy:
         frame = with_reference(frame)
-    return RunData(run_dir=run_dir, turns=prepare(frame), meta=meta, metrics=metrics)
+    turns = prepare(frame)
+    turns = turnframe.fill_text(turns, turns_path, turns["is_corrupted"] | turns["is_suspect"])
+    return RunData(run_dir=run_dir, turns=turns, meta=meta, metrics=metrics)
 
 
 #: seconds before a server's death was seen in which a failed send counts as cut by it (the
@@ -136,10 +151,11 @@ def lost_to_deaths(frame: pd.DataFrame, deaths: list[dict[str, Any]]) -> pd.Data
     return frame
 
 
-def turn_frame(run_dir: Path) -> pd.DataFrame:
-    """turns.jsonl with what was found after the load: the judge's decisions (judge.jsonl,
-    the confirmed tier) and the exact oracles' findings."""
-    frame = pd.DataFrame.from_records(read_turns(run_dir / TURNS_FILE, text=True))
+def turn_frame(run_dir: Path, *, greedy: bool = False) -> pd.DataFrame:
+    """turns.jsonl (the text of the flagged turns only: analysis.turnframe; ``greedy``: each
+    answer's length and digest, for ``with_reference``) with what was found after the load:
+    the judge's decisions (judge.jsonl, the confirmed tier) and the exact oracles' findings."""
+    frame = turnframe.read_frame(run_dir / TURNS_FILE, greedy=greedy)
     decided, _ = judge.decide(judge.read_rows(run_dir))
     frame = tiers.merge_oracles(frame, oracles.oracle_evidence(run_dir))
     frame = tiers.merge_alone(frame, read_rows(run_dir / CONFIRM_FILE))  # re-sent alone
@@ -151,7 +167,14 @@ def with_reference(frame: pd.DataFrame) -> pd.DataFrame:
     cut short against another is confirmed corrupted: analysis.crossvariant)."""
     if "variant" not in frame or frame["variant"].nunique() < 2:
         return frame
-    return tiers.merge_reference(frame, crossvariant.evidence(frame.to_dict("records")))
+    cols = [c for c in _REFERENCE_COLUMNS if c in frame]
+    return tiers.merge_reference(frame, crossvariant.evidence(frame[cols].to_dict("records")))
+
+
+#: what ``crossvariant.evidence`` reads of a row
+_REFERENCE_COLUMNS = ("variant", "repeat", "session", "turn", "attempt", "content",
+                      "content_chars", "content_digest", "finish_reason", "label",
+                      "transport_error")  # fmt: skip
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:

@@ -234,10 +234,7 @@ def test_write_tidy_parquet_and_csv_fallback(
     assert back["evidence_offset"].iloc[6] == 3
     assert json.loads(back["tool_calls"].iloc[0]) == [{"name": "f", "arguments": "{bad"}]
 
-    def no_arrow(*a: Any, **k: Any) -> None:
-        raise ImportError("no pyarrow")
-
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", no_arrow)
+    monkeypatch.setattr(frames, "_arrow", lambda: None)
     csv = frames.write_tidy(df, tmp_path / "t2")
     assert csv.name == "t2.csv"
     assert len(pd.read_csv(csv)) == len(df)
