@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,7 +239,10 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
     n_transport = int(g["is_transport"].sum()) - n_cancelled - n_lost
     n_sent = len(g) - n_cancelled - n_lost
     s_rate, s_ci = _rate(k_sess, n_sess)
-    t_rate, t_ci = _rate(k_turns, n_turns)
+    per = ok.groupby(SESSION_KEY)["is_corrupted"].agg(["sum", "size"])
+    deff = stats.cluster_design_effect(per["sum"].tolist(), per["size"].tolist())
+    t_rate = k_turns / n_turns if n_turns else None
+    t_ci = list(stats.clustered_interval(k_turns, n_turns, deff, CONF))
     counts = g["label"].value_counts()
     labels = {lab: int(counts[lab]) for lab in ALL_LABELS if lab in counts}
     labels.update({str(lab): int(c) for lab, c in counts.items() if lab not in labels})
@@ -258,6 +262,7 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "session_corruption_ci": s_ci,
         "turn_corruption_rate": t_rate,
         "turn_corruption_ci": t_ci,
+        "turn_design_effect": round(deff, 4),
         "session_corruption_ci_lo": s_ci[0],
         "session_corruption_ci_hi": s_ci[1],
         "turn_corruption_ci_lo": t_ci[0],
@@ -333,22 +338,49 @@ def _hint(
 
 
 def _compare(base: dict[str, Any], v: dict[str, Any], unit: str, alpha: float) -> dict[str, Any]:
+    """Sessions: Fisher's exact test and Newcombe's interval. Turns, clustered in sessions:
+    the same on each arm's counts divided by its design effect (``stats.clustered_fisher``)."""
     kname, nname = ("corrupted_sessions", "sessions") if unit == "session" else (
         "corrupted_turns", "classified_turns")  # fmt: skip
     ka, na, kb, nb = base[kname], base[nname], v[kname], v[nname]
-    p = stats.fisher_exact(kb, nb, ka, na)
-    d, lo, hi = stats.diff_ci(kb, nb, ka, na, CONF)
-    comp: dict[str, Any] = {
-        "a": base["label"], "b": v["label"], "unit": unit, "test": "fisher_exact",
+    comp: dict[str, Any] = {"a": base["label"], "b": v["label"], "unit": unit}
+    if unit == "turn":
+        da, db = base.get("turn_design_effect", 1.0), v.get("turn_design_effect", 1.0)
+        p, (_, enb, _, ena) = stats.clustered_fisher(kb, nb, db, ka, na, da)
+        comp.update(
+            test="fisher_exact_design_effect", design_effect_a=da, design_effect_b=db,
+            effective_n_a=ena, effective_n_b=enb,
+        )  # fmt: skip
+        # Newcombe's interval at the effective sample sizes
+        d, lo, hi = stats.diff_ci(kb / db, nb / db, ka / da, na / da, CONF)
+    else:
+        comp["test"] = "fisher_exact"
+        p = stats.fisher_exact(kb, nb, ka, na)
+        d, lo, hi = stats.diff_ci(kb, nb, ka, na, CONF)
+    comp.update({
         "k_a": ka, "n_a": na, "k_b": kb, "n_b": nb,
         "rate_a": ka / na if na else None, "rate_b": kb / nb if nb else None,
         "p_value": p, "p_holm": p, "diff": d, "diff_ci": [lo, hi],
-    }  # fmt: skip
+    })  # fmt: skip
     if na and nb:
         comp["sample_size"], comp["hint"] = _hint(ka / na, kb / nb, na, nb, unit, alpha)
+        if unit == "turn" and comp["sample_size"] is not None:
+            deff = max(comp["design_effect_a"], comp["design_effect_b"])
+            comp["sample_size"] = math.ceil(comp["sample_size"] * deff)
+            comp["hint"] = _hint_turns(comp, deff, alpha)
     else:
         comp["sample_size"], comp["hint"] = None, f"no classified {unit}s on one side"
     return comp
+
+
+def _hint_turns(c: dict[str, Any], deff: float, alpha: float) -> str:
+    have = min(c["n_a"], c["n_b"])
+    enough = "already enough" if have >= c["sample_size"] else f"have {have}"
+    return (
+        f"about {c['sample_size']} turns per variant would detect {fmt_pct(c['rate_b'])} vs "
+        f"{fmt_pct(c['rate_a'])} (alpha {alpha}, power 80%, design effect {deff:.2f} of turns "
+        f"clustered in sessions; {enough})"
+    )
 
 
 def _comparison_verdict(c: dict[str, Any], alpha: float) -> str:
