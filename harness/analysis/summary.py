@@ -311,7 +311,11 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
 
 
 def fmt_pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
+    """A rate in percent, one decimal; two significant digits under 0.1% (a few in 10,000
+    is not "0.0%")."""
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.2g}%" if 0 < abs(x) < 1e-3 else f"{100 * x:.1f}%"
 
 
 def fmt_p(p: float | None) -> str:
