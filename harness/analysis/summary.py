@@ -387,6 +387,12 @@ def _hint_turns(c: dict[str, Any], deff: float, alpha: float) -> str:
     )
 
 
+def _points(x: float) -> str:
+    """A difference of rates in percentage points, signed: one decimal, two significant
+    digits under 0.1 points."""
+    return f"{100 * x:+.2g}" if 0 < abs(x) < 1e-3 else f"{100 * x:+.1f}"
+
+
 def _comparison_verdict(c: dict[str, Any], alpha: float) -> str:
     a, b, unit = c["a"], c["b"], c["unit"]
     if not c["n_a"] or not c["n_b"]:
@@ -397,8 +403,8 @@ def _comparison_verdict(c: dict[str, Any], alpha: float) -> str:
     if rb < ra:  # state the difference as "more minus less"
         d, lo, hi = -d, -hi, -lo
     rates = (
-        f"{fmt_pct(max(ra, rb))} vs {fmt_pct(min(ra, rb))} of {unit}s (difference {100 * d:+.1f} "
-        f"points, {CONF:.0%} CI {100 * lo:+.1f} to {100 * hi:+.1f})"
+        f"{fmt_pct(max(ra, rb))} vs {fmt_pct(min(ra, rb))} of {unit}s (difference "
+        f"{_points(d)} points, {CONF:.0%} CI {_points(lo)} to {_points(hi)})"
     )
     if c["p_holm"] < alpha:
         more, less = (b, a) if rb > ra else (a, b)

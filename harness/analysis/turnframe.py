@@ -83,20 +83,26 @@ def digest(text: str) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
+#: rows gathered as Python lists before they become a frame's arrays (bounds the lists)
+CHUNK_ROWS = 50_000
+
+
 class _Columns:
-    """Rows gathered column by column; each column's repeated values stored once."""
+    """Rows gathered column by column, each column's repeated values stored once; every
+    ``CHUNK_ROWS`` rows made a frame (arrays), the frames joined at the end."""
 
     def __init__(self) -> None:
         self.cols: dict[str, list[Any]] = {}
         self.shared: dict[str, dict[Any, Any]] = {}
         self.n = 0
+        self.frames: list[pd.DataFrame] = []
 
     def add(self, row: dict[str, Any]) -> None:
         for key, value in row.items():
             col = self.cols.get(key)
             if col is None:
                 col = self.cols[key] = [None] * self.n
-                self.shared[key] = {}
+                self.shared.setdefault(key, {})
             if isinstance(value, str) and key not in TEXT_FIELDS:
                 value = self.shared[key].setdefault(value, value)
             elif isinstance(value, dict) and key == "factors":
@@ -107,9 +113,32 @@ class _Columns:
         for col in self.cols.values():
             if len(col) < self.n:
                 col.append(None)
+        if self.n >= CHUNK_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.n:
+            self.frames.append(pd.DataFrame(self.cols))
+        self.cols, self.n = {}, 0
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.cols) if self.cols else pd.DataFrame()
+        self._flush()
+        if not self.frames:
+            return pd.DataFrame()
+        if len(self.frames) == 1:
+            return self.frames[0]
+        # a column all empty in one chunk (object) and numeric in another: numeric again
+        out = pd.concat(self.frames, ignore_index=True)
+        for name in out.columns:
+            kinds = {str(f[name].dtype) for f in self.frames if name in f} - {"object"}
+            numeric = bool(kinds) and kinds <= {"float64", "int64"}
+            if out[name].dtype == object and numeric and _all_numbers(out[name]):
+                out[name] = pd.to_numeric(out[name])
+        return out
+
+
+def _all_numbers(col: pd.Series) -> bool:
+    return bool(col.map(lambda x: x is None or isinstance(x, int | float)).all())
 
 
 def read_frame(path: Path, *, greedy: bool = False) -> pd.DataFrame:

@@ -66,6 +66,25 @@ def test_text_is_kept_only_for_flagged_turns_and_the_numbers_are_the_same(
     assert analysis.summarize(df, "x") == analysis.summarize(whole, "x")
 
 
+def test_rows_read_in_chunks_make_the_same_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = rows_with_salad()
+    for r in rows[:7]:  # a first chunk where these are empty, numbers in the next ones
+        r["ttft_s"], r["prompt_tokens"] = None, None
+    rows[30]["extra"] = 5  # a field only a later chunk has
+    run_dir = write(tmp_path / "r", rows)
+    once = analysis.load_run(run_dir).turns
+    monkeypatch.setattr(turnframe, "CHUNK_ROWS", 7)
+    chunked = analysis.load_run(run_dir).turns
+    assert len(chunked) == len(once)
+    for col in ("ttft_s", "prompt_tokens", "session", "label", "content", "is_corrupted"):
+        assert chunked[col].dtype == once[col].dtype, col
+        assert chunked[col].fillna(-1).tolist() == once[col].fillna(-1).tolist(), col
+    assert chunked["extra"].fillna(-1).tolist() == once["extra"].fillna(-1).tolist()
+    assert analysis.summarize(chunked, "x") == analysis.summarize(once, "x")
+
+
 def test_tidy_export_reads_the_text_back_a_chunk_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
