@@ -8,7 +8,6 @@ Each takes the frame of ``analysis.summary.prepare`` (one row per turn, ``is_tra
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ import pandas as pd
 from harness.analysis import stats, turnframe
 from harness.analysis.summary import CONF
 from harness.labels import ALL_LABELS
+from harness.record import safejson
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,13 @@ def tidy_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _json_text(x: object) -> str | None:
-    return None if x is None else json.dumps(x, ensure_ascii=False)
+    """A value as JSON text (orjson where it can: a tenth of the standard library's time)."""
+    if x is None:
+        return None
+    try:
+        return safejson.dumps(x).decode("utf-8")
+    except safejson.Unencodable:  # (nothing read back from turns.jsonl is)
+        return str(x)
 
 
 def _text_part(texts: Sequence[Mapping[str, Any]], index: pd.Index) -> pd.DataFrame:

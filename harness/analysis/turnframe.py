@@ -169,10 +169,13 @@ def read_frame(path: Path, *, greedy: bool = False) -> pd.DataFrame:
 def read_text(path: Path, offsets: Iterable[int]) -> dict[int, dict[str, Any]]:
     """The text fields of the rows at these byte offsets (``TEXT_AT``), printable."""
     out: dict[int, dict[str, Any]] = {}
+    pos = -1
     with open(path, "rb") as fh:
         for at in sorted(set(offsets)):
-            fh.seek(at)
+            if at != pos:  # the next line is read where the last one ended: no seek
+                fh.seek(at)
             raw = fh.readline()
+            pos = at + len(raw)
             try:
                 row = _loads(raw)
             except json.JSONDecodeError:
