@@ -70,7 +70,8 @@ ALLOWED: dict[str, set[str]] = {
 #: The only function-local imports of harness modules: the command layer loads a command's
 #: modules when that command runs, so that ``harness --help`` imports no pandas, scipy or
 #: matplotlib (nor the simulator's web stack); ``sequential`` takes scipy only when a run
-#: takes looks. (tests/test_layout.py keeps their number at 8 at most, each with its reason.)
+#: takes looks; ``run`` takes pandas for the detector's false alarms only in a dry run.
+#: (tests/test_layout.py keeps their number at 8 at most, each with its reason.)
 LAZY_HEAVY: set[tuple[str, str]] = {
     ("harness.cli.main", "harness.cli.run"),  # the run stack: numpy
     ("harness.cli.main", "harness.cli.inspection"),  # numpy, jsonschema, the run stack
@@ -78,6 +79,8 @@ LAZY_HEAVY: set[tuple[str, str]] = {
     ("harness.cli.gates", "harness.report.build"),  # pandas, matplotlib
     ("harness.cli.bisect", "harness.run.bisect"),  # pandas (the runs' turns read together)
     ("harness.analysis.sequential", "harness.analysis.stats"),  # scipy
+    # pandas: only for --dry-run --detect (the verdict's measured false alarms)
+    ("harness.cli.run", "harness.analysis.tiers"),
 }
 
 

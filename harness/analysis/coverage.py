@@ -42,8 +42,13 @@ def tool_call_summary(ok: pd.DataFrame) -> dict[str, Any]:
     if "workload" not in ok or not (ok["workload"] == "tools").any():
         return {}
     ok = ok[ok["workload"] == "tools"]
-    calls = ok["tool_calls"] if "tool_calls" in ok else pd.Series([None] * len(ok), index=ok.index)
-    has_call = calls.map(lambda c: bool(c)) & (ok["label"] != PARSER_LEAK)
+    if "tool_call_count" in ok:  # a frame read without the text (analysis.turnframe)
+        called = ok["tool_call_count"].fillna(0).astype(int) > 0
+    elif "tool_calls" in ok:
+        called = ok["tool_calls"].map(lambda c: bool(c))
+    else:
+        called = pd.Series(False, index=ok.index)
+    has_call = called & (ok["label"] != PARSER_LEAK)
     per_session = has_call.groupby([ok[k] for k in SESSION_KEY]).any()
     n, without = int(per_session.size), int((~per_session).sum())
     out: dict[str, Any] = {
@@ -68,11 +73,16 @@ def tool_call_summary(ok: pd.DataFrame) -> dict[str, Any]:
 def reasoning_summary(ok: pd.DataFrame) -> dict[str, Any]:
     """Turns whose content carried the model's reasoning (a think block, Harmony's analysis
     channel): judged apart from the answer, never counted as corruption, said once."""
-    if "evidence" not in ok or ok.empty:
+    if "reasoning_in_content" in ok:  # a frame read without the text (analysis.turnframe)
+        forms = ok["reasoning_in_content"]
+    elif "evidence" in ok:
+        forms = ok["evidence"].map(
+            lambda e: e.get("reasoning_in_content") if isinstance(e, dict) else None
+        )
+    else:
         return {}
-    forms = ok["evidence"].map(
-        lambda e: e.get("reasoning_in_content") if isinstance(e, dict) else None
-    )
+    if ok.empty:
+        return {}
     n = int(forms.notna().sum())
     if not n:
         return {}

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from itertools import permutations
 from typing import Any
 
+from harness.analysis.turnframe import digest
+
 SHORT_SHARE = 0.35  # an answer under this share of the other's length is cut short
 MIN_REFERENCE_CHARS = 200  # ... when the other's has at least this many characters
 
@@ -45,17 +47,25 @@ REFERENCE_LABELS = frozenset({"ok_text", "ok_tool_call", "truncated"})
 def cut_short(answer: Mapping[str, Any], reference: Mapping[str, Any]) -> bool:
     """Whether ``answer`` stopped by itself far shorter than ``reference`` (same request),
     a healthy answer."""
-    mine, theirs = _text(answer).strip(), _text(reference).strip()
+    mine, theirs = _shape(answer), _shape(reference)
     if mine == theirs or answer.get("finish_reason") != "stop":
         return False
     if reference.get("label") not in REFERENCE_LABELS:
         return False
-    return len(theirs) >= MIN_REFERENCE_CHARS and len(mine) < SHORT_SHARE * len(theirs)
+    return theirs[0] >= MIN_REFERENCE_CHARS and mine[0] < SHORT_SHARE * theirs[0]
 
 
-def _text(row: Mapping[str, Any]) -> str:
+def _shape(row: Mapping[str, Any]) -> tuple[int, str]:
+    """The stripped answer's length and digest: from its content, or from what a frame read
+    without the text keeps of it (``content_chars``, ``content_digest``:
+    analysis.turnframe)."""
     content = row.get("content")
-    return content if isinstance(content, str) else ""
+    if isinstance(content, str) and (content or not isinstance(row.get("content_digest"), str)):
+        return len(content.strip()), digest(content)
+    chars, key = row.get("content_chars"), row.get("content_digest")
+    if isinstance(key, str) and isinstance(chars, int | float) and chars == chars:
+        return int(chars), key
+    return 0, digest("")
 
 
 def _final_sends(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[tuple[Any, ...], Any]]:
@@ -73,7 +83,9 @@ def _final_sends(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[tuple[Any,
 
 def _answered(row: Mapping[str, Any] | None) -> bool:
     """An answer came back (a row read by pandas has NaN where a field is empty)."""
-    if row is None or not isinstance(row.get("content"), str):
+    if row is None:
+        return False
+    if not isinstance(row.get("content"), str) and not isinstance(row.get("content_digest"), str):
         return False
     failure = row.get("transport_error")
     return not (isinstance(failure, str) and failure)
@@ -92,7 +104,7 @@ def evidence(rows: Iterable[Mapping[str, Any]]) -> dict[Key, tuple[str, str]]:
                 if not (_answered(a) and _answered(b)):
                     break
                 key = (mine, a.get("repeat") or 0, a.get("session"), turn, a.get("attempt") or 0)
-                same = _text(a).strip() == _text(b).strip()
+                same = _shape(a) == _shape(b)
                 if cut_short(a, b):
                     out[key] = (CUT_SHORT, theirs)
                 elif same and key not in out:

@@ -133,23 +133,23 @@ def merge_into_turns(run_dir: Path) -> int:
         return 0
     by_key = {tuple(r.get(k) for k in KEY): r for r in scored}
     path = run_dir / TURNS_FILE
-    out: list[bytes] = []
-    n = 0
-    for line in path.read_bytes().splitlines(keepends=True):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            out.append(line)
-            continue
-        hit = by_key.get(tuple(row.get(k) for k in KEY))
-        if hit is None:
-            out.append(line)
-            continue
-        row.update(judge_nll=round(hit["judge_nll"], 6), judge_nll_worst=round(
-            hit["judge_nll_worst"], 6), judge_confirmed=hit["judge_confirmed"])  # fmt: skip
-        out.append(json.dumps(row).encode() + b"\n")  # (ASCII: any lone surrogate survives)
-        n += 1
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"".join(out))
+    n = 0
+    # line by line: a run of 200,000 turns is not held in memory twice
+    with open(path, "rb") as src, open(tmp, "wb") as out:
+        for line in src:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                out.write(line)
+                continue
+            hit = by_key.get(tuple(row.get(k) for k in KEY)) if isinstance(row, dict) else None
+            if hit is None:
+                out.write(line)
+                continue
+            row.update(judge_nll=round(hit["judge_nll"], 6), judge_nll_worst=round(
+                hit["judge_nll_worst"], 6), judge_confirmed=hit["judge_confirmed"])  # fmt: skip
+            out.write(json.dumps(row).encode() + b"\n")  # (ASCII: any lone surrogate survives)
+            n += 1
     os.replace(tmp, path)
     return n

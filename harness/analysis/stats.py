@@ -1,7 +1,16 @@
 """Small-sample statistics for corruption rates.
 
 Corruption counts are small (often 0 to a few dozen events), so every interval here is a score
-interval (Wilson, Newcombe) rather than the normal approximation, and every test is exact.
+interval (Wilson, Newcombe) or an exact one (Clopper-Pearson) rather than the normal
+approximation, and every test is exact.
+
+Turns are clustered in sessions (a session's turns share its context, its server state, its
+history), so a rate over turns varies more than a binomial's of as many independent turns. The
+ratio of the two variances, the design effect, is estimated from the sessions' counts
+(``cluster_design_effect``); an interval of a turn rate uses the effective sample size
+(``clustered_interval``), a comparison of two divides each arm's counts by its design effect
+(``clustered_fisher``, Rao and Scott's correction), and the planner inflates the turns a
+variant needs by it (``turns_needed``).
 """
 
 from __future__ import annotations
@@ -30,12 +39,12 @@ def _z(conf: float) -> float:
     return float(_scipy().norm.ppf(1.0 - (1.0 - conf) / 2.0))
 
 
-def _check_counts(k: int, n: int) -> None:
+def _check_counts(k: float, n: float) -> None:
     if n < 0 or k < 0 or k > n:
         raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
 
 
-def wilson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+def wilson(k: float, n: float, conf: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for the proportion k/n (no continuity correction).
 
     With n == 0 nothing is known and the interval is the whole range (0.0, 1.0).
@@ -88,7 +97,9 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def diff_ci(k1: int, n1: int, k2: int, n2: int, conf: float = 0.95) -> tuple[float, float, float]:
+def diff_ci(
+    k1: float, n1: float, k2: float, n2: float, conf: float = 0.95
+) -> tuple[float, float, float]:
     """Difference p1 - p2 with Newcombe's hybrid score interval (his method 10, 1998).
 
     Built from the two Wilson intervals (l1, u1) and (l2, u2):
@@ -144,13 +155,7 @@ def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
     """The exact (Clopper-Pearson) interval for k events in n trials: never narrower than the
     truth, at the rates of a few in 10,000 where a score interval's coverage dips."""
     _check_counts(k, n)
-    if n == 0:
-        return (0.0, 1.0)
-    a = (1.0 - conf) / 2.0
-    beta = _scipy().beta
-    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1.0 - a, k + 1, n - k))
-    return (lo, hi)
+    return clopper_pearson_real(k, n, conf)
 
 
 def design_effect(turns_per_session: float, icc: float) -> float:
@@ -193,3 +198,65 @@ def turns_needed(
         "observed_baseline": observed[0],
         "observed_rate": observed[1],
     }
+
+
+def cluster_design_effect(events: Sequence[float], turns: Sequence[float]) -> float:
+    """The design effect of a rate of events over turns clustered in sessions, estimated from
+    each session's events and turns: the variance of the ratio estimator (sessions as the
+    sampled units) over the binomial variance of as many independent turns; at least 1 (a
+    rate from fewer than two sessions, or of 0 or 1, gets 1)."""
+    if len(events) != len(turns):
+        raise ValueError("one count of events and one of turns per session")
+    total = float(sum(turns))
+    if len(turns) < 2 or total <= 0:
+        return 1.0
+    p = float(sum(events)) / total
+    if p <= 0.0 or p >= 1.0:
+        return 1.0
+    s = len(turns)
+    spread = sum((k - p * m) ** 2 for k, m in zip(events, turns, strict=True))
+    clustered = s / (s - 1) * spread / (total * total)
+    return max(1.0, clustered / (p * (1.0 - p) / total))
+
+
+def clustered_interval(k: int, n: int, deff: float, conf: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of k events in n clustered turns, at the effective
+    sample size n / deff (Korn and Graubard, 1998): the plain exact interval when deff is 1."""
+    _check_counts(k, n)
+    if deff < 1.0:
+        raise ValueError(f"a design effect is at least 1, got {deff}")
+    return clopper_pearson_real(k / deff, n / deff, conf)
+
+
+def clopper_pearson_real(k: float, n: float, conf: float = 0.95) -> tuple[float, float]:
+    """``clopper_pearson`` for effective (non-integer) counts, 0 <= k <= n."""
+    if n <= 0:
+        return (0.0, 1.0)
+    if not 0.0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    a = (1.0 - conf) / 2.0
+    beta = _scipy().beta
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1.0 - a, k + 1, n - k))
+    return (lo, hi)
+
+
+def effective_counts(k: int, n: int, deff: float) -> tuple[int, int]:
+    """k and n divided by the design effect (Rao and Scott, 1992), rounded; a non-empty arm
+    keeps at least one turn."""
+    if n <= 0:
+        return 0, 0
+    ne = max(1, round(n / deff))
+    return min(ne, round(k / deff)), ne
+
+
+def clustered_fisher(
+    k1: int, n1: int, deff1: float, k2: int, n2: int, deff2: float
+) -> tuple[float, tuple[int, int, int, int]]:
+    """Two rates of events over turns clustered in sessions compared: Fisher's exact test on
+    each arm's counts divided by its design effect (Rao and Scott's first-order correction:
+    a test on independent turns at the effective sample sizes). The p-value, and the
+    effective counts (k1, n1, k2, n2)."""
+    ke1, ne1 = effective_counts(k1, n1, deff1)
+    ke2, ne2 = effective_counts(k2, n2, deff2)
+    return fisher_exact(ke1, ne1, ke2, ne2), (ke1, ne1, ke2, ne2)

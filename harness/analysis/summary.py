@@ -34,13 +34,14 @@ from harness.analysis import (
     oracles,
     stats,
     tiers,
+    turnframe,
 )
 from harness.errors import UsageError
 from harness.labels import ALL_LABELS, CANCELLED, CORRUPTED_LABELS, HARNESS_ERROR, TRANSPORT_ERROR
 from harness.record import safejson
 from harness.record.outcomes import server_deaths
 from harness.record.rundir import CONFIRM_FILE, METRICS_FILE, RUN_FILE, TURNS_FILE
-from harness.record.turns import read_rows, read_turns
+from harness.record.turns import read_rows
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def load_run(run_dir: Path | str) -> RunData:
-    """Read turns.jsonl (required), run.json and metrics.jsonl (optional) of a run folder."""
+    """Read turns.jsonl (required), run.json and metrics.jsonl (optional) of a run folder.
+
+    The turns' text is kept only where the report quotes it (analysis.turnframe): the
+    flagged turns, and those the after-load findings made corrupted."""
     run_dir = Path(run_dir)
     turns_path = run_dir / TURNS_FILE
     if not turns_path.is_file():
@@ -114,10 +118,13 @@ def load_run(run_dir: Path | str) -> RunData:
         mrows = _read_jsonl(run_dir / METRICS_FILE)
         if mrows:
             metrics = pd.DataFrame.from_records(mrows)
-    frame = lost_to_deaths(turn_frame(run_dir), server_deaths(run_dir))
-    if meta.get("temperature") == 0:
+    greedy = meta.get("temperature") == 0
+    frame = lost_to_deaths(turn_frame(run_dir, greedy=greedy), server_deaths(run_dir))
+    if greedy:
         frame = with_reference(frame)
-    return RunData(run_dir=run_dir, turns=prepare(frame), meta=meta, metrics=metrics)
+    turns = prepare(frame)
+    turns = turnframe.fill_text(turns, turns_path, turns["is_corrupted"] | turns["is_suspect"])
+    return RunData(run_dir=run_dir, turns=turns, meta=meta, metrics=metrics)
 
 
 #: seconds before a server's death was seen in which a failed send counts as cut by it (the
@@ -146,10 +153,11 @@ def lost_to_deaths(frame: pd.DataFrame, deaths: list[dict[str, Any]]) -> pd.Data
     return frame
 
 
-def turn_frame(run_dir: Path) -> pd.DataFrame:
-    """turns.jsonl with what was found after the load: the judge's decisions (judge.jsonl,
-    the confirmed tier) and the exact oracles' findings."""
-    frame = pd.DataFrame.from_records(read_turns(run_dir / TURNS_FILE, text=True))
+def turn_frame(run_dir: Path, *, greedy: bool = False) -> pd.DataFrame:
+    """turns.jsonl (the text of the flagged turns only: analysis.turnframe; ``greedy``: each
+    answer's length and digest, for ``with_reference``) with what was found after the load:
+    the judge's decisions (judge.jsonl, the confirmed tier) and the exact oracles' findings."""
+    frame = turnframe.read_frame(run_dir / TURNS_FILE, greedy=greedy)
     decided, _ = judge.decide(judge.read_rows(run_dir))
     frame = tiers.merge_oracles(frame, oracles.oracle_evidence(run_dir))
     frame = tiers.merge_alone(frame, read_rows(run_dir / CONFIRM_FILE))  # re-sent alone
@@ -161,7 +169,14 @@ def with_reference(frame: pd.DataFrame) -> pd.DataFrame:
     cut short against another is confirmed corrupted: analysis.crossvariant)."""
     if "variant" not in frame or frame["variant"].nunique() < 2:
         return frame
-    return tiers.merge_reference(frame, crossvariant.evidence(frame.to_dict("records")))
+    cols = [c for c in _REFERENCE_COLUMNS if c in frame]
+    return tiers.merge_reference(frame, crossvariant.evidence(frame[cols].to_dict("records")))
+
+
+#: what ``crossvariant.evidence`` reads of a row
+_REFERENCE_COLUMNS = ("variant", "repeat", "session", "turn", "attempt", "content",
+                      "content_chars", "content_digest", "finish_reason", "label",
+                      "transport_error")  # fmt: skip
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
@@ -225,7 +240,10 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
     n_transport = int(g["is_transport"].sum()) - n_cancelled - n_lost
     n_sent = len(g) - n_cancelled - n_lost
     s_rate, s_ci = _rate(k_sess, n_sess)
-    t_rate, t_ci = _rate(k_turns, n_turns)
+    per = ok.groupby(SESSION_KEY)["is_corrupted"].agg(["sum", "size"])
+    deff = stats.cluster_design_effect(per["sum"].tolist(), per["size"].tolist())
+    t_rate = k_turns / n_turns if n_turns else None
+    t_ci = list(stats.clustered_interval(k_turns, n_turns, deff, CONF))
     counts = g["label"].value_counts()
     labels = {lab: int(counts[lab]) for lab in ALL_LABELS if lab in counts}
     labels.update({str(lab): int(c) for lab, c in counts.items() if lab not in labels})
@@ -245,6 +263,7 @@ def _variant_summary(label: str, factors: Mapping[str, str], g: pd.DataFrame) ->
         "session_corruption_ci": s_ci,
         "turn_corruption_rate": t_rate,
         "turn_corruption_ci": t_ci,
+        "turn_design_effect": round(deff, 4),
         "session_corruption_ci_lo": s_ci[0],
         "session_corruption_ci_hi": s_ci[1],
         "turn_corruption_ci_lo": t_ci[0],
@@ -332,22 +351,49 @@ def _hint(
 
 
 def _compare(base: dict[str, Any], v: dict[str, Any], unit: str, alpha: float) -> dict[str, Any]:
+    """Sessions: Fisher's exact test and Newcombe's interval. Turns, clustered in sessions:
+    the same on each arm's counts divided by its design effect (``stats.clustered_fisher``)."""
     kname, nname = ("corrupted_sessions", "sessions") if unit == "session" else (
         "corrupted_turns", "classified_turns")  # fmt: skip
     ka, na, kb, nb = base[kname], base[nname], v[kname], v[nname]
-    p = stats.fisher_exact(kb, nb, ka, na)
-    d, lo, hi = stats.diff_ci(kb, nb, ka, na, CONF)
-    comp: dict[str, Any] = {
-        "a": base["label"], "b": v["label"], "unit": unit, "test": "fisher_exact",
+    comp: dict[str, Any] = {"a": base["label"], "b": v["label"], "unit": unit}
+    if unit == "turn":
+        da, db = base.get("turn_design_effect", 1.0), v.get("turn_design_effect", 1.0)
+        p, (_, enb, _, ena) = stats.clustered_fisher(kb, nb, db, ka, na, da)
+        comp.update(
+            test="fisher_exact_design_effect", design_effect_a=da, design_effect_b=db,
+            effective_n_a=ena, effective_n_b=enb,
+        )  # fmt: skip
+        # Newcombe's interval at the effective sample sizes
+        d, lo, hi = stats.diff_ci(kb / db, nb / db, ka / da, na / da, CONF)
+    else:
+        comp["test"] = "fisher_exact"
+        p = stats.fisher_exact(kb, nb, ka, na)
+        d, lo, hi = stats.diff_ci(kb, nb, ka, na, CONF)
+    comp.update({
         "k_a": ka, "n_a": na, "k_b": kb, "n_b": nb,
         "rate_a": ka / na if na else None, "rate_b": kb / nb if nb else None,
         "p_value": p, "p_holm": p, "diff": d, "diff_ci": [lo, hi],
-    }  # fmt: skip
+    })  # fmt: skip
     if na and nb:
         comp["sample_size"], comp["hint"] = _hint(ka / na, kb / nb, na, nb, unit, alpha)
+        if unit == "turn" and comp["sample_size"] is not None:
+            deff = max(comp["design_effect_a"], comp["design_effect_b"])
+            comp["sample_size"] = math.ceil(comp["sample_size"] * deff)
+            comp["hint"] = _hint_turns(comp, deff, alpha)
     else:
         comp["sample_size"], comp["hint"] = None, f"no classified {unit}s on one side"
     return comp
+
+
+def _hint_turns(c: dict[str, Any], deff: float, alpha: float) -> str:
+    have = min(c["n_a"], c["n_b"])
+    enough = "already enough" if have >= c["sample_size"] else f"have {have}"
+    return (
+        f"about {c['sample_size']} turns per variant would detect {fmt_pct(c['rate_b'])} vs "
+        f"{fmt_pct(c['rate_a'])} (alpha {alpha}, power 80%, design effect {deff:.2f} of turns "
+        f"clustered in sessions; {enough})"
+    )
 
 
 def _comparison_verdict(c: dict[str, Any], alpha: float) -> str:

@@ -113,7 +113,12 @@ def _budget(args: argparse.Namespace, sessions: int) -> int | None:
 
 
 def _detect_lines(text: str, opts: RunOptions) -> list[str]:
-    """``--detect RATE:BASELINE`` for ``--dry-run``."""
+    """``--detect RATE:BASELINE`` for ``--dry-run``: the false alarms of the verdict the
+    headline will rest on (the text detector's measured rate with ``--judge off``, else the
+    judge's confirmed tier, whose false alarms are taken as none, and the detector's line
+    beside it for a server that cannot score); with ``--until-significant``, its rounds."""
+    from harness.analysis.tiers import DETECTOR_FALSE_ALARMS  # pandas: for --dry-run only
+
     try:
         rate, baseline = (float(x) for x in text.split(":"))
     except ValueError:
@@ -122,7 +127,30 @@ def _detect_lines(text: str, opts: RunOptions) -> list[str]:
         raise UsageError(f"--detect {text!r}: two different rates between 0 and 1")
     sc = opts.scenario
     per_session = max(1, min(sc.max_turns, sc.steps + 1))
-    return rare_event_lines(per_session, opts.load.sessions, rate, baseline)
+    sessions, looks = opts.load.sessions, 1
+    most, alpha = opts.schedule.max_sessions, opts.schedule.alpha
+    if most and opts.source.workload is None:
+        looks = math.ceil(most / sessions)
+        sessions = looks * sessions
+    detector = float(DETECTOR_FALSE_ALARMS["rate"])
+    alone = opts.after.judge == "off"
+    lines = rare_event_lines(
+        per_session, sessions, rate, baseline, alpha=alpha,
+        false_alarm=detector if alone else 0.0, looks=looks,
+    )  # fmt: skip
+    if alone:
+        lines.append("  false alarms: the text detector's measured rate (--judge off)")
+    else:
+        bare = rare_event_lines(
+            per_session, sessions, rate, baseline, alpha=alpha,
+            false_alarm=detector, looks=looks,
+        )  # fmt: skip
+        lines.append(
+            "  false alarms: none assumed (the judge confirms the detector's suspects); where "
+            f"the server cannot score them, the text detector alone ({detector:.2%} of clean "
+            "turns): " + bare[0].split(": ", 1)[1].split(" (design", 1)[0]
+        )
+    return lines
 
 
 def _workers(asked: int | str | None, concurrency: int) -> int:

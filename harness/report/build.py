@@ -418,7 +418,7 @@ def write_report(run_dir: Path | str, alpha: float = analysis.ALPHA) -> Summary:
         json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     if len(run.turns):
-        frames.write_tidy(run.turns, run_dir / TIDY_FILE)
+        frames.write_tidy(run.turns, run_dir / TIDY_FILE, source=run_dir / TURNS_FILE)
     examples = worst_examples(run.turns) if len(run.turns) else {}
     (run_dir / REPORT_MD).write_text(
         render_markdown(summary, summary["plots"], examples), encoding="utf-8"

@@ -41,8 +41,11 @@ mark.bad{background:#f8c9cf;color:#7a0010;outline:1px solid #d1495b;outline-offs
 
 
 METHOD = (
-    "Intervals are {:.0%} Wilson intervals; p-values are two-sided Fisher exact tests against "
-    "the baseline, Holm-corrected per unit (sessions, turns)."
+    "Intervals are {:.0%} Wilson intervals for sessions, exact (Clopper-Pearson) ones for "
+    "turns at their effective sample size (the turns over their design effect: turns are "
+    "clustered in sessions); p-values are two-sided Fisher exact tests against the baseline "
+    "(for turns, on the counts over each variant's design effect), Holm-corrected per unit "
+    "(sessions, turns)."
 )
 
 

@@ -56,7 +56,8 @@ def rate_axis_top(cis: Sequence[Sequence[float]]) -> float:
 
 
 def plot_rates(summary: analysis.Summary, path: Path) -> Path:
-    """Session and turn corruption rate per variant, with Wilson intervals."""
+    """Session and turn corruption rate per variant, with their intervals (Wilson for
+    sessions, exact at the effective sample size for turns: analysis.summary)."""
     variants = summary["variants"]
     names = [v["label"] for v in variants]
     height = max(2.6, 0.55 * len(names) + 1.4)
@@ -80,7 +81,8 @@ def plot_rates(summary: analysis.Summary, path: Path) -> Path:
             ax.text(hi + 0.02 * top, yi, f"{v[kkey]}/{v[nkey]}", va="center", fontsize=9)
         ax.set_xlim(0, top)
         ax.xaxis.set_major_formatter(PercentFormatter(1.0))
-        ax.set_xlabel(f"corrupted {unit}s (% of {unit}s, 95% Wilson CI)")
+        how = "Wilson" if unit == "session" else "exact, clustered"
+        ax.set_xlabel(f"corrupted {unit}s (% of {unit}s, 95% {how} CI)")
         ax.set_title(f"{unit.capitalize()} corruption rate")
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(y, names)

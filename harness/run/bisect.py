@@ -90,11 +90,11 @@ def counts(runs: dict[str, Path]) -> dict[str, tuple[int, int]]:
     frames = []
     greedy = True
     for level, run_dir in runs.items():
-        frame = summary.turn_frame(run_dir)
-        frame["variant"] = level
-        frames.append(frame)
         meta = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
         greedy = greedy and meta.get("temperature") == 0
+        frame = summary.turn_frame(run_dir, greedy=True)
+        frame["variant"] = level
+        frames.append(frame)
     both = pd.concat(frames, ignore_index=True)
     both = summary.prepare(summary.with_reference(both) if greedy else both)
     ok = both[~both["is_transport"] & ~both["is_harness"]]

@@ -157,30 +157,42 @@ def rare_event_lines(
     rate: float,
     baseline: float,
     *,
-    power: float = 0.8,
     alpha: float = 0.05,
-    icc: float = 0.0,
     false_alarm: float = 0.0,
+    looks: int = 1,
 ) -> list[str]:
     """``--dry-run``: the turns and sessions a variant needs to tell ``rate`` from
-    ``baseline`` (``analysis.stats.turns_needed``), against the sessions asked."""
+    ``baseline`` (``analysis.stats.turns_needed``) at 80% power, the turns of a session
+    taken as independent (an intra-session correlation of 0), against the sessions asked.
+    ``looks``: ``--until-significant``'s rounds, each testing at alpha / looks (as its loop
+    does: ``analysis.sequential``), ``sessions`` then the budget."""
+    power, icc = 0.8, 0.0
+    level = alpha / max(1, looks)
     need = stats.turns_needed(
         rate,
         baseline,
-        alpha=alpha,
+        alpha=level,
         power=power,
         turns_per_session=turns_per_session,
         icc=icc,
         false_alarm=false_alarm,
     )
     have = sessions * turns_per_session
+    at = f"two-sided alpha {alpha:g}" if looks <= 1 else f"alpha {alpha:g} / {looks} looks"
     lines = [
         f"to tell a turn corruption rate of {rate:.2%} from {baseline:.2%} "
-        f"({power:.0%} power, two-sided alpha {alpha:g}): {need['turns']:,} turns a variant, "
+        f"({power:.0%} power, {at}): {need['turns']:,} turns a variant, "
         f"{need['sessions']:,} sessions of about {turns_per_session:g} turns "
         f"(design effect {need['design_effect']:g} for intra-session correlation {icc:g}, "
         f"false alarms {false_alarm:.3%} of clean turns)",
-        f"  this run: {sessions:,} sessions, about {have:,.0f} turns a variant"
-        + ("" if have >= need["turns"] else " (too few: --sessions or --until-significant)"),
+        f"  this run{' at most' if looks > 1 else ''}: {sessions:,} sessions, about "
+        f"{have:,.0f} turns a variant"
+        + (
+            ""
+            if have >= need["turns"]
+            else " (too few: --sessions or --until-significant)"
+            if looks <= 1
+            else " (too few: a larger --max-sessions)"
+        ),
     ]
     return lines

@@ -66,7 +66,11 @@ def test_small_frame_counts() -> None:
     assert b["session_corruption_rate"] == pytest.approx(2 / 3)
     assert b["session_corruption_ci"] == pytest.approx(list(stats.wilson(2, 3)))
     assert b["turn_corruption_rate"] == pytest.approx(3 / 7)
-    assert b["turn_corruption_ci"] == pytest.approx(list(stats.wilson(3, 7)))
+    # turns clustered in sessions: the exact interval at the effective sample size
+    deff = stats.cluster_design_effect([2, 0, 1], [2, 2, 3])
+    assert deff > 1
+    assert b["turn_design_effect"] == pytest.approx(deff, abs=1e-4)
+    assert b["turn_corruption_ci"] == pytest.approx(list(stats.clustered_interval(3, 7, deff)))
     assert b["labels"] == {"ok_tool_call": 4, "malformed_tool_call": 1, "token_salad": 1,
                            "repetition": 1, "transport_error": 1}  # fmt: skip
     assert b["first_corrupted_turn_median"] == pytest.approx(0.5)  # first bad turns 0 and 1
@@ -85,7 +89,13 @@ def test_comparisons_shape_and_values() -> None:
     d, lo, hi = stats.diff_ci(2, 3, 0, 3)
     assert sc["diff"] == pytest.approx(d)
     assert sc["diff_ci"] == pytest.approx([lo, hi])
-    assert tc["p_value"] == pytest.approx(stats.fisher_exact(3, 7, 0, 5))
+    # turns: Fisher's test on the counts over each arm's design effect
+    assert tc["test"] == "fisher_exact_design_effect"
+    deff = stats.cluster_design_effect([2, 0, 1], [2, 2, 3])
+    assert tc["design_effect_a"] == 1.0
+    effective = stats.fisher_exact(round(3 / deff), round(7 / deff), 0, 5)
+    assert tc["p_value"] == pytest.approx(effective)
+    assert tc["effective_n_b"] == round(7 / deff) < 7
     assert not sc["significant"]
     assert sc["verdict"].startswith("no significant difference between k=b and k=a")
     assert "sessions per variant" in sc["hint"]
@@ -234,10 +244,7 @@ def test_write_tidy_parquet_and_csv_fallback(
     assert back["evidence_offset"].iloc[6] == 3
     assert json.loads(back["tool_calls"].iloc[0]) == [{"name": "f", "arguments": "{bad"}]
 
-    def no_arrow(*a: Any, **k: Any) -> None:
-        raise ImportError("no pyarrow")
-
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", no_arrow)
+    monkeypatch.setattr(frames, "_arrow", lambda: None)
     csv = frames.write_tidy(df, tmp_path / "t2")
     assert csv.name == "t2.csv"
     assert len(pd.read_csv(csv)) == len(df)

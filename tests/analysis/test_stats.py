@@ -193,3 +193,43 @@ def test_turns_needed_grows_with_false_alarms_and_clustering() -> None:
     assert clustered["design_effect"] == pytest.approx(design_effect(27, 0.05)) == 2.3
     assert clustered["turns"] == pytest.approx(plain["turns"] * 2.3, abs=1)
     assert clustered["sessions"] == -(-clustered["turns"] // 27)
+
+
+def test_the_design_effect_of_turns_clustered_in_sessions() -> None:
+    from harness.analysis.stats import cluster_design_effect
+
+    # ten sessions of ten turns, every corrupted turn in one session: p = 0.1, the ratio
+    # estimator's variance 10/9 * 90 / 100^2 = 0.01 against the binomial's 0.0009
+    assert cluster_design_effect([10] + [0] * 9, [10] * 10) == pytest.approx(100 / 9)
+    # the same ten corrupted turns one a session: no more spread than independent turns
+    assert cluster_design_effect([1] * 10, [10] * 10) == 1.0
+    assert cluster_design_effect([0] * 10, [10] * 10) == 1.0  # nothing corrupted
+    assert cluster_design_effect([3], [10]) == 1.0  # one session: nothing to estimate from
+    with pytest.raises(ValueError, match="one count of events"):
+        cluster_design_effect([1, 2], [3])
+
+
+def test_clustered_interval_and_test_reduce_to_the_plain_ones_without_clustering() -> None:
+    from harness.analysis.stats import (
+        clopper_pearson,
+        clustered_fisher,
+        clustered_interval,
+        effective_counts,
+        fisher_exact,
+    )
+
+    assert clustered_interval(3, 10_000, 1.0) == pytest.approx(clopper_pearson(3, 10_000))
+    lo, hi = clustered_interval(3, 10_000, 4.0)
+    plain = clopper_pearson(3, 10_000)
+    assert lo < plain[0]  # fewer effective turns, a wider interval
+    assert hi > plain[1]
+    assert clustered_interval(0, 100, 2.0)[0] == 0.0
+    with pytest.raises(ValueError, match="at least 1"):
+        clustered_interval(3, 100, 0.5)
+    p, counts = clustered_fisher(30, 1000, 1.0, 10, 1000, 1.0)
+    assert counts == (30, 1000, 10, 1000)
+    assert p == pytest.approx(fisher_exact(30, 1000, 10, 1000))
+    p5, counts5 = clustered_fisher(30, 1000, 5.0, 10, 1000, 1.0)
+    assert counts5 == (6, 200, 10, 1000)
+    assert p5 > p  # the clustered arm weighs as 200 independent turns
+    assert effective_counts(1, 3, 10.0) == (0, 1)  # a non-empty arm keeps one turn

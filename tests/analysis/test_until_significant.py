@@ -32,9 +32,10 @@ def test_stops_once_decided(tmp_path: Path) -> None:
     target = tmp_path / "t.toml"
     target.write_text(TARGET)
     out = tmp_path / "r"
+    one_turn = [*SMALL[:2], "--turns", "1", *SMALL[4:]]  # a session a turn: counts as sessions
     proc = harness(
         "run",
-        *SMALL,
+        *one_turn,
         "--target",
         str(target),
         "--ab",
@@ -94,6 +95,33 @@ def test_spends_the_budget_when_nothing_differs(tmp_path: Path) -> None:
     assert "budget spent" in proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert [v["sessions"] for v in summary["variants"]] == [8, 8]
+
+
+def test_the_decision_tests_turns_clustered_in_sessions(tmp_path: Path) -> None:
+    from harness.analysis import sequential, stats
+
+    def write(bad_sessions: int, bad_each: int) -> Path:
+        rows = [{"variant": "a", "repeat": 0, "session": s, "turn": t, "corrupted": False,
+                 "transport_error": None} for s in range(40) for t in range(10)]  # fmt: skip
+        for s in range(40):
+            for t in range(10):
+                bad = s < bad_sessions and t < bad_each
+                rows.append({"variant": "b", "repeat": 0, "session": s, "turn": t,
+                             "corrupted": bad, "transport_error": None})  # fmt: skip
+        path = tmp_path / f"t{bad_sessions}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
+    # 10 corrupted turns of 400 against none: spread over ten sessions, decided
+    spread = write(10, 1)
+    decided, why = sequential.decision(spread, ["a", "b"], look=1, looks=2, alpha=0.05)
+    assert decided, why
+    # the same 10 in one session: as good as one corrupted session, undecided
+    assert stats.fisher_exact(10, 400, 0, 400) < 0.025
+    packed = write(1, 10)
+    decided, why = sequential.decision(packed, ["a", "b"], look=1, looks=2, alpha=0.05)
+    assert not decided
+    assert why.startswith("undecided at p < 0.025: b p=")
 
 
 def test_needs_a_budget(tmp_path: Path) -> None:

@@ -108,9 +108,27 @@ def test_dry_run_says_how_many_turns_a_rare_rate_needs() -> None:
 
     proc = harness("run", "--dry-run", "--sessions", "48", "--detect", "0.0003:0.0001")
     assert proc.returncode == 0, proc.stderr
-    need = turns_needed(3e-4, 1e-4)["turns"]
+    need = turns_needed(3e-4, 1e-4)["turns"]  # the judge confirms: no false alarms assumed
     assert f"{need:,} turns a variant" in proc.stdout
     assert "too few" in proc.stdout
+    # the headline on the text detector alone: its measured false alarms, by default
+    from harness.analysis.tiers import DETECTOR_FALSE_ALARMS
+
+    alone = turns_needed(3e-4, 1e-4, false_alarm=DETECTOR_FALSE_ALARMS["rate"])["turns"]
+    assert alone > 5 * need
+    assert f"the text detector alone (0.16% of clean turns): {alone:,} turns" in proc.stdout
+    off = harness("run", "--dry-run", "--sessions", "48", "--detect", "0.0003:0.0001",
+                  "--judge", "off")  # fmt: skip
+    assert off.returncode == 0, off.stderr
+    assert f"{alone:,} turns a variant" in off.stdout
+    assert "false alarms 0.160% of clean turns" in off.stdout
+    # --until-significant: each look at alpha / looks, as its loop tests
+    looks = harness("run", "--dry-run", "--sessions", "48", "--detect", "0.0003:0.0001",
+                    "--until-significant", "--max-sessions", "192")  # fmt: skip
+    assert looks.returncode == 0, looks.stderr
+    split = turns_needed(3e-4, 1e-4, alpha=0.05 / 4)["turns"]
+    assert f"alpha 0.05 / 4 looks): {split:,} turns a variant" in looks.stdout
+    assert "this run at most: 192 sessions" in looks.stdout
     bad = harness("run", "--dry-run", "--detect", "0.0003")
     assert bad.returncode == 2
     assert "RATE:BASELINE" in bad.stderr
