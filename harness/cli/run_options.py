@@ -17,7 +17,7 @@ from harness.cli.limit_flags import add_limit_args
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 
 DEMO_HELP = (
-    "index_k=fp8 against bf16, 48 sessions, the simulator's fault odds x4 and its latencies /4 "
+    "index_k=fp8 against bf16, 48 sessions, the simulator's fault odds x6 and its latencies /4 "
     "(under a minute on two cores); other flags still apply"
 )
 

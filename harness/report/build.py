@@ -149,7 +149,7 @@ def table_rows(summary: Summary) -> list[list[str]]:
 #: The terminal's table: narrow enough for 80 columns (report.md has the full one).
 TERMINAL_COLS = ("variant", "sessions", "corrupt", "rate [95% CI]", "turns", "turn rate",
                  "transport")  # fmt: skip
-DEMO_NOTE = "demo: the simulator's fault odds are x4, so rates show the effect, not its size"
+DEMO_NOTE = "demo: the simulator's fault odds are x6, so rates show the effect, not its size"
 
 
 def short_rate_ci(rate: float | None, ci: list[float]) -> str:

@@ -50,9 +50,10 @@ __all__ = [
     "SessionSource",
 ]
 
-#: --demo's fault odds on the simulator (x4: a demo shows corruption within a minute); a
-#: replay of a demo run launches the simulator with them too.
-DEMO_FAULT_SCALE = 4.0
+#: --demo's fault odds on the simulator (x6: a demo shows corruption within a minute, some 7
+#: of 48 sessions; the odds grow faster than the scale, x10 gives some 19); a replay of a
+#: demo run launches the simulator with them too.
+DEMO_FAULT_SCALE = 6.0
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,7 @@ def test_the_terminal_table_fits_80_columns_and_says_the_demo_odds(tmp_path: Pat
     (run / "run.json").write_text(json.dumps({"run_id": "d", "args": {"demo": True}}))
     text = report.format_table(report.write_report(run))
     assert max(len(line) for line in text.splitlines() if "verdict" not in line) <= 80
-    assert "fault odds are x4" in text
+    assert "fault odds are x6" in text
 
 
 def test_compare_runs_flags_regression(tmp_path: Path) -> None:

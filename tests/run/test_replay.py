@@ -18,7 +18,7 @@ from harness.record.rundir import TRANSCRIPTS_FILE
 from harness.record.transcripts import TranscriptLog, load_transcripts
 from harness.record.turns import TurnWriter, read_turns
 from harness.run.execute import execute, write_run_json
-from harness.run.options import RunOptions
+from harness.run.options import DEMO_FAULT_SCALE, RunOptions
 from harness.run.replay import (
     ReplayOptions,
     format_replay,
@@ -315,10 +315,17 @@ def test_a_replay_launches_the_simulator_exactly_as_the_demo_did(tmp_path: Path)
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
     meta = json.loads((out / "run.json").read_text())
-    assert meta["sim_args"] == ["--seed", "1", "--speed", "50.0", "--fault-scale", "4.0"]
+    assert meta["sim_args"] == [
+        "--seed",
+        "1",
+        "--speed",
+        "50.0",
+        "--fault-scale",
+        str(DEMO_FAULT_SCALE),
+    ]
     label = meta["variants"][0]["label"]
     command = target_for_replay(out, meta, label, None).describe()["command"]
     assert command[-len(meta["sim_args"]) :] == meta["sim_args"]
     # a folder from before run.json kept them: the demo's fault scale all the same
     old = {k: v for k, v in meta.items() if k != "sim_args"}
-    assert sim_args_of(old)[-2:] == ["--fault-scale", "4.0"]
+    assert sim_args_of(old)[-2:] == ["--fault-scale", str(DEMO_FAULT_SCALE)]
