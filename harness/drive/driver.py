@@ -185,11 +185,12 @@ class Progress:
                 v.sessions_done += 1
 
 
+#: sessions started per pass of the event loop (``_drive``)
+START_PER_PASS = 16
+
 # The cyclic garbage collector's thresholds while sessions run. At the default (700
 # allocations) 2,000 sessions spent 10-25% of the run's CPU in collections; with 20,000
 # about 5% (docs/performance.md).
-#: sessions started per pass of the event loop (``_drive``)
-START_PER_PASS = 16
 GC_THRESHOLDS = (20_000, 10, 10)  # gen0 raised; gen1 and gen2 keep their cadence
 _gc_users = 0
 _gc_saved: tuple[int, int, int] | None = None
