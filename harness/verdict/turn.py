@@ -46,7 +46,7 @@ STRUCTURAL = "structural"  # found exactly: an envelope, a schema, markup where 
 SUSPECT = "suspect"  # the text detector's guess (salad, a loop), until an oracle confirms it
 #: a suspect an oracle confirmed after the load (the judge, the exact oracles, a lone
 #: re-send: analysis.tiers). Never the text alone: a loop that runs to the end of the output
-#: is as often the model's own (a small model's greedy loops) as the server's.
+#: can be the model's own (a small model's greedy answers end so) as well as the server's.
 CONFIRMED = "confirmed"
 TIERS = (STRUCTURAL, CONFIRMED, SUSPECT)
 
