@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import subprocess
@@ -160,14 +161,16 @@ class Servers:
         for url in urls:
             self.free.put_nowait(url)
         self.scorers: dict[str, Scorer] = {}
+        self.stack = contextlib.AsyncExitStack()  # the scorers and the one HTTP client
+        self.client: httpx.AsyncClient | None = None
 
     async def answer(self, prompt: str, temperature: float, seed: int) -> str:
+        if self.client is None:
+            self.client = await self.stack.enter_async_context(httpx.AsyncClient(timeout=300))
         url = await self.free.get()
         try:
-            async with httpx.AsyncClient(timeout=300) as client:
-                resp = await client.post(
-                    url + "/v1/chat/completions", json=_sampled_body(prompt, temperature, seed)
-                )
+            body = _sampled_body(prompt, temperature, seed)
+            resp = await self.client.post(url + "/v1/chat/completions", json=body)
             resp.raise_for_status()
             return str(resp.json()["choices"][0]["message"]["content"] or "").strip()
         finally:
@@ -177,14 +180,14 @@ class Servers:
         url = await self.free.get()
         try:
             if url not in self.scorers:
-                self.scorers[url] = await Scorer(url, "llamacpp").__aenter__()
+                scorer = Scorer(url, "llamacpp")
+                self.scorers[url] = await self.stack.enter_async_context(scorer)
             return await _score(self.scorers[url], prompt, text)
         finally:
             self.free.put_nowait(url)
 
     async def close(self) -> None:
-        for scorer in self.scorers.values():
-            await scorer.__aexit__(None, None, None)
+        await self.stack.aclose()
 
 
 _AS = ["", "Answer as a teacher. ", "Answer briefly. ", "Answer as an engineer. ",
