@@ -1,12 +1,13 @@
 """What ``harness run`` shows while it runs: one line per variant, in turns.
 
 On a terminal, a live display (rich) with a line per variant: turns done of planned, the ETA,
-corrupted sessions and their rate so far, transport errors, sessions done, and a bar; log
-records and announcements are printed above it, never over it. A narrow terminal drops whole
+corrupted sessions and their rate so far (sessions the text detector alone suspects shown apart:
+the judge confirms or acquits them after the load), transport errors, sessions done, and a bar;
+log records and announcements are printed above it, never over it. A narrow terminal drops whole
 fields (the bar first, then a count of cancelled turns, a zero count of transport errors, the
 sessions done, the ETA), never cuts a number. Without a terminal (CI), the same line for the
-variant being driven every ``interval`` seconds, and once more when a variant finishes, so a
-CI log shows the run moving.
+variant being driven every ``interval`` seconds, and once more when a variant finishes, so a CI
+log shows the run moving.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def fields(v: VariantCounts, now: float) -> list[tuple[int, str]]:
     bad = len(v.corrupted_sessions)
     share = f" ({100 * rate:.1f}%)" if rate is not None else ""
     out.append((1, f"{bad} corrupt session{'s' if bad != 1 else ''}{share}"))
+    # sessions whose only flags are the text detector's: the judge decides after the load
+    pending = len(v.suspect_sessions - v.corrupted_sessions)
+    if pending:
+        out.append((2, f"{pending} more suspect"))
     # none so far says less than the ETA; some say more
     out.append((2 if v.transport_errors else 5, f"{v.transport_errors} transport err"))
     if v.cancelled:

@@ -27,6 +27,7 @@ from harness.drive.session import Session, SessionPlan, Shared
 from harness.record.payload import HistoryEncoder
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
+from harness.verdict.turn import SUSPECT
 from harness.workload.dialect import AUTO, DialectLock
 from harness.workload.scenario import Scenario
 
@@ -55,6 +56,9 @@ class VariantCounts:
     transport_errors: int = 0
     cancelled: int = 0
     corrupted_sessions: set[tuple[int, int]] = field(default_factory=set)
+    #: sessions with a turn the text detector alone suspects (none of them corrupt so far):
+    #: the after-load judge confirms or acquits them, so they are shown apart
+    suspect_sessions: set[tuple[int, int]] = field(default_factory=set)
     started: float | None = None  # time.monotonic() of its first load
     finished: float | None = None
     _plan: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -110,6 +114,7 @@ class Progress:
     corrupted_turns: int = 0
     transport_errors: int = 0
     corrupted_sessions: set[tuple[int, int]] = field(default_factory=set)
+    suspect_sessions: set[tuple[int, int]] = field(default_factory=set)  # as VariantCounts'
     harness_self: dict[str, Any] | None = None  # the last drive()'s self-report
     last_inflight: int | None = None  # the in-flight count of the last turn (one process)
     variants: dict[str, VariantCounts] = field(default_factory=dict)
@@ -148,19 +153,30 @@ class Progress:
             server_failure(rec.get("transport_error")) and not corrupted,
             (rec.get("repeat", 0), rec["session"]),
             cancelled=str(rec.get("transport_error") or "").startswith("cancelled"),
+            suspect=corrupted and rec.get("tier") == SUSPECT,
         )
 
     def count(
-        self, corrupted: bool, transport_error: bool, key: tuple[int, int], cancelled: bool = False
+        self,
+        corrupted: bool,
+        transport_error: bool,
+        key: tuple[int, int],
+        cancelled: bool = False,
+        suspect: bool = False,
     ) -> None:
         """One finished turn: its verdict and its (repeat, session). A turn cancelled because
-        the run was stopped is no transport error."""
+        the run was stopped is no transport error; a ``suspect`` one (the text detector alone)
+        is not counted corrupted until an oracle confirms it, after the load."""
         self.turns += 1
         v = self.current
         if v is not None:
             v.turns += 1
             v._rows[key] = v._rows.get(key, 0) + 1
-        if corrupted:
+        if suspect:
+            self.suspect_sessions.add(key)
+            if v is not None:
+                v.suspect_sessions.add(key)
+        elif corrupted:
             self.corrupted_turns += 1
             self.corrupted_sessions.add(key)
             if v is not None:

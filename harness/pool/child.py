@@ -48,6 +48,7 @@ from harness.record import safejson
 from harness.record.rundir import TRANSCRIPTS_FILE
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
+from harness.verdict.turn import SUSPECT
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class ForwardWriter:
                 server_failure(record.get("transport_error")) and not record.get("corrupted"),
                 record.get("repeat", 0),
                 record["session"],
+                bool(record.get("corrupted")) and record.get("tier") == SUSPECT,
             )
         )
         self.count += 1

@@ -249,7 +249,8 @@ class _Feed:
         for msg in messages:
             if type(msg) is Turn:
                 lines.append(msg.line)
-                count(msg.corrupted, msg.transport_error, (msg.repeat, msg.session))
+                key = (msg.repeat, msg.session)
+                count(msg.corrupted, msg.transport_error, key, suspect=msg.suspect)
                 continue
             if lines:  # the turns before a session's end are on disk before the end is
                 self.writer.write_lines(b"".join(lines), len(lines))

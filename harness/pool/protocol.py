@@ -59,6 +59,7 @@ class Turn(NamedTuple):
     transport_error: bool  # a failure of the server's (a cancelled turn is none)
     repeat: int
     session: int
+    suspect: bool = False  # the text detector alone flagged it (the progress shows it apart)
 
 
 class TranscriptRow(NamedTuple):

@@ -59,6 +59,24 @@ def test_corrupted_sessions_rate_and_cancelled_apart() -> None:
     assert v.finished is not None
 
 
+def test_suspect_sessions_are_shown_apart_from_corrupt_ones() -> None:
+    p = Progress()
+    p.begin("a", 0, plans(4))
+    p.on_turn({"session": 0, "corrupted": True, "tier": "suspect"})
+    p.on_turn({"session": 1, "corrupted": True, "tier": "structural"})
+    p.on_turn({"session": 1, "corrupted": True, "tier": "suspect"})  # already corrupt
+    p.on_turn({"session": 2, "corrupted": False})
+    v = p.variants["a"]
+    assert (len(v.corrupted_sessions), v.session_rate, v.corrupted_turns) == (1, 1 / 3, 1)
+    line = cli_progress.variant_line(v, time.monotonic())
+    assert "1 corrupt session (33.3%)" in line
+    assert "1 more suspect" in line
+    p.on_turn({"session": 0, "corrupted": True, "tier": "confirmed"})  # an oracle's verdict
+    line = cli_progress.variant_line(v, time.monotonic())
+    assert "2 corrupt sessions (66.7%)" in line
+    assert "more suspect" not in line
+
+
 def test_a_stopped_variant_says_stopped_with_what_was_planned_not_done() -> None:
     p = Progress()
     p.begin("a", 0, plans(2))  # 8 turns planned

@@ -107,7 +107,13 @@ async def test_corrupted_turns_are_recorded_and_resent(
         (r["label"], r["content"][:80]) for r in rows if not r["corrupted"]
     ]
     assert [s.ended for s in sessions] == ["attempts exhausted"] * 2
-    assert len(progress.corrupted_sessions) == 2
+    # the text detector's findings (salad, a loop) are suspects until the judge confirms them
+    flagged = (
+        progress.suspect_sessions
+        if kind in ("salad", "repetition")
+        else progress.corrupted_sessions
+    )
+    assert len(flagged) == 2
 
 
 async def test_stop_on_corruption_ends_the_session(

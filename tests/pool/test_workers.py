@@ -210,6 +210,7 @@ async def test_the_same_records_with_one_and_with_three_workers(
     assert (many.turns, many.corrupted_turns, many.corrupted_sessions, many.sessions_done) == (
         one.turns, one.corrupted_turns, one.corrupted_sessions, one.sessions_done,
     )  # fmt: skip
+    assert many.suspect_sessions == one.suspect_sessions
     assert many.harness_self is not None
     assert many.harness_self["workers"] == 3
     assert many.harness_self["turns"] == len(rows_many)
