@@ -2,7 +2,10 @@
 
 Each variant's classified turns are put in their completion order (``sent_at`` plus
 ``latency_s``); after its first ``n`` turns and the baseline's first ``n``, the headline counts
-so far are compared (Fisher, two-sided). ``significant_from_turn`` is the smallest ``n`` from
+so far are compared with the test the comparison itself uses: Fisher's (two-sided) on each
+arm's counts divided by its turn design effect (``stats.clustered_fisher``; the design effect
+each variant shows over the whole run, turns being clustered in sessions; 1 gives the plain
+test). ``significant_from_turn`` is the smallest ``n`` from
 which every later look stays significant up to the last turn both variants have, or None
 when the comparison is not significant at the end.
 
@@ -38,10 +41,17 @@ def completion_order(turns: pd.DataFrame) -> np.ndarray:
     return verdicts
 
 
-def significant_from(base: np.ndarray, other: np.ndarray, alpha: float) -> dict[str, Any]:
+def significant_from(
+    base: np.ndarray,
+    other: np.ndarray,
+    alpha: float,
+    deff_base: float = 1.0,
+    deff_other: float = 1.0,
+) -> dict[str, Any]:
     """The cumulative test of ``other``'s verdicts against ``base``'s (both in completion
-    order): the turns compared, ``significant_from_turn`` (None: not significant at the
-    end), the p-value after the last turn, and how many looks were taken."""
+    order, each with its turn design effect): the turns compared, ``significant_from_turn``
+    (None: not significant at the end), the p-value after the last turn, and how many looks
+    were taken."""
     n = int(min(len(base), len(other)))
     out: dict[str, Any] = {"turns_compared": n, "significant_from_turn": None,
                            "p_at_end": None, "looks": 0, "alpha": alpha}  # fmt: skip
@@ -52,7 +62,12 @@ def significant_from(base: np.ndarray, other: np.ndarray, alpha: float) -> dict[
     events = np.flatnonzero(a | b)
     grid = np.linspace(0, n - 1, num=min(GRID, n)).round().astype(int)
     looks = np.unique(np.concatenate([events, grid, [n - 1]]))
-    p = np.array([stats.fisher_exact(int(kb[i]), i + 1, int(ka[i]), i + 1) for i in looks])
+    p = np.array(
+        [
+            stats.clustered_fisher(int(kb[i]), i + 1, deff_other, int(ka[i]), i + 1, deff_base)[0]
+            for i in looks
+        ]
+    )
     out.update(p_at_end=float(p[-1]), looks=int(len(looks)))
     if p[-1] >= alpha:
         return out

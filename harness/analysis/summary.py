@@ -461,7 +461,9 @@ def summarize(
             c["verdict"] = _comparison_verdict(c, alpha)
             if unit == "turn":  # how many turns it took (Bonferroni over the comparisons)
                 base, other = _in_order(df, c["a"]), _in_order(df, c["b"])
-                c["onset"] = onset.significant_from(base, other, alpha / len(comps))
+                c["onset"] = onset.significant_from(
+                    base, other, alpha / len(comps), c["design_effect_a"], c["design_effect_b"]
+                )
         comparisons.extend(comps)
     return {
         "run_id": run_id,

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.onset import completion_order, sentence, significant_from
-from harness.analysis.stats import fisher_exact
+from harness.analysis.stats import clustered_fisher, fisher_exact
 
 
 def _verdicts(n: int, at: list[int]) -> np.ndarray:
@@ -48,3 +48,17 @@ def test_completion_order_is_sent_plus_latency() -> None:
     })  # fmt: skip
     assert completion_order(turns).tolist() == [False, False, True]
     assert significant_from(np.zeros(0, bool), completion_order(turns), 0.05)["looks"] == 0
+
+
+def test_turns_clustered_in_sessions_take_longer_to_be_significant() -> None:
+    """The onset uses the comparison's own test: counts divided by each arm's design effect."""
+    base = _verdicts(10_000, [])
+    other = _verdicts(10_000, [500, 1_500, 2_500, 3_500, 4_500, 5_500, 6_500, 7_500])
+    plain = significant_from(base, other, 0.05)
+    clustered = significant_from(base, other, 0.05, deff_base=1.4, deff_other=1.4)
+    # 8 events at a design effect of 1.4 count as 6 (8 / 1.4 rounded): still significant at
+    # the end, from a later turn
+    assert clustered["p_at_end"] == clustered_fisher(8, 10_000, 1.4, 0, 10_000, 1.4)[0]
+    assert plain["p_at_end"] < clustered["p_at_end"] < 0.05
+    assert clustered["significant_from_turn"] > plain["significant_from_turn"]
+    assert significant_from(base, other, 0.05, 2.0, 2.0)["significant_from_turn"] is None
