@@ -120,11 +120,19 @@ def _detect_lines(text: str, opts: RunOptions) -> list[str]:
     from harness.analysis.tiers import DETECTOR_FALSE_ALARMS  # pandas: for --dry-run only
 
     try:
-        rate, baseline = (float(x) for x in text.split(":"))
+        rate, baseline, *extra = (float(x) for x in text.split(":"))
+        if len(extra) > 1:
+            raise ValueError
     except ValueError:
-        raise UsageError(f"--detect {text!r}: give RATE:BASELINE, e.g. 0.0003:0.0001") from None
+        raise UsageError(
+            f"--detect {text!r}: give RATE:BASELINE, e.g. 0.0003:0.0001 (or RATE:BASELINE:DEFF "
+            "with the turn design effect an earlier run's report gave, e.g. 0.0003:0:1.2)"
+        ) from None
     if not (0 <= rate <= 1 and 0 <= baseline <= 1) or rate == baseline:
         raise UsageError(f"--detect {text!r}: two different rates between 0 and 1")
+    deff = extra[0] if extra else None
+    if deff is not None and not 1.0 <= deff < 1000:
+        raise UsageError(f"--detect {text!r}: a design effect is at least 1 (1: no clustering)")
     sc = opts.scenario
     per_session = max(1, min(sc.max_turns, sc.steps + 1))
     sessions, looks = opts.load.sessions, 1
@@ -136,14 +144,14 @@ def _detect_lines(text: str, opts: RunOptions) -> list[str]:
     alone = opts.after.judge == "off"
     lines = rare_event_lines(
         per_session, sessions, rate, baseline, alpha=alpha,
-        false_alarm=detector if alone else 0.0, looks=looks,
+        false_alarm=detector if alone else 0.0, looks=looks, design_effect=deff,
     )  # fmt: skip
     if alone:
         lines.append("  false alarms: the text detector's measured rate (--judge off)")
     else:
         bare = rare_event_lines(
             per_session, sessions, rate, baseline, alpha=alpha,
-            false_alarm=detector, looks=looks,
+            false_alarm=detector, looks=looks, design_effect=deff,
         )  # fmt: skip
         lines.append(
             "  false alarms: none assumed (the judge confirms the detector's suspects); where "

@@ -143,9 +143,10 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
     )
     v.add_argument(
         "--detect",
-        metavar="RATE:BASELINE",
+        metavar="RATE:BASELINE[:DEFF]",
         help="with --dry-run: the turns and sessions a variant needs to tell a turn corruption "
-        "rate of RATE from BASELINE (e.g. 0.0003:0.0001), at 80%% power",
+        "rate of RATE from BASELINE (e.g. 0.0003:0.0001), at 80%% power; DEFF: the turn "
+        "design effect an earlier run's report gave (default 1: turns independent)",
     )
 
     load = run.add_argument_group("load and requests")

@@ -160,13 +160,18 @@ def rare_event_lines(
     alpha: float = 0.05,
     false_alarm: float = 0.0,
     looks: int = 1,
+    design_effect: float | None = None,
 ) -> list[str]:
     """``--dry-run``: the turns and sessions a variant needs to tell ``rate`` from
-    ``baseline`` (``analysis.stats.turns_needed``) at 80% power, the turns of a session
-    taken as independent (an intra-session correlation of 0), against the sessions asked.
+    ``baseline`` (``analysis.stats.turns_needed``) at 80% power, against the sessions asked.
+    ``design_effect``: the turn design effect an earlier run of the workload reported
+    (summary.json's ``turn_design_effect``), turned into the intra-session correlation it
+    implies; None takes the turns of a session as independent (a design effect of 1).
     ``looks``: ``--until-significant``'s rounds, each testing at alpha / looks (as its loop
     does: ``analysis.sequential``), ``sessions`` then the budget."""
-    power, icc = 0.8, 0.0
+    power = 0.8
+    deff = 1.0 if design_effect is None else design_effect
+    icc = min(1.0, (deff - 1.0) / (turns_per_session - 1.0)) if turns_per_session > 1 else 0.0
     level = alpha / max(1, looks)
     need = stats.turns_needed(
         rate,
@@ -183,8 +188,14 @@ def rare_event_lines(
         f"to tell a turn corruption rate of {rate:.2%} from {baseline:.2%} "
         f"({power:.0%} power, {at}): {need['turns']:,} turns a variant, "
         f"{need['sessions']:,} sessions of about {turns_per_session:g} turns "
-        f"(design effect {need['design_effect']:g} for intra-session correlation {icc:g}, "
-        f"false alarms {false_alarm:.3%} of clean turns)",
+        f"(design effect {need['design_effect']:g}"
+        + (
+            ", turns taken as independent: give an earlier run's turn design effect as "
+            "--detect RATE:BASELINE:DEFF"
+            if design_effect is None
+            else f" as given, an intra-session correlation of {icc:.3g}"
+        )
+        + f"; false alarms {false_alarm:.3%} of clean turns)",
         f"  this run{' at most' if looks > 1 else ''}: {sessions:,} sessions, about "
         f"{have:,.0f} turns a variant"
         + (

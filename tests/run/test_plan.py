@@ -133,3 +133,23 @@ def test_dry_run_says_how_many_turns_a_rare_rate_needs() -> None:
     bad = harness("run", "--dry-run", "--detect", "0.0003")
     assert bad.returncode == 2
     assert "RATE:BASELINE" in bad.stderr
+    assert "turns taken as independent" in proc.stdout
+
+
+def test_dry_run_takes_the_design_effect_an_earlier_run_reported() -> None:
+    from harness.analysis.stats import turns_needed
+    from harness.run.plan import rare_event_lines
+    from tests.cli.test_cli import harness
+
+    plain = turns_needed(3e-4, 0.0)
+    line = rare_event_lines(9, 48, 3e-4, 0.0, design_effect=1.5)[0]
+    # 9 turns a session at a design effect of 1.5: an intra-session correlation of 0.5 / 8
+    assert f"{int(-(-plain['independent_turns'] * 1.5 // 1)):,} turns a variant" in line
+    assert "design effect 1.5 as given, an intra-session correlation of 0.0625" in line
+    proc = harness("run", "--dry-run", "--sessions", "48", "--detect", "0.0003:0:1.5")
+    assert proc.returncode == 0, proc.stderr
+    assert "design effect 1.5 as given" in proc.stdout
+    for bad in ("0.0003:0:0.5", "0.0003:0:1:2", "0.0003:0:x"):
+        out = harness("run", "--dry-run", "--detect", bad)
+        assert out.returncode == 2, bad
+        assert "--detect" in out.stderr
