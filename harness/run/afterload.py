@@ -300,6 +300,7 @@ async def after_load(
             client, out_dir, run_id, label, repeat, Sample(after.oracle_sample, opts.source.seed),
             declared=bool(target is not None and target.deterministic),
             api_key=opts.endpoint.api_key,
+            scoring_api=after.scoring_api if opts.source.api == "chat" else "off",
         )  # fmt: skip
         diverged = sum(1 for r in rows if r["status"] == "diverged")
         announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")
