@@ -107,6 +107,18 @@ def compare(loaded: Mapping[str, Any], alone: Mapping[str, Any]) -> dict[str, An
     return out
 
 
+class Access(NamedTuple):
+    """How the replay reaches the server beyond its chat client: the API key (the cache
+    flush, the scoring) and the judge's scoring API (``auto``: asked of the server, a name of
+    client.scoring, or ``off``)."""
+
+    api_key: str | None = None
+    scoring_api: str = "auto"
+
+
+DEFAULT_ACCESS = Access()
+
+
 class Sample(NamedTuple):
     """Which sends the replay re-sends: a seeded share of them (--oracle-sample, --seed)."""
 
@@ -285,12 +297,11 @@ async def replay_oracle_variant(
     sample: Sample,
     *,
     declared: bool = False,
-    api_key: str | None = None,
-    scoring_api: str = "auto",
+    access: Access = DEFAULT_ACCESS,
 ) -> list[dict[str, Any]]:
-    """Re-send the sampled sends of (variant, repeat) alone; append oracle_replay.jsonl. With
-    ``scoring_api`` (``auto``: asked of the server; ``off``: none) the judge gives each
-    diverged send its verdict."""
+    """Re-send the sampled sends of (variant, repeat) alone; append oracle_replay.jsonl. Unless
+    ``access.scoring_api`` is ``off`` the judge gives each diverged send its verdict."""
+    api_key, scoring_api = access
     async with contextlib.AsyncExitStack() as stack:
         judge = None
         if scoring_api != "off":

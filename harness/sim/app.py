@@ -190,7 +190,7 @@ class SimApp:
         if fields["stream"]:
             if fault is None:
                 events = self._events(rid, gen, fields["include_usage"], ids=fields["token_ids"])
-            return Stream(events, headers, done)
+                return Stream(events, headers, done)
             parts = len(
                 list(
                     openai.deltas(

@@ -112,11 +112,14 @@ async def test_replay_on_a_healthy_deterministic_server_finds_nothing(
     make_sim: Callable[..., str], tmp_path: Path
 ) -> None:
     url = make_sim(fault_scale=0.0, deterministic=True)
-    await _oracle_run(url, tmp_path, 12, oracle_sample=0.5)
+    await _oracle_run(url, tmp_path, 12, oracle_sample=0.5, stream=False)
     rows = read_rows(tmp_path / ORACLE_REPLAY_FILE)
     turns = read_turns(tmp_path / "turns.jsonl")
     assert 0 < len(rows) < len(turns)  # a seeded sample
     assert {r["status"] for r in rows} == {"identical"}
+    assert {r["compared"] for r in rows} == {"tokens"}  # non-streamed: choices[0].token_ids
+    [t] = list(load_transcripts(tmp_path / TRANSCRIPTS_FILE).values())[:1]
+    assert t.body(0)["logprobs"] is True  # non-streamed, the ask llama.cpp answers too
     assert oracle_evidence(tmp_path) == {}
     [v] = write_report(tmp_path)["variants"]
     assert v["replay_divergence_rate"] == 0.0
