@@ -114,6 +114,8 @@ def replay_summary(rows: list[dict[str, Any]], loaded_sends: int) -> dict[str, A
                     "token_index",
                     "loaded_text",
                     "alone_text",
+                    "loaded_tokens",
+                    "alone_tokens",
                     "loaded_label",
                     "judge_verdict",
                     "judge_nll_worst",

@@ -118,8 +118,14 @@ def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
         for ex in v["oracles"]["replay"]["examples"]:
             out += ["", f"- {v['label']} session {ex['session']} turn {ex['turn']} attempt "
                     f"{ex['attempt']}: {_where(ex)} (loaded: {ex['loaded_label']}){_verdict(ex)}",
-                    "", f"  - loaded: `{(ex['loaded_text'] or '')!r}`",
-                    f"  - alone:  `{(ex['alone_text'] or '')!r}`"]  # fmt: skip
+                    ""]  # fmt: skip
+            if ex.get("position") is None and ex.get("loaded_tokens") is not None:
+                # the same text by other tokens: the ids around the first different one
+                out += [f"  - loaded tokens: `{ex['loaded_tokens']}`",
+                        f"  - alone tokens:  `{ex['alone_tokens']}`"]  # fmt: skip
+            else:
+                out += [f"  - loaded: `{(ex['loaded_text'] or '')!r}`",
+                        f"  - alone:  `{(ex['alone_text'] or '')!r}`"]  # fmt: skip
     return out
 
 

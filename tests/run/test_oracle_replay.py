@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from harness.analysis.oracles import oracle_evidence
+from harness.analysis.oracles import oracle_evidence, replay_summary
 from harness.drive.driver import Progress
 from harness.errors import UsageError
 from harness.record.rundir import ORACLE_REPLAY_FILE, TRANSCRIPTS_FILE
 from harness.record.transcripts import load_transcripts
 from harness.record.turns import read_rows, read_turns
 from harness.report.build import write_report
+from harness.report.oracles import replay_lines
 from harness.run.execute import execute, write_run_json
 from harness.run.oracle_replay import (
     check_sampling,
@@ -215,3 +216,20 @@ def test_which_servers_are_exact() -> None:
     assert "--parallel 1" in why
     assert not exactness({"launch": {"command": [*llama, "--parallel", "1"]}})[0]
     assert not exactness({"server_info": {"enable_deterministic_inference": False}})[0]
+
+
+def test_a_divergence_only_the_token_ids_see_is_reported_by_its_ids() -> None:
+    """The same text by other tokens: the report shows the ids around the first difference."""
+    base = {"variant": "v", "repeat": 0, "turn": 1, "attempt": 0, "exact": True,
+            "loaded_label": "ok_text"}  # fmt: skip
+    same = {**base, "session": 0, "compared": "tokens", "status": "identical"}
+    loaded = {"content": "hello world", "token_ids": [1, 2, 3, 4]}
+    row = {**base, "session": 1, **compare(loaded, {"content": "hello world", "token_ids": [1, 9]})}
+    summary = replay_summary([same, row], 2)
+    assert summary["compared_by"] == {"tokens": 2}
+    assert summary["judge"] == {"judged": 0, "implausible": 0, "plausible": 0, "not_judged": 1,
+                                "error": None}  # fmt: skip
+    md = "\n".join(replay_lines([{"label": "v", "oracles": {"replay": summary}}]))
+    assert "first difference at token 1 (loaded: ok_text)" in md
+    assert "loaded tokens: `[1, 2, 3, 4]`" in md
+    assert "| v | yes | 2 | token ids 2 | 1 | 1 | - | 0 |" in md
