@@ -10,6 +10,7 @@ flat numbers the gates read (``replay_divergence_rate``, ``passkey_wrong_rate``,
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -73,20 +74,32 @@ def _loaded_sends(turns: list[dict[str, Any]], variant: str) -> int:
 
 def replay_summary(rows: list[dict[str, Any]], loaded_sends: int) -> dict[str, Any]:
     """Per variant: sends replayed alone, identical, diverged, undecided, the divergence rate
-    with its interval, the cost, and a few examples."""
+    with its interval, how they were compared (tokens or text), the judge's verdicts on the
+    diverged sends' loaded continuations, the cost, and a few examples."""
     done = [r for r in rows if r.get("status") in ("identical", "diverged")]
     diverged = [r for r in done if r["status"] == "diverged"]
     rate = _rate(len(diverged), len(done))
+    compared = Counter(str(r.get("compared", "text")) for r in done)
+    judged = [r for r in diverged if r.get("judge_verdict")]
+    implausible = sum(1 for r in judged if r["judge_verdict"] == "implausible")
     return {
         "exact": all(bool(r.get("exact")) for r in rows),
         "exact_reason": rows[0].get("exact_reason") if rows else None,
-        "compared": rows[0].get("compared", "text") if rows else "text",
+        "compared": compared.most_common(1)[0][0] if compared else "text",
+        "compared_by": dict(sorted(compared.items())),
         "replayed": len(rows),
         "identical": len(done) - len(diverged),
         "diverged": len(diverged),
         "undecided": len(rows) - len(done),
         "divergence_rate": rate["rate"],
         "divergence_ci": rate["ci"],
+        "judge": {
+            "judged": len(judged),
+            "implausible": implausible,
+            "plausible": len(judged) - implausible,
+            "not_judged": len(diverged) - len(judged),
+            "error": next((r["judge_error"] for r in diverged if r.get("judge_error")), None),
+        },
         "extra_requests": len(rows),
         "load_share": len(rows) / loaded_sends if loaded_sends else None,
         "examples": [
@@ -96,10 +109,17 @@ def replay_summary(rows: list[dict[str, Any]], loaded_sends: int) -> dict[str, A
                     "session",
                     "turn",
                     "attempt",
+                    "compared",
                     "position",
+                    "token_index",
                     "loaded_text",
                     "alone_text",
+                    "loaded_tokens",
+                    "alone_tokens",
                     "loaded_label",
+                    "judge_verdict",
+                    "judge_nll_worst",
+                    "judge_threshold",
                 )
             }  # fmt: skip
             for r in diverged[:3]
@@ -209,6 +229,7 @@ def attach(summary: dict[str, Any], run_dir: Path) -> None:
             r = found["replay"] = replay_summary(rows, sends)
             v["replay_divergence_rate"] = r["divergence_rate"]
             v["replay_diverged_turns"] = r["diverged"]
+            v["replay_implausible_turns"] = r["judge"]["implausible"]
         if rows := _of(passkey, label):
             p = found["passkey"] = passkey_summary(rows, _of(alone, label), sends)
             v["passkey_wrong_rate"] = p["loaded"]["wrong_rate"]
@@ -225,7 +246,8 @@ def attach(summary: dict[str, Any], run_dir: Path) -> None:
 
 #: The flat per-variant numbers a gate can read (gates.KNOWN_METRICS adds them).
 ORACLE_METRICS = (
-    "replay_divergence_rate", "replay_diverged_turns", "passkey_wrong_rate",
+    "replay_divergence_rate", "replay_diverged_turns", "replay_implausible_turns",
+    "passkey_wrong_rate",
     "passkey_alone_wrong_rate", "spec_accept_alarms",
     "passkey_excess_wrong_rate", "spec_accept_alarm_rate", "kv_canary_alarms",
 )  # fmt: skip

@@ -259,7 +259,8 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
     source = _session_source(args, scenario)
     return RunOptions(
         scenario=with_passkeys.with_overrides(
-            return_meta_info="spec_accept" in after.oracles or None
+            return_meta_info="spec_accept" in after.oracles or None,
+            return_token_ids="replay" in after.oracles or None,
         ),
         out_dir=args.out or Path("reports") / run_id,
         schedule=Schedule(

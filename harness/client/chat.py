@@ -56,7 +56,14 @@ from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.client.door import auth_headers, verify_context
 from harness.client.output import BadResponse, Failure, TooLarge, TurnOutput
 from harness.client.response_limits import Limits
-from harness.client.sse import ChatEvents, LineSplitter, error_text, note_usage, raw_piece
+from harness.client.sse import (
+    ChatEvents,
+    LineSplitter,
+    error_text,
+    note_tokens,
+    note_usage,
+    raw_piece,
+)
 from harness.record.payload import HistoryEncoder
 from harness.record.transcripts import chat_payload
 
@@ -327,6 +334,7 @@ class ChatClient:
             out.finish_reason = choice.get("finish_reason")
             meta = choice.get("meta_info")
             out.meta_info = meta if isinstance(meta, dict) else None
+            note_tokens(out, choice)
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BadResponse(f"not a chat completion ({type(exc).__name__}: {exc})") from None
         note_usage(out, doc.get("usage"))

@@ -55,4 +55,9 @@ class TurnOutput:
     dropped: list[Failure] = field(default_factory=list)
     #: SGLang's per-request ``meta_info`` (non-streamed, asked with ``return_meta_info``)
     meta_info: dict[str, Any] | None = None
+    #: the generated tokens, where the server returns them (asked with ``return_token_ids``:
+    #: vLLM's ``choices[0].token_ids``; llama.cpp's ``logprobs.content[].id``): their ids, or
+    #: only their strings where the server gives no ids (``logprobs.content[].token``)
+    token_ids: list[int] | None = None
+    token_strs: list[str] | None = None
     source: str = "server"  # "raw": ``content`` is the model's raw text, calls not parsed

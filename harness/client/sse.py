@@ -68,6 +68,7 @@ class _Delta(msgspec.Struct):
 class _Choice(msgspec.Struct):
     delta: _Delta | None = None
     finish_reason: str | None = None
+    token_ids: Any = None  # vLLM's ``return_token_ids``: this event's generated token ids
 
 
 class _Event(msgspec.Struct):
@@ -92,7 +93,8 @@ class ChatEvents:
     an error."""
 
     __slots__ = (
-        "out", "t0", "content", "reasoning", "calls", "last_call", "last", "gaps", "done", "split"
+        "out", "t0", "content", "reasoning", "calls", "last_call", "last", "gaps", "done", "split",
+        "ids",
     )  # fmt: skip
 
     def __init__(self, out: TurnOutput, t0: float) -> None:
@@ -106,6 +108,7 @@ class ChatEvents:
         self.gaps = 0.0
         self.done = False
         self.split = LineSplitter()
+        self.ids: list[Any] | None = None  # the events' token ids, where they carry them
 
     def read(self, chunk: bytes, now: float) -> bool:
         """One read from the socket, all of it stamped ``now``.
@@ -185,6 +188,10 @@ class ChatEvents:
                     got += carried
                 if choice.finish_reason:
                     out.finish_reason = choice.finish_reason
+                if isinstance(choice.token_ids, list):
+                    if self.ids is None:
+                        self.ids = []
+                    self.ids.extend(choice.token_ids)
         if got:
             out.events += got
             if self.last is None:
@@ -226,6 +233,8 @@ class ChatEvents:
         out.content = "".join(self.content)
         out.reasoning = "".join(self.reasoning)
         out.tool_calls = [self.calls[i] for i in sorted(self.calls)]
+        if self.ids is not None:
+            out.token_ids = int_list(self.ids)
         if out.events > 1:
             out.itl_s = self.gaps / (out.events - 1)
         if not self.done and out.failure is None:
@@ -240,6 +249,34 @@ def note_usage(out: TurnOutput, usage: dict[str, Any] | None) -> None:
     out.completion_tokens = _count(usage.get("completion_tokens"))
     details = usage.get("prompt_tokens_details")
     out.cached_tokens = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+
+
+def int_list(value: Any) -> list[int] | None:
+    """A list of token ids as the server gave it; None for anything else."""
+    if isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    ):
+        return value
+    return None
+
+
+def note_tokens(out: TurnOutput, choice: dict[str, Any]) -> None:
+    """A non-streamed choice's generated tokens onto ``out``: ``token_ids`` (vLLM's
+    ``return_token_ids``), else the ids of ``logprobs.content`` (llama.cpp), else its token
+    strings (SGLang, vLLM)."""
+    ids = int_list(choice.get("token_ids"))
+    if ids is not None:
+        out.token_ids = ids
+        return
+    logprobs = choice.get("logprobs")
+    items = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        return
+    ids = int_list([i.get("id") for i in items])
+    if ids is not None:
+        out.token_ids = ids
+    elif all(isinstance(i.get("token"), str) for i in items):
+        out.token_strs = [i["token"] for i in items]
 
 
 def _count(value: Any) -> int | None:

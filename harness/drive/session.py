@@ -189,6 +189,16 @@ def first_messages(scenario: Scenario, plan: SessionPlan) -> list[dict[str, Any]
     return [{"role": "system", "content": system}, {"role": "user", "content": plan.task}]
 
 
+def token_id_fields(stream: bool) -> dict[str, Any]:
+    """What asks a server for the generated tokens: ``return_token_ids`` (vLLM; SGLang);
+    non-streamed also ``logprobs`` with one top entry (llama.cpp gives the ids there only,
+    and refuses logprobs on a streamed request with tools)."""
+    fields: dict[str, Any] = {"return_token_ids": True}
+    if not stream:
+        fields.update(logprobs=True, top_logprobs=1)
+    return fields
+
+
 def response_of(out: TurnOutput, verdict: Verdict) -> dict[str, Any]:
     """What a transcript keeps of a response: the output as received and its verdict."""
     return {
@@ -203,6 +213,8 @@ def response_of(out: TurnOutput, verdict: Verdict) -> dict[str, Any]:
         "label": verdict.label,
         "corrupted": verdict.corrupted,
         **({"meta_info": out.meta_info} if out.meta_info is not None else {}),
+        **({"token_ids": out.token_ids} if out.token_ids is not None else {}),
+        **({"token_strs": out.token_strs} if out.token_strs is not None else {}),
     }
 
 
@@ -245,6 +257,8 @@ class Session:
             body["tools"] = self.tools
         if s.return_meta_info:  # --oracle spec_accept (SGLang; non-streamed requests)
             body["return_meta_info"] = True
+        if s.return_token_ids:  # --oracle replay: compared token by token
+            body.update(token_id_fields(self.shared.stream))
         return body
 
     async def send(self, turn: int, attempt: int) -> tuple[TurnOutput, Verdict, TurnRecord]:

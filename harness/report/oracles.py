@@ -39,21 +39,60 @@ NOT_EXACT = (
 )
 
 
+COMPARED = {"tokens": "token ids", "token_strings": "token strings", "text": "text"}
+
+
+def _compared(r: Mapping[str, Any]) -> str:
+    by = r.get("compared_by") or {r.get("compared", "text"): r.get("replayed", 0)}
+    return ", ".join(f"{COMPARED.get(k, k)} {n}" for k, n in by.items())
+
+
+def _judged(r: Mapping[str, Any]) -> str:
+    j = r.get("judge") or {}
+    if not j.get("judged"):
+        return "-"
+    return f"{j['implausible']} / {j['plausible']}"
+
+
+def _where(ex: Mapping[str, Any]) -> str:
+    at = []
+    if ex.get("token_index") is not None:
+        at.append(f"token {ex['token_index']}")
+    if ex.get("position") is not None:
+        at.append(f"character {ex['position']}")
+    return "first difference at " + (", ".join(at) or "-")
+
+
+def _verdict(ex: Mapping[str, Any]) -> str:
+    if not ex.get("judge_verdict"):
+        return ""
+    say = ("the judge calls the loaded continuation corrupted"
+           if ex["judge_verdict"] == "implausible" else "the judge calls it plausible")  # fmt: skip
+    return (f"; {say} (worst window {ex['judge_nll_worst']:.2f} nats/token, threshold "
+            f"{ex['judge_threshold']:.2f})")  # fmt: skip
+
+
 def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
     if not (rows := _having(variants, "replay")):
         return []
     out = section("Replay alone (exact oracle)",
                   "Every sampled send was re-sent alone after the load, each session's sends in "
-                  "order after one cache flush, and its output compared with the loaded one "
-                  "(reasoning, content, tool-call names and arguments).",
-                  "variant", "server deterministic", "replayed", "identical", "diverged",
-                  "undecided", "divergence [95% CI]", "extra requests (share of load)")  # fmt: skip
+                  "order after one cache flush, and its output compared with the loaded one: "
+                  "token by token where both answers carried the generated tokens, else the "
+                  "text (reasoning, content, tool-call names and arguments). Where the server "
+                  "scores, the judge scored each diverged send's loaded continuation from the "
+                  "first difference (teacher-forced, after the same prompt and the common "
+                  "prefix): implausible, the judge calls it corrupted; plausible, another "
+                  "fluent answer.",
+                  "variant", "server deterministic", "replayed", "compared by", "identical",
+                  "diverged", "judge: implausible / plausible", "undecided",
+                  "divergence [95% CI]", "extra requests (share of load)")  # fmt: skip
     for v in rows:
         r = v["oracles"]["replay"]
         share = fmt_pct(r["load_share"]) if r["load_share"] is not None else "-"
         out.append(f"| {v['label']} | {'yes' if r['exact'] else 'no'} | {r['replayed']} | "
-                   f"{r['identical']} | {r['diverged']} | {r['undecided']} | "
-                   f"{_ci(r['divergence_rate'], r['divergence_ci'])} | "
+                   f"{_compared(r)} | {r['identical']} | {r['diverged']} | {_judged(r)} | "
+                   f"{r['undecided']} | {_ci(r['divergence_rate'], r['divergence_ci'])} | "
                    f"{r['extra_requests']} ({share}) |")  # fmt: skip
     exact = [v["label"] for v in rows if v["oracles"]["replay"]["exact"]]
     bad = [v["label"] for v in rows if v["oracles"]["replay"]["exact"]
@@ -62,7 +101,8 @@ def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
     if exact:
         out.append("On a server in a deterministic mode a send alone must give exactly what it "
                    "gave under load: every divergence is a bug to report, whatever its text "
-                   "looks like." + (f" Diverged: {', '.join(bad)}." if bad else ""))  # fmt: skip
+                   "looks like (the judge's verdict says only how it reads)."
+                   + (f" Diverged: {', '.join(bad)}." if bad else ""))  # fmt: skip
     if len(exact) < len(rows):
         out.append(NOT_EXACT)
     out.append("")
@@ -70,13 +110,22 @@ def replay_lines(variants: list[Mapping[str, Any]]) -> list[str]:
         r = v["oracles"]["replay"]
         out.append(f"- {v['label']}: replay {'exact' if r['exact'] else 'not exact'}: "
                    f"{r.get('exact_reason') or '-'}")  # fmt: skip
+        j = r.get("judge") or {}
+        if j.get("not_judged"):
+            out.append(f"- {v['label']}: {j['not_judged']} diverged sends not judged"
+                       + (f" ({j['error']})" if j.get("error") else ""))  # fmt: skip
     for v in rows:
         for ex in v["oracles"]["replay"]["examples"]:
             out += ["", f"- {v['label']} session {ex['session']} turn {ex['turn']} attempt "
-                    f"{ex['attempt']}: first difference at character {ex['position']} "
-                    f"(loaded: {ex['loaded_label']})", "",
-                    f"  - loaded: `{(ex['loaded_text'] or '')!r}`",
-                    f"  - alone:  `{(ex['alone_text'] or '')!r}`"]  # fmt: skip
+                    f"{ex['attempt']}: {_where(ex)} (loaded: {ex['loaded_label']}){_verdict(ex)}",
+                    ""]  # fmt: skip
+            if ex.get("position") is None and ex.get("loaded_tokens") is not None:
+                # the same text by other tokens: the ids around the first different one
+                out += [f"  - loaded tokens: `{ex['loaded_tokens']}`",
+                        f"  - alone tokens:  `{ex['alone_tokens']}`"]  # fmt: skip
+            else:
+                out += [f"  - loaded: `{(ex['loaded_text'] or '')!r}`",
+                        f"  - alone:  `{(ex['alone_text'] or '')!r}`"]  # fmt: skip
     return out
 
 

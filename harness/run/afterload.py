@@ -53,7 +53,7 @@ from harness.run.judge import judge_variant
 from harness.run.options import RunOptions
 from harness.run.oracle_alarms import canary_rows, spec_rows
 from harness.run.oracle_passkeys import passkey_variant
-from harness.run.oracle_replay import Sample, replay_oracle_variant
+from harness.run.oracle_replay import Access, Sample, replay_oracle_variant
 from harness.run.replay import resend
 from harness.target.launch import make_target
 from harness.target.spec import substitute
@@ -299,7 +299,8 @@ async def after_load(
         rows = await replay_oracle_variant(
             client, out_dir, run_id, label, repeat, Sample(after.oracle_sample, opts.source.seed),
             declared=bool(target is not None and target.deterministic),
-            api_key=opts.endpoint.api_key,
+            access=Access(opts.endpoint.api_key,
+                          after.scoring_api if opts.source.api == "chat" else "off"),
         )  # fmt: skip
         diverged = sum(1 for r in rows if r["status"] == "diverged")
         announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")

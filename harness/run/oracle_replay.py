@@ -10,14 +10,26 @@ The cache path: each session's sampled sends are re-sent in their order, after o
 ``/flush_cache`` before the session's first one (where the server has it). Each send then
 finds the prefix its session's earlier sends left in the cache, as under load (where the
 session's previous turn had just cached it); the only difference is what other sessions
-evicted under load. The comparison is of the text (reasoning, content, tool-call names and
-arguments; call ids are left out): the chat endpoint returns no token ids by default, so the
-first differing position is a character offset.
+evicted under load.
+
+The comparison is token by token where both sides carry the generated tokens (the sessions
+ask for them with the oracle on: ``return_token_ids``, and non-streamed ``logprobs``;
+``compared`` is ``tokens`` for ids, ``token_strings`` where the server gives only the token
+strings), else of the text (``compared: text``: reasoning, content, tool-call names and
+arguments; call ids are left out). A diverged row has ``position``, the first differing
+character of that text, with the text around it on both sides, and with tokens
+``token_index``, the first differing token, with the ids around it.
+
+Where the server can score a given text (client.scoring), a diverged send's loaded output is
+scored teacher-forced from the first difference on: the same prompt and the loaded output's
+common prefix with the lone one as the condition, the loaded continuation as the scored
+tokens. Its worst window against the judge's threshold (analysis.judge: the variant's healthy
+turns in judge.jsonl, else the absolute floor) gives ``judge_verdict``: ``implausible`` (the
+judge calls the loaded continuation corrupted) or ``plausible``.
 
 Rows go to ``oracle_replay.jsonl`` keyed like confirm.jsonl: ``status`` is ``identical``,
-``diverged`` (with ``position`` and the text around it on both sides) or ``undecided`` (a
-transport failure on either side). ``exact`` says whether the server declared a deterministic
-mode (analysis.oracles reads it).
+``diverged`` or ``undecided`` (a transport failure on either side). ``exact`` says whether
+the server declared a deterministic mode (analysis.oracles reads it).
 """
 
 from __future__ import annotations
@@ -32,18 +44,25 @@ from typing import Any, NamedTuple
 
 from harness.analysis import variantcheck
 from harness.analysis.confirm import ROW_KEY, row_key
+from harness.analysis.judge import read_rows as judge_rows
+from harness.analysis.judge import threshold, window_nll
 from harness.client.chat import ChatClient
+from harness.client.scoring import Scorer, ScoringFailed, ScoringMismatch, detect_api
+from harness.drive.session import response_of
 from harness.errors import UsageError
 from harness.record.rundir import ORACLE_REPLAY_FILE, TRANSCRIPTS_FILE
 from harness.record.transcripts import load_transcripts
 from harness.record.turns import read_rows
+from harness.run.judge import reply_message
 from harness.run.replay import resend
 from harness.target.metrics import flush_cache
 
 log = logging.getLogger(__name__)
 
 IDENTICAL, DIVERGED, UNDECIDED = "identical", "diverged", "undecided"
+IMPLAUSIBLE, PLAUSIBLE = "implausible", "plausible"  # the judge on a loaded continuation
 AROUND = 40  # characters of text shown before and after the first difference
+AROUND_TOKENS = 8  # tokens kept before and after the first differing token
 
 
 def check_sampling(temperature: float, seeded: bool, what: str = "the scenario") -> None:
@@ -53,6 +72,51 @@ def check_sampling(temperature: float, seeded: bool, what: str = "the scenario")
             f"--oracle replay needs deterministic sampling: {what} samples at temperature "
             f"{temperature:g} without a fixed seed; use temperature 0 or a seeded workload"
         )
+
+
+def tokens_of(resp: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
+    """(how, the generated tokens) of an output that carries them: ``tokens`` (ids) or
+    ``token_strings``; None without them."""
+    ids = resp.get("token_ids")
+    if isinstance(ids, list):
+        return "tokens", ids
+    strs = resp.get("token_strs")
+    return ("token_strings", strs) if isinstance(strs, list) else None
+
+
+def compare(loaded: Mapping[str, Any], alone: Mapping[str, Any]) -> dict[str, Any]:
+    """The comparison of a loaded output with its lone one: ``compared``, ``status`` and,
+    diverged, the first differing character (``position``, the text around it) and token
+    (``token_index``, the tokens around it)."""
+    a, b = output_text(loaded), output_text(alone)
+    out: dict[str, Any] = {"compared": "text"}
+    pos = first_difference(a, b)
+    ta, tb = tokens_of(loaded), tokens_of(alone)
+    index = None
+    if ta is not None and tb is not None and ta[0] == tb[0]:
+        out["compared"] = ta[0]
+        index = first_difference(ta[1], tb[1])
+        if index is not None:
+            lo = max(0, index - AROUND_TOKENS)
+            out.update(token_index=index, loaded_tokens=ta[1][lo : index + AROUND_TOKENS],
+                       alone_tokens=tb[1][lo : index + AROUND_TOKENS])  # fmt: skip
+    out["status"] = IDENTICAL if pos is None and index is None else DIVERGED
+    if pos is not None:
+        lo = max(0, pos - AROUND)
+        out.update(position=pos, loaded_text=a[lo : pos + AROUND], alone_text=b[lo : pos + AROUND])
+    return out
+
+
+class Access(NamedTuple):
+    """How the replay reaches the server beyond its chat client: the API key (the cache
+    flush, the scoring) and the judge's scoring API (``auto``: asked of the server, a name of
+    client.scoring, or ``off``)."""
+
+    api_key: str | None = None
+    scoring_api: str = "auto"
+
+
+DEFAULT_ACCESS = Access()
 
 
 class Sample(NamedTuple):
@@ -89,8 +153,9 @@ def output_text(resp: Mapping[str, Any]) -> str:
     return "\x1e".join([*parts, _calls(resp.get("tool_calls"))])
 
 
-def first_difference(a: str, b: str) -> int | None:
-    """The first position where ``a`` and ``b`` differ (None: identical)."""
+def first_difference(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    """The first position where ``a`` and ``b`` differ (None: identical): characters of two
+    texts, or items of two token lists."""
     if a == b:
         return None
     n = min(len(a), len(b))
@@ -145,6 +210,84 @@ def _exact(run_dir: Path, variant: str, repeat: int, target_says: bool) -> tuple
     return exactness(rows[-1].get("config") or {} if rows else {}, target_says)
 
 
+def judge_threshold(run_dir: Path, variant: str) -> float:
+    """The judge's threshold on a worst window for ``variant``: from its healthy judged turns
+    (judge.jsonl, the turns the text detector passed), else the absolute floor."""
+    rows = [r for r in judge_rows(run_dir) if r.get("variant") == variant]
+    healthy = [r.get("judge_nll_worst") for r in rows if not r.get("flagged")]
+    return threshold([x for x in healthy if x is not None])
+
+
+def prefix_reply(recorded: Mapping[str, Any], position: int | None) -> dict[str, Any]:
+    """The loaded output up to ``position`` of its comparison text (``output_text``), as the
+    assistant message a chat template renders: the content's common part (none where the
+    difference is in the reasoning, all of it where it is in the tool calls)."""
+    reasoning = str(recorded.get("reasoning") or "")
+    content = str(recorded.get("content") or "")
+    at = 0 if position is None else position - len(reasoning) - 1  # (the separator)
+    return reply_message({"content": content[: max(0, at)]})
+
+
+class ContinuationJudge:
+    """The judge's verdict on a diverged send's loaded continuation from the first difference:
+    teacher-forced (client.scoring), conditioned on the prompt and the common prefix. The
+    scorer is made at the first diverged send; a server whose first scoring fails cannot
+    score, and is not asked again."""
+
+    def __init__(self, client: ChatClient, api_key: str | None, api: str, limit: float) -> None:
+        self.client, self.api_key, self.api, self.limit = client, api_key, api, limit
+        self.scorer: Scorer | None = None
+        self.scored = 0
+        self.off: str | None = None  # why the server cannot score
+
+    async def aclose(self) -> None:
+        if self.scorer is not None:
+            await self.scorer.aclose()
+
+    async def _scorer(self) -> Scorer:
+        if self.scorer is None:
+            base = self.client.base_url
+            api = self.api if self.api != "auto" else await detect_api(base, self.api_key)
+            self.scorer = Scorer(base, api, model=self.client.model, api_key=self.api_key,  # type: ignore[arg-type]
+                                 timeout=self.client.request_timeout)  # fmt: skip
+        return self.scorer
+
+    async def verdict(
+        self, body: Mapping[str, Any], recorded: Mapping[str, Any], position: int | None
+    ) -> dict[str, Any]:
+        """``judge_verdict`` (implausible | plausible) with its numbers, or ``judge_error``."""
+        if self.off is not None:
+            return {"judge_error": f"the server cannot score ({self.off})"}
+        reply = reply_message(dict(recorded))
+        if not reply.get("content") and not reply.get("tool_calls"):
+            return {"judge_error": "an empty output: nothing to score"}
+        messages, tools = body["messages"], body.get("tools")
+        try:
+            scorer = await self._scorer()
+            ids, start = await scorer.chat_ids(messages, tools, reply)
+            head, _ = await scorer.chat_ids(messages, tools, prefix_reply(recorded, position))
+            common = first_difference(ids, head)
+            at = max(start, len(ids) if common is None else common)
+            if at < 1 or at >= len(ids):
+                return {"judge_error": "no loaded continuation past the first difference"}
+            got = await scorer.score(ids[:at], ids[at:], "")
+        except ScoringMismatch as exc:
+            return {"judge_error": f"mismatch: {exc}"}
+        except ScoringFailed as exc:
+            if not self.scored:
+                self.off = str(exc)
+            return {"judge_error": str(exc)}
+        self.scored += 1
+        mean, worst = window_nll(got.logprobs)
+        return {
+            "judge_verdict": IMPLAUSIBLE if worst > self.limit else PLAUSIBLE,
+            "judge_nll": round(mean, 4),
+            "judge_nll_worst": round(worst, 4),
+            "judge_threshold": round(self.limit, 4),
+            "judge_tokens": len(ids) - at,
+        }
+
+
 async def replay_oracle_variant(
     client: ChatClient,
     run_dir: Path,
@@ -154,9 +297,33 @@ async def replay_oracle_variant(
     sample: Sample,
     *,
     declared: bool = False,
-    api_key: str | None = None,
+    access: Access = DEFAULT_ACCESS,
 ) -> list[dict[str, Any]]:
-    """Re-send the sampled sends of (variant, repeat) alone; append oracle_replay.jsonl."""
+    """Re-send the sampled sends of (variant, repeat) alone; append oracle_replay.jsonl. Unless
+    ``access.scoring_api`` is ``off`` the judge gives each diverged send its verdict."""
+    api_key, scoring_api = access
+    async with contextlib.AsyncExitStack() as stack:
+        judge = None
+        if scoring_api != "off":
+            limit = judge_threshold(run_dir, variant)
+            judge = ContinuationJudge(client, api_key, scoring_api, limit)
+            stack.push_async_callback(judge.aclose)
+        return await _replay(client, run_dir, run_id, (variant, repeat), sample,
+                             declared=declared, api_key=api_key, judge=judge)  # fmt: skip
+
+
+async def _replay(
+    client: ChatClient,
+    run_dir: Path,
+    run_id: str,
+    which: tuple[str, int],
+    sample: Sample,
+    *,
+    declared: bool,
+    api_key: str | None,
+    judge: ContinuationJudge | None,
+) -> list[dict[str, Any]]:
+    variant, repeat = which
     path = run_dir / ORACLE_REPLAY_FILE
     done = {row_key(r) for r in read_rows(path)}
     exact, why = _exact(run_dir, variant, repeat, declared)
@@ -187,7 +354,6 @@ async def replay_oracle_variant(
                 out.update(
                     exact=exact,
                     exact_reason=why,
-                    compared="text",
                     loaded_label=recorded.get("label"),
                     loaded_corrupted=bool(recorded.get("corrupted")),
                     sim_injected=recorded.get("sim_injected"),
@@ -197,20 +363,10 @@ async def replay_oracle_variant(
                 if got.failed:
                     out.update(status=UNDECIDED, error=str(got.out.failure))
                 else:
-                    loaded = output_text(recorded)
-                    alone = output_text(
-                        {"reasoning": got.out.reasoning, "content": got.out.content,
-                         "tool_calls": got.out.tool_calls}
-                    )  # fmt: skip
-                    pos = first_difference(loaded, alone)
-                    out["status"] = IDENTICAL if pos is None else DIVERGED
-                    if pos is not None:
-                        lo = max(0, pos - AROUND)
-                        out.update(
-                            position=pos,
-                            loaded_text=loaded[lo : pos + AROUND],
-                            alone_text=alone[lo : pos + AROUND],
-                        )
+                    out.update(compare(recorded, response_of(got.out, got.verdict)))
+                if out["status"] == DIVERGED and judge is not None:
+                    body = t.body(row["seq"])
+                    out.update(await judge.verdict(body, recorded, out.get("position")))
                 fh.write(json.dumps(out, ensure_ascii=False) + "\n")
                 fh.flush()
                 rows.append(out)

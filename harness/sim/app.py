@@ -27,6 +27,7 @@ from harness.sim.engine import Engine, Generation, Sampling
 from harness.sim.inject import CHARS_PER_TOKEN
 from harness.sim.raw import RawRoutes
 from harness.sim.scoreroutes import ScoringRoutes
+from harness.sim.scoring import tokenize
 from harness.sim.transport import Stream, TransportFault
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,14 @@ def validate(payload: Any) -> dict[str, Any]:
         "stream": bool(payload.get("stream")),
         "include_usage": include_usage,
         "meta_info": payload.get("return_meta_info") is True,
+        "token_ids": payload.get("return_token_ids") is True,
     }
+
+
+def output_ids(gen: Generation) -> list[int]:
+    """The generated tokens' ids: the reasoning and the raw output (tool-call markup
+    included) by the simulator's tokenizer, as a server returns the ids it sampled."""
+    return tokenize(gen.reasoning + gen.raw)
 
 
 class SimApp:
@@ -181,7 +189,8 @@ class SimApp:
         rid = "chatcmpl-" + uuid.uuid4().hex
         if fields["stream"]:
             if fault is None:
-                return Stream(self._events(rid, gen, fields["include_usage"]), headers, done)
+                events = self._events(rid, gen, fields["include_usage"], ids=fields["token_ids"])
+                return Stream(events, headers, done)
             parts = len(
                 list(
                     openai.deltas(
@@ -190,7 +199,7 @@ class SimApp:
                 )
             )
             at = fault.index(parts)  # output events before the fault (role event not counted)
-            events = self._events(rid, gen, fields["include_usage"], fault, at)
+            events = self._events(rid, gen, fields["include_usage"], fault, at, fields["token_ids"])
             cut = (fault.kind, at + 1) if fault.kind in ("disconnect", "stall") else None
             return Stream(events, headers, done, fault=cut, stall_s=self.config.stall_seconds)
         try:
@@ -204,6 +213,8 @@ class SimApp:
         body = openai.completion(rid, int(time.time()), self.config.model, answer, use)
         if fields["meta_info"]:  # SGLang's per-request meta_info (non-streamed requests)
             body["choices"][0]["meta_info"] = engine.meta_info(gen)
+        if fields["token_ids"]:  # vLLM's return_token_ids: the generated tokens' ids
+            body["choices"][0]["token_ids"] = output_ids(gen)
         if fault is None:
             return _json(body, headers=headers)
         return self._faulty_body(orjson.dumps(body), headers, fault)
@@ -233,9 +244,11 @@ class SimApp:
         include_usage: bool,
         fault: TransportFault | None = None,
         at: int = -1,
+        ids: bool = False,
     ) -> AsyncIterator[bytes]:
         """The SSE events; an ``error_event`` or ``bad_json`` fault replaces output event ``at``
-        (the finish event when ``at`` is past the last delta)."""
+        (the finish event when ``at`` is past the last delta). With ``ids`` the finish event
+        carries the generated tokens' ids (``token_ids``, as vLLM's events carry theirs)."""
         engine, model, created = self.engine, self.config.model, int(time.time())
         latency = engine.latency
         spoil = fault.kind if fault is not None else ""
@@ -248,7 +261,8 @@ class SimApp:
         )
         for i, (delta, chars) in enumerate(itertools.chain(outputs, ((None, 0),))):
             if delta is None:  # the finish event
-                event = openai.chunk(rid, created, model, {}, gen.finish_reason)
+                more = {"token_ids": output_ids(gen)} if ids else None
+                event = openai.chunk(rid, created, model, {}, gen.finish_reason, extra=more)
             else:
                 tokens = max(1, chars // CHARS_PER_TOKEN)
                 await asyncio.sleep(latency.per_token(engine.running) * tokens)

@@ -117,6 +117,7 @@ def chunk(
     delta: dict[str, Any] | None,
     finish_reason: str | None = None,
     use: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> bytes:
     body: dict[str, Any] = {
         "id": rid,
@@ -125,7 +126,15 @@ def chunk(
         "model": model,
         "choices": []
         if delta is None
-        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        else [
+            {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                **(extra or {}),
+            }
+        ],
         "usage": use,
     }
     return b"data: " + orjson.dumps(body) + b"\n\n"

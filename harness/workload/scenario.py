@@ -71,6 +71,9 @@ class Scenario:
     passkeys: bool = False  # --passkeys: plant an id early, ask it back (workload.passkeys)
     #: --oracle spec_accept: ask SGLang for its per-request meta_info (speculative counters)
     return_meta_info: bool = False
+    #: --oracle replay: ask for the generated token ids (``return_token_ids``; non-streamed
+    #: also ``logprobs`` with one top entry, where llama.cpp gives the ids), compared by token
+    return_token_ids: bool = False
 
     def openai_tools(self) -> list[dict[str, Any]]:
         tools = [t.openai() for t in self.tools]

@@ -59,6 +59,12 @@ def test_a_fixed_rate_against_none(tmp_path: Path) -> None:
         assert len([r for r in seen if r in bad]) >= 0.95 * len(seen), name
     replayed = read_rows(out / ORACLE_REPLAY_FILE)
     assert len([r for r in replayed if r["status"] == "diverged"]) >= 5
+    # compared token by token (the sessions asked for the ids), and each diverged send has
+    # the judge's verdict on its loaded continuation
+    assert {r["compared"] for r in replayed} == {"tokens"}
+    diverged = [r for r in replayed if r["status"] == "diverged"]
+    assert all(r["token_index"] >= 0 for r in diverged)
+    assert all(r.get("judge_verdict") in ("implausible", "plausible") for r in diverged)
 
     summary = json.loads((out / "summary.json").read_text())
     [turn] = [c for c in summary["comparisons"] if c["unit"] == "turn"]

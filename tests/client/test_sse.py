@@ -296,3 +296,60 @@ def test_an_id_repeated_without_an_index_is_one_call() -> None:
     again = {"id": "c1", "function": {"arguments": ":1}"}}
     out, _ = _read([_unindexed(first), _unindexed(again), DONE])
     assert out["tool_calls"] == [{"id": "c1", "name": "read", "arguments": '{"p":1}'}]
+
+
+def test_token_ids_of_the_events_are_concatenated() -> None:
+    """vLLM's ``return_token_ids``: each streamed event carries the ids of its own piece."""
+
+    def piece(text: str, ids: Any) -> bytes:
+        choice = {"index": 0, "delta": {"content": text}, "token_ids": ids}
+        return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+
+    out, _ = _read([piece("Hel", [5, 6]), piece("lo", [7]), piece("", None), DONE])
+    assert out["content"] == "Hello"
+    assert out["token_ids"] == [5, 6, 7]
+    plain, _ = _read(STREAM)
+    assert plain["token_ids"] is None  # a server that sends none: no ids, not an empty list
+    odd, _ = _read([piece("a", 3), piece("b", ["x"]), DONE])  # a shape no server sends
+    assert odd["token_ids"] is None
+    assert odd["content"] == "ab"
+
+
+@pytest.mark.parametrize(
+    ("choice", "ids", "strs"),
+    [
+        ({"token_ids": [4, 5]}, [4, 5], None),  # vLLM
+        ({"logprobs": {"content": [{"id": 9, "token": "a"}, {"id": 8, "token": "b"}]}}, [9, 8],
+         None),  # llama.cpp
+        ({"logprobs": {"content": [{"token": "a"}, {"token": "b"}]}}, None, ["a", "b"]),  # SGLang
+        ({"logprobs": None}, None, None),
+    ],
+)  # fmt: skip
+async def test_token_ids_of_a_whole_answer(
+    choice: dict[str, Any], ids: list[int] | None, strs: list[str] | None
+) -> None:
+    from aiohttp import web
+
+    from harness.client.chat import ChatClient
+
+    async def chat(request: web.Request) -> web.Response:
+        message = {"role": "assistant", "content": "ab"}
+        return web.json_response(
+            {"choices": [{"index": 0, "message": message, "finish_reason": "stop", **choice}]}
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    client = ChatClient(f"http://{host}:{port}", model="m")
+    try:
+        out = await client.chat({"messages": [{"role": "user", "content": "hi"}]}, stream=False)
+    finally:
+        await client.aclose()
+        await runner.cleanup()
+    assert out.failure is None
+    assert (out.token_ids, out.token_strs) == (ids, strs)

@@ -1,6 +1,8 @@
 """``--oracle replay`` end to end against the simulator in its deterministic mode, with its
 ground truth (``sim_injected``): every diverged send is an injected one (precision 1.0) and
-the injected sends it replays are found (recall)."""
+the injected sends it replays are found (recall), compared token by token where both answers
+carry their token ids (the sessions ask for them with the oracle on, as the command line
+does), and each diverged send gets the judge's verdict on its loaded continuation."""
 
 from __future__ import annotations
 
@@ -11,21 +13,37 @@ from typing import Any
 
 import pytest
 
-from harness.analysis.oracles import oracle_evidence
+from harness.analysis.oracles import oracle_evidence, replay_summary
+from harness.drive.driver import Progress
 from harness.errors import UsageError
 from harness.record.rundir import ORACLE_REPLAY_FILE, TRANSCRIPTS_FILE
 from harness.record.transcripts import load_transcripts
 from harness.record.turns import read_rows, read_turns
 from harness.report.build import write_report
+from harness.report.oracles import replay_lines
+from harness.run.execute import execute, write_run_json
 from harness.run.oracle_replay import (
     check_sampling,
+    compare,
     exactness,
     first_difference,
     output_text,
+    prefix_reply,
     sampled,
 )
 from tests.cli.test_cli import harness
-from tests.run.test_replay import LOAD_SCALE, _fault_run
+from tests.run.endpoint_options import endpoint_options
+from tests.run.test_replay import LOAD_SCALE, _fault_run, small_scenario
+
+
+async def _oracle_run(url: str, out: Path, sessions: int, **opts: Any) -> None:
+    """A run with ``--oracle replay`` as the command line makes it: the sessions ask for the
+    generated token ids (``Scenario.return_token_ids``)."""
+    scenario = small_scenario(sessions, turns=8, max_context=16000)
+    scenario = scenario.with_overrides(return_token_ids=True)
+    options = endpoint_options(scenario, out, url, sessions, oracles=("replay",), **opts)
+    write_run_json(options, "r1")
+    await execute(options, "r1", Progress())
 
 
 def _key(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -36,9 +54,10 @@ async def test_replay_finds_exactly_the_injected_sends(
     make_sim: Callable[..., str], tmp_path: Path
 ) -> None:
     url = make_sim(fault_scale=LOAD_SCALE, deterministic=True)
-    await _fault_run(url, tmp_path, 40, oracles=("replay",))
+    await _oracle_run(url, tmp_path, 40)
     turns = read_turns(tmp_path / "turns.jsonl")
     rows = read_rows(tmp_path / ORACLE_REPLAY_FILE)
+    assert {r["compared"] for r in rows} == {"tokens"}  # the sim returns its token ids
     answered = [t for t in turns if t["label"] != "transport_error"]
     assert sorted(map(_key, rows)) == sorted(map(_key, answered))  # every send, once
     assert {r["exact"] for r in rows} == {True}  # the sim's /server_info says deterministic
@@ -53,6 +72,14 @@ async def test_replay_finds_exactly_the_injected_sends(
     for r in diverged:
         assert r["position"] >= 0
         assert r["loaded_text"] != r["alone_text"]
+        assert r["token_index"] >= 0
+        assert r["loaded_tokens"] != r["alone_tokens"]
+        # the judge's verdict on the loaded continuation from the first difference
+        assert r["judge_verdict"] in ("implausible", "plausible"), r
+        assert r["judge_tokens"] > 0
+    # the sim scores its own (clean) answer likely: a corrupted continuation is implausible
+    implausible = [r for r in diverged if r["judge_verdict"] == "implausible"]
+    assert len(implausible) >= 0.9 * len(diverged)
 
     evidence = oracle_evidence(tmp_path)
     assert set(evidence) == {_key(r) for r in diverged}
@@ -66,9 +93,15 @@ async def test_replay_finds_exactly_the_injected_sends(
     assert v["replay_divergence_rate"] == pytest.approx(len(diverged) / len(done))
     assert rep["extra_requests"] == len(rows)
     assert rep["load_share"] == pytest.approx(len(rows) / len(turns))
+    assert rep["compared_by"] == {"tokens": len(rows)}
+    assert rep["judge"]["judged"] == len(diverged)
+    assert rep["judge"]["implausible"] == len(implausible)
+    assert v["replay_implausible_turns"] == len(implausible)
     md = (tmp_path / "report.md").read_text()
     assert "## Replay alone (exact oracle)" in md
     assert "every divergence is a bug to report" in md
+    assert f"token ids {len(rows)}" in md
+    assert "the judge calls the loaded continuation corrupted" in md
     # a gate on it fails the command
     gate = harness("report", str(tmp_path), "--fail-if", "replay_diverged_turns > 0")
     assert gate.returncode == 1, gate.stderr
@@ -80,11 +113,14 @@ async def test_replay_on_a_healthy_deterministic_server_finds_nothing(
     make_sim: Callable[..., str], tmp_path: Path
 ) -> None:
     url = make_sim(fault_scale=0.0, deterministic=True)
-    await _fault_run(url, tmp_path, 12, oracles=("replay",), oracle_sample=0.5)
+    await _oracle_run(url, tmp_path, 12, oracle_sample=0.5, stream=False)
     rows = read_rows(tmp_path / ORACLE_REPLAY_FILE)
     turns = read_turns(tmp_path / "turns.jsonl")
     assert 0 < len(rows) < len(turns)  # a seeded sample
     assert {r["status"] for r in rows} == {"identical"}
+    assert {r["compared"] for r in rows} == {"tokens"}  # non-streamed: choices[0].token_ids
+    [t] = list(load_transcripts(tmp_path / TRANSCRIPTS_FILE).values())[:1]
+    assert t.body(0)["logprobs"] is True  # non-streamed, the ask llama.cpp answers too
     assert oracle_evidence(tmp_path) == {}
     [v] = write_report(tmp_path)["variants"]
     assert v["replay_divergence_rate"] == 0.0
@@ -97,12 +133,17 @@ async def test_the_workload_is_the_same_with_the_oracle_off(
     for name in ("off", "on"):
         (tmp_path / name).mkdir()
     await _fault_run(url, tmp_path / "off", 6, keep_transcripts=True)
-    await _fault_run(url, tmp_path / "on", 6, oracles=("replay",))
+    await _oracle_run(url, tmp_path / "on", 6)
     off = load_transcripts(tmp_path / "off" / TRANSCRIPTS_FILE)
     on = load_transcripts(tmp_path / "on" / TRANSCRIPTS_FILE)
     assert off.keys() == on.keys()
     for key, t in off.items():
-        assert [t.wire(r["seq"]) for r in t.rows] == [on[key].wire(r["seq"]) for r in on[key].rows]
+        sent_off = [t.body(r["seq"]) for r in t.rows]
+        sent_on = [on[key].body(r["seq"]) for r in on[key].rows]
+        assert all("return_token_ids" not in b and "logprobs" not in b for b in sent_off)
+        # the oracle adds the ask for the token ids (streamed: no logprobs), nothing else
+        assert all(b.pop("return_token_ids") is True and "logprobs" not in b for b in sent_on)
+        assert sent_off == sent_on
     assert not (tmp_path / "off" / ORACLE_REPLAY_FILE).exists()
 
 
@@ -129,6 +170,40 @@ def test_comparison_pieces() -> None:
     assert json.dumps(picked)
 
 
+def test_token_comparison_and_its_fallback() -> None:
+    loaded = {"content": "hello world", "token_ids": [1, 2, 3, 4]}
+    same = compare(loaded, {"content": "hello world", "token_ids": [1, 2, 3, 4]})
+    assert same == {"compared": "tokens", "status": "identical"}
+    # the same text by other tokens: a divergence only token ids see
+    other = compare(loaded, {"content": "hello world", "token_ids": [1, 2, 5, 6]})
+    assert other["status"] == "diverged"
+    assert other["token_index"] == 2
+    assert "position" not in other
+    got = compare(loaded, {"content": "hello there", "token_ids": [1, 2, 9]})
+    assert (got["token_index"], got["position"]) == (2, len("\x1ehello "))
+    # one side without ids (or ids on one, strings on the other): the text
+    text = compare(loaded, {"content": "hello there"})
+    assert text["compared"] == "text"
+    assert "token_index" not in text
+    strs = compare({"content": "a", "token_strs": ["a"]}, {"content": "a", "token_strs": ["a"]})
+    assert strs == {"compared": "token_strings", "status": "identical"}
+    assert compare(loaded, {"content": "hello world", "token_strs": ["x"]})["compared"] == "text"
+
+
+def test_the_judged_continuation_starts_at_the_first_difference() -> None:
+    rec = {
+        "reasoning": "think",
+        "content": "abcdef",
+        "tool_calls": [{"name": "f", "arguments": "{}"}],
+    }
+    text = output_text(rec)
+    assert prefix_reply(rec, text.index("d"))["content"] == "abc"
+    assert prefix_reply(rec, 2)["content"] is None  # in the reasoning: no common content
+    assert prefix_reply(rec, len(text) - 1)["content"] == "abcdef"  # in the calls
+    assert "tool_calls" not in prefix_reply(rec, len(text) - 1)
+    assert prefix_reply(rec, None)["content"] is None
+
+
 def test_which_servers_are_exact() -> None:
     assert exactness({}, target_says=True)[0]
     assert exactness({"server_info": {"enable_deterministic_inference": True}})[0]
@@ -141,3 +216,20 @@ def test_which_servers_are_exact() -> None:
     assert "--parallel 1" in why
     assert not exactness({"launch": {"command": [*llama, "--parallel", "1"]}})[0]
     assert not exactness({"server_info": {"enable_deterministic_inference": False}})[0]
+
+
+def test_a_divergence_only_the_token_ids_see_is_reported_by_its_ids() -> None:
+    """The same text by other tokens: the report shows the ids around the first difference."""
+    base = {"variant": "v", "repeat": 0, "turn": 1, "attempt": 0, "exact": True,
+            "loaded_label": "ok_text"}  # fmt: skip
+    same = {**base, "session": 0, "compared": "tokens", "status": "identical"}
+    loaded = {"content": "hello world", "token_ids": [1, 2, 3, 4]}
+    row = {**base, "session": 1, **compare(loaded, {"content": "hello world", "token_ids": [1, 9]})}
+    summary = replay_summary([same, row], 2)
+    assert summary["compared_by"] == {"tokens": 2}
+    assert summary["judge"] == {"judged": 0, "implausible": 0, "plausible": 0, "not_judged": 1,
+                                "error": None}  # fmt: skip
+    md = "\n".join(replay_lines([{"label": "v", "oracles": {"replay": summary}}]))
+    assert "first difference at token 1 (loaded: ok_text)" in md
+    assert "loaded tokens: `[1, 2, 3, 4]`" in md
+    assert "| v | yes | 2 | token ids 2 | 1 | 1 | - | 0 |" in md

@@ -29,7 +29,7 @@ from harness import labels as L
 from harness.client.chat import ChatClient
 from harness.drive.driver import DriveOptions, drive
 from harness.drive.selfreport import SelfReport
-from harness.drive.session import make_plans
+from harness.drive.session import make_plans, token_id_fields
 from harness.errors import UsageError
 from harness.record.turns import TurnRecord, TurnWriter, read_turns
 from harness.servers.llamacpp import INSTALL_SERVER, default_model
@@ -279,6 +279,36 @@ def test_server_surface(llama: Launched) -> None:
     assert bad.failure.kind == "http_status"
     assert bad.failure.status == 400
     assert "messages" in bad.failure.message
+
+
+def test_token_ids_on_the_chat_endpoint(llama: Launched) -> None:
+    """What ``--oracle replay`` asks for its token comparison: llama.cpp gives the generated
+    ids only in ``logprobs.content`` of a non-streamed answer (it ignores
+    ``return_token_ids``); streamed with tools the ask is left out (llama.cpp refuses
+    logprobs there) and the answer comes back without ids, compared by its text."""
+    params = {"type": "object", "properties": {}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": params}}]
+
+    async def go() -> list[Any]:
+        client = ChatClient(llama.base_url, model=MODEL, request_timeout=120.0)
+        outs = []
+        try:
+            for stream in (False, True):
+                body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 6,
+                        "temperature": 0, "tools": tools, **token_id_fields(stream)}  # fmt: skip
+                outs.append(await client.chat(body, stream=stream))
+        finally:
+            await client.aclose()
+        return outs
+
+    plain, streamed = asyncio.run(go())
+    assert plain.failure is None
+    assert streamed.failure is None
+    assert plain.token_ids
+    assert all(isinstance(i, int) for i in plain.token_ids)
+    assert len(plain.token_ids) == plain.completion_tokens
+    assert streamed.token_ids is None
+    assert streamed.content == plain.content  # greedy, alone: the same answer
 
 
 def test_streamed_requests_one_after_another(llama: Launched) -> None:
