@@ -79,7 +79,32 @@ def _literal_mask(text: str) -> str:
 def _tags(text: str) -> list[re.Match[str]]:
     if not _tags_possible(text):
         return []
-    return list(_TAG.finditer(_literal_mask(text)))
+    return _without_sections(list(_TAG.finditer(_literal_mask(text))))
+
+
+def _without_sections(tags: list[re.Match[str]]) -> list[re.Match[str]]:
+    """``tags`` less the sections an answer writes: a capitalized opener after the start
+    (``<Thinking>``, ``<THINKING>``) closed by the same spelling's closer next. A reasoning
+    marker is a chat template's token, lower case; a section a prompt asked for is content,
+    a heading in angle brackets. Unclosed, or at the very start, it is read as before."""
+    out: list[re.Match[str]] = []
+    i = 0
+    while i < len(tags):
+        word = tags[i].group(0)
+        nxt = tags[i + 1].group(0) if i + 1 < len(tags) else ""
+        section = (
+            word != word.lower()
+            and word.lower() in _OPENERS
+            and nxt == word[:1] + "/" + word[1:]
+            and tags[i].string[: tags[i].start()].strip() != ""
+            and not _glued(tags[i].string, tags[i])
+        )
+        if section:
+            i += 2
+            continue
+        out.append(tags[i])
+        i += 1
+    return out
 
 
 def _harmony(content: str) -> Split | None:
