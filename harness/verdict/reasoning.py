@@ -68,7 +68,7 @@ class Split:
     broken: tuple[int, str] | None = None
 
 
-def _literal_mask(text: str) -> str:
+def literal_mask(text: str) -> str:
     """``text`` with fenced code and inline code spans blanked (same length)."""
     masked = mask_fences(text)
     if "`" in masked:
@@ -79,7 +79,7 @@ def _literal_mask(text: str) -> str:
 def _tags(text: str) -> list[re.Match[str]]:
     if not _tags_possible(text):
         return []
-    return _without_sections(list(_TAG.finditer(_literal_mask(text))))
+    return _without_sections(list(_TAG.finditer(literal_mask(text))))
 
 
 def _without_sections(tags: list[re.Match[str]]) -> list[re.Match[str]]:
