@@ -84,23 +84,28 @@ def _tags(text: str) -> list[re.Match[str]]:
 
 def _without_sections(tags: list[re.Match[str]]) -> list[re.Match[str]]:
     """``tags`` less the sections an answer writes: a capitalized opener after the start
-    (``<Thinking>``, ``<THINKING>``) closed by the same spelling's closer next. A reasoning
-    marker is a chat template's token, lower case; a section a prompt asked for is content,
-    a heading in angle brackets. Unclosed, or at the very start, it is read as before."""
+    (``<Thinking>``, ``<THINKING>``), not glued into a word, closed by the same spelling's
+    closer next, or the last tag at the start of a line (the output ended inside the
+    section: a token limit). A reasoning marker is a chat template's token, lower case; a
+    section a prompt asked for is content, a heading in angle brackets. Unclosed anywhere
+    else, or at the very start, it is read as before."""
     out: list[re.Match[str]] = []
     i = 0
     while i < len(tags):
-        word = tags[i].group(0)
-        nxt = tags[i + 1].group(0) if i + 1 < len(tags) else ""
-        section = (
+        t = tags[i]
+        word, text = t.group(0), t.string
+        nxt = tags[i + 1].group(0) if i + 1 < len(tags) else None
+        capital = (
             word != word.lower()
             and word.lower() in _OPENERS
-            and nxt == word[:1] + "/" + word[1:]
-            and tags[i].string[: tags[i].start()].strip() != ""
-            and not _glued(tags[i].string, tags[i])
+            and text[: t.start()].strip() != ""
+            and not _glued(text, t)
         )
-        if section:
+        if capital and nxt == word[:1] + "/" + word[1:]:
             i += 2
+            continue
+        if capital and nxt is None and text[: t.start()].endswith("\n"):
+            i += 1
             continue
         out.append(tags[i])
         i += 1

@@ -145,7 +145,9 @@ def test_a_capitalized_section_closed_in_the_answer_is_content() -> None:
     for v in (classify_turn(text, source="server"), classify_text(text)):
         assert not v.corrupted, v
         assert "reasoning_in_content" not in v.evidence
-    # unclosed, lower case (a template's marker) or glued into a word: broken markup still
+    cut = f"{ANSWER}\n\n<Thinking>\nI will break it down: 1. the sky 2. the"  # a token limit
+    assert not classify_turn(cut, source="server", finish_reason="length").corrupted
+    # unclosed inside a line, lower case (a template's marker) or glued: broken markup still
     for bad in (f"{ANSWER} <Thinking> I wonder whether it will rain later, let me",
                 f"{ANSWER} <thinking>{THOUGHT}</thinking> More.",
                 f"{ANSWER} Par<Thinking>is</Thinking> sunny."):  # fmt: skip

@@ -1,7 +1,7 @@
 """A second look at the text detector's salad where it is known to be weak.
 
 The fitted detector learned clean text from documentation. Real agent answers are other
-text, and on them two kinds of healthy output draw most of its false alarms (measured on real
+text, and on them three kinds of healthy output draw most of its false alarms (measured on real
 agent turns by whole source, docs/detector.md):
 
 * **prose in one writing system besides Latin, with code in it**: Chinese, Japanese or
@@ -14,7 +14,6 @@ agent turns by whole source, docs/detector.md):
   writes two replacement characters where the symbol stood (a heading's or a bullet's first
   mark, between spaces). A broken detokenizer puts them inside words and in runs of any
   length.
-
 * **ordinary words, Latin letters only, that the character model finds improbable**: short
   English (or Spanish...) prose with file names, bold headings, curly quotes, a list of test
   names. The character model alone calls it salad; no hand-written rule sees anything, and
