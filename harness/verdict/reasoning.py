@@ -68,7 +68,7 @@ class Split:
     broken: tuple[int, str] | None = None
 
 
-def _literal_mask(text: str) -> str:
+def literal_mask(text: str) -> str:
     """``text`` with fenced code and inline code spans blanked (same length)."""
     masked = mask_fences(text)
     if "`" in masked:
@@ -79,7 +79,37 @@ def _literal_mask(text: str) -> str:
 def _tags(text: str) -> list[re.Match[str]]:
     if not _tags_possible(text):
         return []
-    return list(_TAG.finditer(_literal_mask(text)))
+    return _without_sections(list(_TAG.finditer(literal_mask(text))))
+
+
+def _without_sections(tags: list[re.Match[str]]) -> list[re.Match[str]]:
+    """``tags`` less the sections an answer writes: a capitalized opener after the start
+    (``<Thinking>``, ``<THINKING>``), not glued into a word, closed by the same spelling's
+    closer next, or the last tag at the start of a line (the output ended inside the
+    section: a token limit). A reasoning marker is a chat template's token, lower case; a
+    section a prompt asked for is content, a heading in angle brackets. Unclosed anywhere
+    else, or at the very start, it is read as before."""
+    out: list[re.Match[str]] = []
+    i = 0
+    while i < len(tags):
+        t = tags[i]
+        word, text = t.group(0), t.string
+        nxt = tags[i + 1].group(0) if i + 1 < len(tags) else None
+        capital = (
+            word != word.lower()
+            and word.lower() in _OPENERS
+            and text[: t.start()].strip() != ""
+            and not _glued(text, t)
+        )
+        if capital and nxt == word[:1] + "/" + word[1:]:
+            i += 2
+            continue
+        if capital and nxt is None and text[: t.start()].endswith("\n"):
+            i += 1
+            continue
+        out.append(tags[i])
+        i += 1
+    return out
 
 
 def _harmony(content: str) -> Split | None:

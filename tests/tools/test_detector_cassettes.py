@@ -121,6 +121,17 @@ def test_each_shape_becomes_a_turn_and_the_rest_is_left_out(tmp_path: Path) -> N
     assert len({r["id"] for r in rows}) == 4
 
 
+def test_a_vcr_folder_is_read_and_turns_of_another_set_are_left_out(tmp_path: Path) -> None:
+    files = {n.replace("cassettes/", "_vcr/"): b for n, b in _cassettes().items()}
+    _sdist(tmp_path, "pkg_b-1.0", files)
+    rows, _ = cassettes.build({"pkg-b": ("1.0", "proj")}, tmp_path)
+    assert len(rows) == 4
+    first = {cassettes._key(rows[0])}
+    again, stats = cassettes.build({"pkg-b": ("1.0", "proj")}, tmp_path, first)
+    assert len(again) == 3
+    assert stats["pkg-b"]["duplicates"] == 2
+
+
 def test_calls_of_a_whole_message_stay_apart_without_an_index() -> None:
     calls = [{"index": None, "id": f"c{i}", "type": "function",
               "function": {"name": "get_weather", "arguments": f'{{"city": "{city}"}}'}}
@@ -196,4 +207,4 @@ def test_an_unknown_package_is_a_one_line_error(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False)
     assert done.returncode == 2
-    assert "not in SDISTS: nosuch" in done.stderr.strip().splitlines()[-1]
+    assert "not in set 1: nosuch" in done.stderr.strip().splitlines()[-1]

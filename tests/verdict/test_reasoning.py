@@ -140,6 +140,21 @@ def test_tags_in_code_are_literals(text: str) -> None:
     assert not v.corrupted, v
 
 
+def test_a_capitalized_section_closed_in_the_answer_is_content() -> None:
+    text = f"{ANSWER}\n\n<Thinking>\n{THOUGHT}\n</Thinking>\n\nSo: sunny tomorrow."
+    for v in (classify_turn(text, source="server"), classify_text(text)):
+        assert not v.corrupted, v
+        assert "reasoning_in_content" not in v.evidence
+    cut = f"{ANSWER}\n\n<Thinking>\nI will break it down: 1. the sky 2. the"  # a token limit
+    assert not classify_turn(cut, source="server", finish_reason="length").corrupted
+    # unclosed inside a line, lower case (a template's marker) or glued: broken markup still
+    for bad in (f"{ANSWER} <Thinking> I wonder whether it will rain later, let me",
+                f"{ANSWER} <thinking>{THOUGHT}</thinking> More.",
+                f"{ANSWER} Par<Thinking>is</Thinking> sunny."):  # fmt: skip
+        v = classify_turn(bad, source="server")
+        assert v.tier == STRUCTURAL, bad
+
+
 def test_a_think_tag_inside_a_tool_argument_is_an_argument() -> None:
     call = ToolCall("write_file", {"path": "notes.md", "content": "a </think> tag, then <think>"})
     out = dsml.encode_turn("I will save the notes.", [call])

@@ -1,7 +1,7 @@
 """A second look at the text detector's salad where it is known to be weak.
 
 The fitted detector learned clean text from documentation. Real agent answers are other
-text, and on them two kinds of healthy output draw most of its false alarms (measured on real
+text, and on them three kinds of healthy output draw most of its false alarms (measured on real
 agent turns by whole source, docs/detector.md):
 
 * **prose in one writing system besides Latin, with code in it**: Chinese, Japanese or
@@ -14,10 +14,16 @@ agent turns by whole source, docs/detector.md):
   writes two replacement characters where the symbol stood (a heading's or a bullet's first
   mark, between spaces). A broken detokenizer puts them inside words and in runs of any
   length.
+* **ordinary words, Latin letters only, that the character model finds improbable**: short
+  English (or Spanish...) prose with file names, bold headings, curly quotes, a list of test
+  names. The character model alone calls it salad; no hand-written rule sees anything, and
+  nearly every word is one clean text uses. Salad of one script glues sub-word pieces into
+  words no text uses, several in a row; a few unknown words (names, identifiers) in every
+  eight are prose.
 
 ``second_look`` acquits a ``token_salad`` finding of such text when the hand-written rules
-saw nothing of weight in it; ``emoji_fffd`` gives the text with those replacement characters
-as a neutral symbol, for the detector to read.
+saw nothing of weight in it (the third kind: nothing at all); ``emoji_fffd`` gives the text
+with those replacement characters as a neutral symbol, for the detector to read.
 
 A loop is a fact one can point to: a ``repetition`` finding in whose window the rules found
 no repetition at all (no loop, drift, run) is the fitted model's guess from the text's look,
@@ -38,12 +44,19 @@ import numpy as np
 
 from harness.verdict.detector import scripts as S
 from harness.verdict.detector.chars import Chars
+from harness.verdict.detector.fitted import model
+from harness.verdict.detector.fitted.charmodel import codes
+from harness.verdict.detector.fitted.wordmodel import words as word_hashes
+from harness.verdict.detector.masking import without_markup
 from harness.verdict.detector.text import REPETITION_SIGNALS
+from harness.verdict.reasoning import literal_mask
 
 #: Rule signals that are no evidence on their own in such text: the character model's
 #: surprisal and its P (what is being second-guessed), and a closing quote or a bracket
 #: glued to a word (CJK prose quotes names and writes full-width brackets without spaces).
 _WEAK = frozenset({"char_surprisal", "p_corrupted", "glued_punctuation"})
+#: The fitted model's own readings, in every finding's signals: no rule's.
+_MODEL = frozenset({"char_surprisal", "p_corrupted"})
 #: Below this sum of the other rule signals in the deciding window the rules saw nothing of
 #: weight (their own threshold is 0.7).
 RULES_QUIET = 0.5
@@ -80,6 +93,51 @@ def one_script_family(text: str) -> bool:
     return not pos.size
 
 
+#: At most this many words clean text does not use in any 8 neighbouring words of ordinary
+#: prose (``ordinary_words``).
+UNSEEN_IN_8 = 3
+#: ... and none of them longer than this: glued sub-word pieces make words longer than any a
+#: language has (a name in code spans is a name, not counted).
+LONGEST_UNSEEN = 20
+#: Prose: letters are at least this share of the characters besides white space (a regex,
+#: a hex dump or a matrix of numbers is not; agent prose with code in it is 0.75 or more).
+PROSE_LETTERS = 0.7
+
+
+def latin_only(text: str) -> bool:
+    """Whether every letter of ``text`` is Latin (accents included): one writing system."""
+    ch = Chars(text)
+    if ch.ascii:
+        return True
+    ids = S.script_ids_of(ch)
+    present = set(np.unique(ids[ids >= S.LATIN]).tolist())
+    return present <= {S.LATIN}
+
+
+def ordinary_words(text: str) -> bool:
+    """Whether ``text`` is prose (``PROSE_LETTERS``) whose words are ordinary: outside code
+    spans and fences, no 8 neighbouring words hold more than ``UNSEEN_IN_8`` words the
+    fitted word model's clean text does not use (a shorter text: no larger a share), and none
+    of those is longer than ``LONGEST_UNSEEN``. Tool-call markup is left out."""
+    body, _ = without_markup(text)
+    ink = len(body) - sum(c.isspace() for c in body)
+    if not ink or sum(c.isalpha() for c in body) < PROSE_LETTERS * ink:
+        return False
+    body = literal_mask(body)
+    orig = np.frombuffer(body.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    wide = not body.isascii()
+    h, length = word_hashes(codes(orig, wide), wide)
+    if not h.size:
+        return False
+    unseen = model.load().words.unseen(h)[0].astype(np.int64)
+    if int((unseen * length).max()) > LONGEST_UNSEEN:
+        return False
+    if unseen.size <= 8:  # fewer words: the same share
+        return int(unseen.sum()) * 8 <= UNSEEN_IN_8 * unseen.size
+    c = np.concatenate(([0], unseen.cumsum()))
+    return int((c[8:] - c[:-8]).max()) <= UNSEEN_IN_8
+
+
 #: A span of 8-200 characters, then at least three more copies of it (whitespace between),
 #: up to the end of the output.
 _LOOP_TO_END = re.compile(r"(\S.{7,199}?)(?:\s*\1){3,}\s*\Z", re.S)
@@ -114,4 +172,6 @@ def second_look(text: str, label: str, signals: Mapping[str, float]) -> str | No
         return None
     if one_script_family(text):
         return "prose in one writing system with code in it, no salad signal of the rules"
+    if not set(signals) - _MODEL and latin_only(text) and ordinary_words(text):
+        return "ordinary words of one writing system, no signal of the rules"
     return None
