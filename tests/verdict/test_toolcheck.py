@@ -38,7 +38,7 @@ def _server(name: str, arguments: str) -> dict[str, object]:
         (_server("delete_all", "{}"), tc.UNKNOWN_TOOL),
         (_server("", "{}"), tc.MISSING_NAME),
         (_server("read_file", '{"path": "a.py"'), tc.INVALID_JSON),
-        (_server("read_file", ""), tc.INVALID_JSON),
+        (_server("read_file", ""), tc.SCHEMA),  # "" is no arguments: this tool needs one
         (_server("read_file", '{"path": NaN}'), tc.INVALID_JSON),
         (_server("read_file", '{"path": "a.py"}{"path": "a.py"}'), tc.CONCATENATED_JSON),
         (_server("read_file", '{"path": "a.py", "path": "b.py"}'), tc.DUPLICATE_KEY),
@@ -82,3 +82,13 @@ def test_validators_are_cached() -> None:
     n = len(tc._VALIDATORS)
     tc.check_calls([ToolCall("read_file", {"path": "b"})], TOOLS)
     assert len(tc._VALIDATORS) == n
+
+
+def test_an_empty_arguments_string_is_no_arguments_checked_against_the_schema() -> None:
+    # a tool without parameters: several servers send "" for its arguments; nothing is wrong
+    assert tc.check_server_calls([_server("get_time", "")], TOOLS) == []
+    assert tc.check_server_calls([_server("get_time", "  ")], None) == []
+    # a tool that requires an argument: "" is a call that lost it
+    problems = tc.check_server_calls([_server("read_file", "")], TOOLS)
+    assert [p.kind for p in problems] == [tc.SCHEMA]
+    assert "'path' is a required property" in problems[0].message
