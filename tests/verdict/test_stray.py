@@ -100,3 +100,41 @@ def test_other_script_inside_a_latin_word() -> None:
     assert stray.other_script("service", "服务")
     assert not stray.other_script("service", "r")
     assert not stray.other_script("servicio", "ó")  # (Latin-1: one of Latin's own letters)
+
+
+# ------------------------------------------------------------------ sub-word soup
+
+SOUP = (
+    "The migration adds the new column and copies the values in small batches, so the table "
+    "stays available while it runs. Afterwards we drop the old column. I also updated the "
+    "documentation and the release notes. Next colmIGR batCOP dropOLD tabAVAIL RELnot step."
+)
+
+SOUP_LOOK_ALIKES = [
+    # surnames, place names, package names, commit hashes: unknown words, close together
+    "The team that reviewed the proposal: Kowalczyk, Wójcik, Szymański, Nowakowski, "
+    "Dąbrowski and Zieliński, who all agreed with the plan for the next release.",
+    "Our customers in Ouagadougou, Tegucigalpa, Antananarivo, Nouakchott and Ulaanbaatar "
+    "reported the same problem with the login page last week.",
+    "Recommended packages for this project are numpy, pandas, scipy, matplotlib, seaborn, "
+    "sklearn, statsmodels and xgboost, all installed with pip.",
+    "The hashes of the last commits are 3f9ac2e, b71d0fe, 9c0a4bd, e5d12af and 0bb7e3c; the "
+    "third one introduced the regression in the parser.",
+    *HEALTHY,
+]
+
+
+def test_short_sub_word_soup_in_fluent_text_is_salad() -> None:
+    fitted = model.load()
+    start = stray.soup(SOUP, fitted.words, fitted.chars)
+    assert start is not None
+    assert SOUP[start:].startswith("colmIGR")
+    found = score_text(SOUP)
+    assert found.label == TOKEN_SALAD
+    assert found.signals.get("sub_word_soup") == 1.0
+
+
+@pytest.mark.parametrize("text", SOUP_LOOK_ALIKES)
+def test_lists_of_unknown_names_are_not_soup(text: str) -> None:
+    fitted = model.load()
+    assert stray.soup(text, fitted.words, fitted.chars) is None
