@@ -1,5 +1,4 @@
-"""Stray tokens (sub-word pieces of another sequence glued inside words) and short sub-word
-soup in fluent text.
+"""Stray tokens: sub-word pieces of another sequence glued inside the words of fluent text.
 
 A cache fault that hands a sequence a few positions of another writes their tokens where the
 sequence's own belong: a piece of a word (or a mark, a digit, a piece of another script)
@@ -21,15 +20,8 @@ words the model knows (``MAX_UNKNOWN``), one of them written with a 4-gram that 
 almost never writes where the piece joins it (``JUNCTION_BITS``). A piece of another writing
 system inside a Latin word (``serv服务ice``) is evidence on its own.
 
-The same reading finds short sub-word soup in fluent text (``soup``): five or more of eight
-neighbouring tokens that no clean text writes (unknown words with unseen 6-grams, each
-written once), where the rest of the text is words the model knows. A list of names, places
-or packages is unknown words too; the model knows many of them (it was counted on locale
-data and package documentation), but five unknown surnames in a row would read as soup.
-
-``text.score_fitted`` reads both after the fitted decision called a text clean: such a text
-is salad, at the threshold, with the signal ``stray_tokens`` (the number of words cut open)
-or ``sub_word_soup``.
+``text.score_fitted`` reads this after the fitted decision called a text clean: a text with
+such words is salad, at the threshold, with the signal ``stray_tokens`` (the number of words).
 """
 
 from __future__ import annotations
@@ -61,11 +53,6 @@ MAX_UNKNOWN = 0.08
 #: joins it: real words the word model does not know (a rare word, another language) write
 #: none so improbable.
 JUNCTION_BITS = 10.0
-#: Sub-word soup: SOUP_MIN pieces no clean text writes among SOUP_WINDOW neighbouring
-#: tokens, in text with at most SOUP_UNKNOWN of its other words unknown.
-SOUP_WINDOW = 8
-SOUP_MIN = 5
-SOUP_UNKNOWN = 0.1
 #: Longer texts are not read (the cost grows with the unknown words; a fault's stray
 #: tokens in a long answer are left to the other signals).
 MAX_CHARS = 6000
@@ -145,12 +132,9 @@ def _fits(word: str) -> bool:
     )
 
 
-def _unseen_at(
-    text: str, wm: WordModel, least: int = MIN_OWN + 1
-) -> tuple[npt.NDArray[np.int64], int, int]:
-    """Where the words of ``least`` characters or more that clean text does not use start;
-    how many words of 4+ characters the text has, and how many of them clean text does not
-    use."""
+def _unseen_at(text: str, wm: WordModel) -> tuple[npt.NDArray[np.int64], int, int]:
+    """Where the words of 5+ characters that clean text does not use start; how many words
+    of 4+ characters the text has, and how many of them clean text does not use."""
     cp = codes(text)
     h, n = words(cp)
     if not h.size:
@@ -160,7 +144,7 @@ def _unseen_at(
     first = np.flatnonzero(w[1:] - w[:-1])[0::2]
     unseen = wm.unseen(h)[0] == 1
     long = n >= MIN_OWN
-    at: npt.NDArray[np.int64] = first[unseen & (n >= least)]
+    at: npt.NDArray[np.int64] = first[unseen & (n >= MIN_OWN + 1)]
     return at, int(long.sum()), int((unseen & long).sum())
 
 
@@ -291,44 +275,6 @@ def events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
     return near
 
 
-def soup(text: str, wm: WordModel, cm: CharModel) -> int | None:
-    """Where short sub-word soup starts in fluent text: the first of ``SOUP_WINDOW``
-    neighbouring tokens of which ``SOUP_MIN`` or more are pieces no clean text writes
-    (written once, unknown to the word model, holding an unseen 6-gram; not a path, an
-    identifier in backticks or markup, no spaceless script), in text whose other words the
-    model knows (at most ``SOUP_UNKNOWN`` unknown); None when there is none."""
-    if len(text) > MAX_CHARS:
-        return None
-    at, total, unknown = _unseen_at(text, wm, 3)
-    if at.size < SOUP_MIN or _share(unknown, total, at.size) > SOUP_UNKNOWN:
-        return None
-    toks = [(m.start(), m.group(0)) for m in _TOKEN.finditer(text)]
-    starts = np.array([p for p, _ in toks], dtype=np.int64)
-    which = np.unique(starts.searchsorted(at, side="right") - 1).tolist()
-    own = Counter(w.lower() for w in _WORD.findall(text))
-    idx: list[int] = []
-    cores: list[str] = []
-    for i in which:
-        m = _CORE.search(toks[i][1])
-        if m is None:
-            continue
-        core = m.group(0)
-        if len(core) < 3 or _NOT_PROSE.search(core) or max(core) >= _SPACELESS:
-            continue
-        if own[_first_word(core).lower()] == 1 and _unseen_core(core, wm):
-            idx.append(i)
-            cores.append(core)
-    if len(idx) < SOUP_MIN:
-        return None
-    odd = np.array(idx)[_unseen6(cores, cm) > 0]
-    if odd.size < SOUP_MIN:
-        return None
-    full = (odd[SOUP_MIN - 1 :] - odd[: odd.size - SOUP_MIN + 1] < SOUP_WINDOW).nonzero()[0]
-    if not full.size or _share(unknown, total, int(odd.size)) > SOUP_UNKNOWN:
-        return None
-    return int(toks[int(odd[full[0]])][0])
-
-
 def _junction(cores: list[str], cm: CharModel) -> float:
     """The most improbable 4-gram of the words cut open, in bits (the character model's
     surprisal, a space before and after each word)."""
@@ -350,6 +296,5 @@ __all__ = [
     "events",
     "other_script",
     "repaired",
-    "soup",
     "unknown_share",
 ]

@@ -126,16 +126,13 @@ def _stray_tokens(
     work: str, fitted: model.DetectorModel, signals: dict[str, float]
 ) -> TextFinding | None:
     """A text the fitted decision calls clean, with words cut open by stray pieces of
-    another sequence (``stray.events``) or a short run of sub-word soup (``stray.soup``)
-    in otherwise fluent words: salad, at the threshold."""
+    another sequence (``stray.events``): salad, at the threshold."""
     where = stray.events(work, fitted.words, fitted.chars)
-    if where:
-        found = {**signals, "stray_tokens": float(len(where))}
-        return TextFinding(TOKEN_SALAD, THRESHOLD, where[0], found)
-    start = stray.soup(work, fitted.words, fitted.chars)
-    if start is not None:
-        return TextFinding(TOKEN_SALAD, THRESHOLD, start, {**signals, "sub_word_soup": 1.0})
-    return None
+    if not where:
+        return None
+    return TextFinding(
+        TOKEN_SALAD, THRESHOLD, where[0], {**signals, "stray_tokens": float(len(where))}
+    )
 
 
 def rules(text: str, context: str | None = None, *, unescaped: bool = False) -> TextFinding:
