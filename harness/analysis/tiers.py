@@ -34,10 +34,10 @@ DETECTOR_BASIS = "structural+suspect"
 #: neither fit nor tuned on (docs/detector.md, "Held out: real turns recorded by LLM
 #: libraries"): rate, 95% Wilson interval, what was measured.
 DETECTOR_FALSE_ALARMS: dict[str, Any] = {
-    "rate": 0.0055,
-    "ci": [0.0031, 0.0098],
+    "rate": 0.0060,
+    "ci": [0.0034, 0.0104],
     "turns": 2006,
-    "data": "11 of 2,006 real healthy turns of seven held-out sources (the HTTP cassettes of "
+    "data": "12 of 2,006 real healthy turns of seven held-out sources (the HTTP cassettes of "
     "LLM libraries' test suites: crewai, mirascope, langchain, magentic and three "
     "instrumentation projects; 80 models; at most 0.90% a source with over 100 turns); "
     "0.16% on the development set: docs/detector.md",
