@@ -37,10 +37,10 @@ HEALTHY = [
     "We solve x² + 3x − 4 = 0: the roots are x = 1 and x = −4, so f(x) = (x − 1)(x + 4) "
     "and its integral is a cubic.",
     # another language, names and rare words
-    "Hola, gracias por tu mensaje. Para continuar con la transferencia necesito confirmar tu "
-    "identificación y el número de cuenta asociado, pendiente de pago en efectivo.",
-    "The Caterpillar and the Sullana branches of Carretera Panamericana reopened on "
-    "Thursday; the newsletter has the announcements and the assessment of the purchases.",
+    "Buenos días. Para terminar la reserva necesito saber la fecha de llegada, el número de "
+    "huéspedes y si prefieren habitación doble o individual con desayuno incluido.",
+    "The Huancayo and Cajamarca offices of Ferreterías Quispe reopened on Wednesday; the "
+    "bulletin lists the refurbishments, the reimbursements and the apprenticeships.",
     # commands
     "Run `pytest -k test_parse_headers` and then `git commit -am 'fix headers'`; the CI "
     "workflow in .github/workflows/ci.yml does the rest.",
