@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.verdict.detector import repeat, salad, scripts
+from harness.verdict.detector import repeat, salad, scripts, stray
 from harness.verdict.detector.chars import Chars
 from harness.verdict.detector.fitted import features, model
 from harness.verdict.detector.masking import Masked, mask, shared_markup
@@ -111,13 +111,28 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     signals["char_surprisal"] = round(float(x[_S4_W32]), 3)
     signals["p_corrupted"] = round(bad, 4)
     if bad < t:
-        return TextFinding(None, round(score, 4), None, signals)
+        return _stray_tokens(work, fitted, signals) or TextFinding(
+            None, round(score, 4), None, signals
+        )
     if found.label is not None:  # the rules' own reading of what they found
         label = found.label
     else:
         label = REPETITION if fitted.p_repetition(x) > 0.5 else TOKEN_SALAD
     offset = found.offset if found.offset is not None else worst
     return TextFinding(label, round(score, 4), offset, signals)
+
+
+def _stray_tokens(
+    work: str, fitted: model.DetectorModel, signals: dict[str, float]
+) -> TextFinding | None:
+    """A text the fitted decision calls clean, with words cut open by stray pieces of
+    another sequence (``stray.events``): salad, at the threshold."""
+    where = stray.events(work, fitted.words, fitted.chars)
+    if not where:
+        return None
+    return TextFinding(
+        TOKEN_SALAD, THRESHOLD, where[0], {**signals, "stray_tokens": float(len(where))}
+    )
 
 
 def rules(text: str, context: str | None = None, *, unescaped: bool = False) -> TextFinding:
