@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -131,3 +132,26 @@ def test_a_run_stopped_after_its_load_finishes_its_lone_work_on_resume(
     report, reference = _sections(out), _sections(uninterrupted)
     for title in SAME:
         assert report[title] == reference[title], title
+
+
+@pytest.mark.slow
+def test_a_judge_cut_short_is_finished_by_a_resume(tmp_path: Path, uninterrupted: Path) -> None:
+    """The judge's rows of a finished run cut back to their first three (as a stop during the
+    judge leaves them): --resume scores the others, on a fresh server, and only them. (Their
+    scores are not compared: the simulator scores a text against its memory of the answers it
+    gave, which a fresh simulator lacks; a real model's scores need no memory.)"""
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted, out)
+    rows = (out / JUDGE_FILE).read_bytes().splitlines(keepends=True)
+    assert len(rows) > 3
+    (out / JUDGE_FILE).write_bytes(b"".join(rows[:3]))
+    again = harness("run", "--resume", str(out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert re.search(r"fault_rate=0\.05[^:]*: the load is done; left after it: judge\n",
+                     again.stderr)  # fmt: skip
+    assert again.stderr.count("left after it:") == 1  # the healthy variant: nothing
+    got = _keys(out, JUDGE_FILE)
+    assert got == _keys(uninterrupted, JUDGE_FILE)
+    assert max(got.values()) == 1
+    assert (out / JUDGE_FILE).read_bytes().startswith(b"".join(rows[:3]))
+    assert all("judge_nll" in r for r in read_rows(out / JUDGE_FILE))  # each one scored
