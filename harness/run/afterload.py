@@ -369,7 +369,8 @@ def lone_work_left(opts: RunOptions, variant: str, repeat: int) -> list[str]:
     lone_server = target is not None and target.alone_args is not None and shard is None
     wanted = {
         "confirm": after.confirm or lone_server,
-        "judge": after.confirm or (after.judge == "auto" and shard is None),
+        "judge": (after.confirm or (after.judge == "auto" and shard is None))
+        and opts.source.api == "chat",  # (the judge scores chat turns only)
         "replay": "replay" in after.oracles,
         "passkeys": opts.scenario.passkeys,
         "spec_accept": "spec_accept" in after.oracles,
