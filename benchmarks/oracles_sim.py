@@ -12,6 +12,8 @@ headline rates, the turn comparison and how many turns it took to be significant
     python benchmarks/oracles_sim.py --fault-rate 0.0003 --sessions 3000 --speed 1000 \
         --seed 7 --out rate-sim
     python benchmarks/oracles_sim.py --read rate-sim     # the numbers of a finished run
+    python benchmarks/oracles_sim.py --fault-rate 0.0003 --no-baseline --no-replay \
+        --turns 3 --sessions 5000 --speed 1000 --seed 21 --out asks-21   # passkey asks only
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ def main() -> None:
     p.add_argument("--speed", type=float, default=50.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--read", type=Path, help="only read a finished run folder")
+    p.add_argument("--no-replay", action="store_true", help="the passkeys only (cheaper)")
+    p.add_argument(
+        "--no-baseline", action="store_true", help="with --fault-rate: no fault_rate=0 variant"
+    )
     args = p.parse_args()
     if args.read is None:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -95,12 +101,14 @@ def main() -> None:
             target.write_text(TARGET.format(scale=args.scale))
             variants = ["--target", str(target), "--ab", args.ab]
         else:  # the shipped simulator target: its fault_rate and deterministic factors
-            variants = ["--ab", f"fault_rate=0,{args.fault_rate:g}", "--ab", "deterministic=on"]
+            levels = f"{args.fault_rate:g}" if args.no_baseline else f"0,{args.fault_rate:g}"
+            variants = ["--ab", f"fault_rate={levels}", "--ab", "deterministic=on"]
+        oracles = ["--passkeys"] if args.no_replay else ["--oracle", "replay", "--passkeys"]
         cmd = [
             sys.executable, "-m", "harness.cli", "run", *variants, "--sessions", str(args.sessions),
             "--concurrency", str(args.concurrency), "--turns", str(args.turns),
             "--max-context", "24000", "--speed", f"{args.speed:g}", "--seed", str(args.seed),
-            "--oracle", "replay", "--passkeys", "--no-progress", "--out", str(args.out),
+            *oracles, "--no-progress", "--out", str(args.out),
         ]  # fmt: skip
         subprocess.run(cmd, check=False, cwd=ROOT)
     print(json.dumps(measure(args.read or args.out), indent=2))

@@ -61,7 +61,7 @@ from harness.run.shard import Shard, parse_shard, parse_start_at
 from harness.run.stopsignals import StopSignals
 from harness.target.launch import check_variants
 from harness.target.readiness import normalize_endpoint
-from harness.target.spec import is_secret_name
+from harness.target.spec import TargetSpec, is_secret_name
 from harness.target.targetfile import default_sim_target, load_target
 from harness.workload.dialect import check_name
 from harness.workload.matrix import parse_ab, variants
@@ -251,7 +251,7 @@ def build_options(args: argparse.Namespace, run_id: str) -> RunOptions:
         saved["argv"] = _masked([str(a) for a in saved["argv"]])
     saved["target_var"] = _shown_target_vars(args.target_var or [])
     concurrency = args.concurrency or scenario.concurrency or scenario.sessions
-    shard, start_at = _shard_options(args)
+    shard, start_at = _shard_options(args, target)
     # (in this order: the first usage error is the one said)
     with_passkeys = _with_passkeys(args, scenario)
     budget = _budget(args, scenario.sessions)
@@ -367,8 +367,13 @@ def _masked(argv: list[str]) -> list[str]:
     return out
 
 
-def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None]:
-    """--shard I/K and --start-at, and what a slice of a run cannot do alone."""
+def _shard_options(
+    args: argparse.Namespace, target: TargetSpec | None
+) -> tuple[Shard | None, float | None]:
+    """--shard I/K and --start-at, and what a slice of a run cannot do alone. The exact
+    oracles run on a shard whose servers are its own (a target that launches them): its lone
+    requests after its load meet no other shard's load, and its server's log holds its own
+    sends only; ``--oracle spec_accept`` reads only the answers, and runs on any shard."""
     text = args.shard
     start = args.start_at
     if text is None:
@@ -380,8 +385,6 @@ def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None
         "--until-significant": args.until_significant,
         "--confirm": args.confirm,
         "--reference-sessions": args.reference_sessions,
-        "--oracle": args.oracle,
-        "--passkeys": args.passkeys,
     }
     for flag, given in alone.items():
         if given:
@@ -389,6 +392,15 @@ def _shard_options(args: argparse.Namespace) -> tuple[Shard | None, float | None
                 f"{flag} needs one coordinator over the whole run, not a shard: run it on one "
                 "host (--workers N spreads it over the cores)"
             )
+    own = target is not None and target.mode == "launch"
+    shared = [f"--oracle {o}" for o in args.oracle or [] if o != "spec_accept"]
+    shared += ["--passkeys"] if args.passkeys else []
+    if shared and not own:
+        raise UsageError(
+            f"{shared[0]} on a shard needs servers of the shard's own (a --target file that "
+            "launches them): a shared server still carries the other shards' load when this "
+            "one's ends; run it on one host (--workers N spreads it over the cores)"
+        )
     gates = [f for f, v in (("--fail-if", args.fail_if), ("--baseline", args.baseline),
                              ("--junit", args.junit)) if v]  # fmt: skip
     if gates and not args.resume:

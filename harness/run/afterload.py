@@ -50,10 +50,14 @@ from harness.record.rundir import (
 from harness.record.transcripts import load_transcripts
 from harness.record.turns import TurnWriter, read_rows
 from harness.run.judge import judge_variant
+from harness.run.judge import pending as judge_pending
 from harness.run.options import RunOptions
 from harness.run.oracle_alarms import canary_rows, spec_rows
+from harness.run.oracle_alarms import pending as spec_pending
 from harness.run.oracle_passkeys import passkey_variant
+from harness.run.oracle_passkeys import pending as passkeys_pending
 from harness.run.oracle_replay import Access, Sample, replay_oracle_variant
+from harness.run.oracle_replay import pending as replay_pending
 from harness.run.replay import resend
 from harness.target.launch import make_target
 from harness.target.spec import substitute
@@ -284,6 +288,17 @@ async def after_load(
     lone_server = target.alone_args if target is not None else None
     if opts.load.shard is not None:
         lone_server = None  # (a shard's flagged turns are re-sent by --confirm only)
+    # first: the alarms need no request, and the log lines live in memory until written
+    if "spec_accept" in after.oracles:
+        rows = spec_rows(out_dir, run_id, label, repeat, after.spec_rules)
+        alarms = sum(1 for r in rows if r["alarm"])
+        announce(f"{name}: speculative acceptance: {alarms} alarms in {len(rows)} sends")
+    if "kv_canary" in after.oracles and done.log_lines is not None:
+        turns = read_rows(out_dir / TURNS_FILE)
+        rows = canary_rows(done.log_lines, turns, run_id, label, repeat, out_dir)
+        tied = sum(1 for r in rows if r["alarm"] == "kv_canary")
+        announce(f"{name}: kv canary: {len(done.log_lines)} violation lines, {tied} sends in "
+                 "flight")  # fmt: skip
     if after.confirm or (lone_server is not None and flagged(out_dir, label, repeat)):
         if lone_server is not None:
             rows = await confirm_on_lone_server(opts, done, client, announce)
@@ -304,19 +319,8 @@ async def after_load(
         )  # fmt: skip
         diverged = sum(1 for r in rows if r["status"] == "diverged")
         announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")
-    if "spec_accept" in after.oracles:
-        rows = spec_rows(out_dir, run_id, label, repeat, after.spec_rules)
-        alarms = sum(1 for r in rows if r["alarm"])
-        announce(f"{name}: speculative acceptance: {alarms} alarms in {len(rows)} sends")
-    if "kv_canary" in after.oracles and done.log_lines is not None:
-        turns = read_rows(out_dir / TURNS_FILE)
-        rows = canary_rows(done.log_lines, turns, run_id, label, repeat, out_dir)
-        tied = sum(1 for r in rows if r["alarm"] == "kv_canary")
-        announce(f"{name}: kv canary: {len(done.log_lines)} violation lines, {tied} sends in "
-                 "flight")  # fmt: skip
     if opts.scenario.passkeys:
-        most = max(opts.load.sessions, opts.schedule.max_sessions or 0)
-        plans = make_plans(opts.scenario, most, opts.source.seed)
+        plans = passkey_plans(opts)
         loaded, lone = await passkey_variant(client, out_dir, run_id, label, repeat, plans)
         wrong = sum(1 for r in loaded if r["status"] != "right")
         lone_wrong = sum(1 for r in lone if r["status"] in ("wrong", "missing"))
@@ -336,15 +340,64 @@ async def after_load(
 
 
 def after_load_left(
-    opts: RunOptions, variant: Variant, repeat: int, plans: list[SessionPlan], resuming: bool
-) -> tuple[list[SessionPlan], bool]:
+    opts: RunOptions,
+    variant: Variant,
+    repeat: int,
+    plans: list[SessionPlan],
+    resuming: bool,
+    loaded: bool = False,
+) -> tuple[list[SessionPlan], list[str]]:
     """The reference sessions of this round still to run alone (the first K of its plans,
-    less those a resumed run already re-ran), and whether corrupted sends of a resumed run
-    still wait to be confirmed: what an interrupted after-load left to do."""
+    less those a resumed run already re-ran), and, for a resumed run whose load is done
+    (``loaded``), the names of its other lone passes left unfinished: what an interrupted
+    after-load left to do (``lone_work_left``)."""
     reference = plans[: opts.after.reference_sessions]
     if reference and resuming:
         done = referenced(opts.out_dir, variant.label, repeat)
         reference = [p for p in reference if p.index not in done]
-    confirm_left = resuming and opts.after.confirm
-    confirm_left = confirm_left and unconfirmed(opts.out_dir, variant.label, repeat) > 0
-    return reference, confirm_left
+    left = lone_work_left(opts, variant.label, repeat) if resuming and loaded else []
+    return reference, left
+
+
+def lone_work_left(opts: RunOptions, variant: str, repeat: int) -> list[str]:
+    """The passes after the load of (variant, repeat) that a stop cut short, by name: the
+    corrupted sends not yet re-sent alone (--confirm, a target's [alone] server), the turns
+    not yet judged, the sends not yet replayed (--oracle replay), the passkey answers not yet
+    checked or re-sent alone (--passkeys), the sends not yet checked for speculative
+    acceptance. Each pass skips what its file holds, so a resumed run does only these."""
+    after, out_dir, key = opts.after, opts.out_dir, (variant, repeat)
+    target, shard = opts.endpoint.launched, opts.load.shard
+    lone_server = target is not None and target.alone_args is not None and shard is None
+    wanted = {
+        "confirm": after.confirm or lone_server,
+        "judge": (after.confirm or (after.judge == "auto" and shard is None))
+        and opts.source.api == "chat",  # (the judge scores chat turns only)
+        "replay": "replay" in after.oracles,
+        "passkeys": opts.scenario.passkeys,
+        "spec_accept": "spec_accept" in after.oracles,
+    }
+    if not any(wanted.values()):
+        return []
+    transcripts = load_transcripts(out_dir / TRANSCRIPTS_FILE)
+    corrupted = any(
+        (row.get("response") or {}).get("corrupted")
+        for (v, r, _s), t in transcripts.items() if (v, r) == key
+        for row in t.rows
+    )  # fmt: skip
+    sample = Sample(after.oracle_sample, opts.source.seed)
+    checks: dict[str, Callable[[], int | bool]] = {
+        "confirm": lambda: corrupted and unconfirmed(out_dir, variant, repeat),
+        "judge": lambda: (
+            (after.confirm or corrupted) and judge_pending(opts, transcripts, variant, repeat)
+        ),
+        "replay": lambda: replay_pending(out_dir, transcripts, key, sample),
+        "passkeys": lambda: passkeys_pending(out_dir, transcripts, key, passkey_plans(opts)),
+        "spec_accept": lambda: spec_pending(out_dir, transcripts, key),
+    }
+    return [name for name, on in wanted.items() if on and checks[name]()]
+
+
+def passkey_plans(opts: RunOptions) -> list[SessionPlan]:
+    """Every plan a session of the run may have (--passkeys reads each one's passkey)."""
+    most = max(opts.load.sessions, opts.schedule.max_sessions or 0)
+    return make_plans(opts.scenario, most, opts.source.seed)

@@ -167,11 +167,14 @@ async def execute(
                         todo = [
                             p for p in round_plans if (variant.label, repeat, p.index) not in skip
                         ]
-                        reference, confirm_left = after_load_left(
-                            opts, variant, repeat, round_plans, bool(skip)
+                        reference, lone_left = after_load_left(
+                            opts, variant, repeat, round_plans, bool(skip), loaded=not todo
                         )
-                        if not todo and not reference and not confirm_left:
+                        if not todo and not reference and not lone_left:
                             continue
+                        if lone_left:
+                            announce(f"{variant.label}: the load is done; left after it: "
+                                     + ", ".join(lone_left))  # fmt: skip
                         started = held is not None and held[:2] == (variant, repeat)
                         if held is not None and not started:
                             await held[2].stop()

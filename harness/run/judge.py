@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,43 @@ def _done(run_dir: Path) -> set[tuple[Any, ...]]:
     return out
 
 
+Judged = tuple[Transcript, int, tuple[Any, ...], dict[str, Any]]
+
+
+def to_judge(
+    transcripts: Mapping[tuple[str, int, int], Transcript],
+    variant: str | None,
+    repeat: int | None,
+    share: float,
+    seed: int,
+    done: set[tuple[Any, ...]],
+) -> Iterator[Judged]:
+    """The turns the judge scores and has not scored yet: (transcript, its row's index, key,
+    the output as an assistant message), the flagged ones and the seeded sample of the rest
+    (of one variant/repeat when given)."""
+    for (v, r, session), t in sorted(transcripts.items()):
+        if (variant is not None and v != variant) or (repeat is not None and r != repeat):
+            continue
+        for seq, row in enumerate(t.rows):
+            response = row.get("response") or {}
+            key = (v, r, session, row["turn"], row["attempt"])
+            if response.get("failure") or key in done:
+                continue
+            if not response.get("corrupted") and not sampled(seed, key, share):
+                continue
+            reply = reply_message(response)
+            if reply.get("content") or reply.get("tool_calls"):
+                yield t, seq, key, reply
+
+
+def pending(opts: RunOptions, transcripts: Mapping[tuple[str, int, int], Transcript],
+            variant: str, repeat: int) -> int:  # fmt: skip
+    """Turns of (variant, repeat) the judge has still to score: a resumed run's work after a
+    stop during the judge."""
+    done, share = _done(opts.out_dir), opts.after.judge_sample
+    return sum(1 for _ in to_judge(transcripts, variant, repeat, share, opts.source.seed, done))
+
+
 async def judge_turns(
     scorer: Scorer,
     transcripts: dict[tuple[str, int, int], Transcript],
@@ -88,40 +125,29 @@ async def judge_turns(
     out = JsonlAppender(out_path)
     n = 0
     try:
-        for (v, r, session), t in sorted(transcripts.items()):
-            if (variant is not None and v != variant) or (repeat is not None and r != repeat):
-                continue
-            for seq, row in enumerate(t.rows):
-                response = row.get("response") or {}
-                key = (v, r, session, row["turn"], row["attempt"])
-                flagged = bool(response.get("corrupted"))
-                if response.get("failure") or key in done:
-                    continue
-                if not flagged and not sampled(seed, key, share):
-                    continue
-                reply = reply_message(response)
-                if not reply.get("content") and not reply.get("tool_calls"):
-                    continue
-                record: dict[str, Any] = {**base, **dict(zip(KEY, key, strict=True)),
-                                          "flagged": flagged, "label": response.get("label"),
-                                          "sim_injected": response.get("sim_injected")}  # fmt: skip
-                body = t.body(seq)
-                try:
-                    ids, start = await scorer.chat_ids(body["messages"], body.get("tools"), reply)
-                    if start < 1 or start >= len(ids):
-                        raise ScoringFailed("the rendered output is empty")
-                    got = await scorer.score(ids[:start], ids[start:], "")
-                except ScoringMismatch as exc:
-                    record["error"] = f"mismatch: {exc}"
-                except ScoringFailed as exc:
-                    if n == 0:
-                        return 0, str(exc)  # the first one fails: the server cannot score
-                    record["error"] = str(exc)
-                else:
-                    mean, worst = window_nll(got.logprobs)
-                    record.update(judge_nll=mean, judge_nll_worst=worst, tokens=len(got.ids))
-                out.append(json.dumps(record, ensure_ascii=False).encode() + b"\n")
-                n += 1
+        for t, seq, key, reply in to_judge(transcripts, variant, repeat, share, seed, done):
+            response = t.rows[seq].get("response") or {}
+            flagged = bool(response.get("corrupted"))
+            record: dict[str, Any] = {**base, **dict(zip(KEY, key, strict=True)),
+                                      "flagged": flagged, "label": response.get("label"),
+                                      "sim_injected": response.get("sim_injected")}  # fmt: skip
+            body = t.body(seq)
+            try:
+                ids, start = await scorer.chat_ids(body["messages"], body.get("tools"), reply)
+                if start < 1 or start >= len(ids):
+                    raise ScoringFailed("the rendered output is empty")
+                got = await scorer.score(ids[:start], ids[start:], "")
+            except ScoringMismatch as exc:
+                record["error"] = f"mismatch: {exc}"
+            except ScoringFailed as exc:
+                if n == 0:
+                    return 0, str(exc)  # the first one fails: the server cannot score
+                record["error"] = str(exc)
+            else:
+                mean, worst = window_nll(got.logprobs)
+                record.update(judge_nll=mean, judge_nll_worst=worst, tokens=len(got.ids))
+            out.append(json.dumps(record, ensure_ascii=False).encode() + b"\n")
+            n += 1
     finally:
         out.close()
     return n, None

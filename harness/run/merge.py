@@ -3,11 +3,12 @@ into one, as if one process had run it.
 
 The shards must belong to one plan (the same ``plan_id`` in their run.json: scenario, factors,
 sessions, seed, K) and each index may appear once. Every turn, finished session, transcript,
-server metric and self-report row is carried over (turns in a fixed order, with the merged run's
-id); the summary, statistics, plots and report are then rebuilt from them by the same code as
-``harness report``. A missing shard, or one that did not finish (no end recorded in its
-run.json, or an exit code other than 0), is named in ``merge.json`` and fails the merge as
-infrastructure, after the folder is written from what there is.
+server metric, self-report row and exact oracle row (``--oracle``, ``--passkeys``) is carried
+over (turns in a fixed order, with the merged run's id); the summary, statistics, plots and
+report are then rebuilt from them by the same code as ``harness report``. A missing shard, or
+one that did not finish (no end recorded in its run.json, or an exit code other than 0), is
+named in ``merge.json`` and fails the merge as infrastructure, after the folder is written
+from what there is.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from typing import Any
 from harness.errors import UsageError
 from harness.record.rundir import (
     METRICS_FILE,
+    ORACLE_ALARMS_FILE,
+    ORACLE_PASSKEY_ALONE_FILE,
+    ORACLE_PASSKEY_FILE,
+    ORACLE_REPLAY_FILE,
     OUTCOMES_FILE,
     SELF_REPORT_FILE,
     SERVERS_DIR,
@@ -32,6 +37,10 @@ from harness.record.rundir import (
 from harness.record.turns import read_turns
 
 MERGE_FILE = "merge.json"
+#: the exact oracles' rows (each shard checks its own sessions on its own servers)
+ORACLE_FILES = (
+    ORACLE_REPLAY_FILE, ORACLE_PASSKEY_FILE, ORACLE_PASSKEY_ALONE_FILE, ORACLE_ALARMS_FILE,
+)  # fmt: skip
 
 
 @dataclass
@@ -153,6 +162,12 @@ def merge_shards(dirs: list[Path], out: Path, expect: int | None = None) -> Merg
     _write_jsonl(out / SESSIONS_FILE, sessions)
     for name in (TRANSCRIPTS_FILE, METRICS_FILE, SELF_REPORT_FILE):
         rows = [dict(r, shard=s.index) for s in shards for r in _jsonl(s.path / name)]
+        if rows:
+            _write_jsonl(out / name, rows)
+    for name in ORACLE_FILES:  # keyed by the plan's session ids: no two shards share one
+        rows = [
+            dict(r, run_id=run_id, shard=s.index) for s in shards for r in _jsonl(s.path / name)
+        ]
         if rows:
             _write_jsonl(out / name, rows)
     _merge_outcomes(shards, out)

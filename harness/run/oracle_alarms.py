@@ -29,9 +29,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.confirm import ROW_KEY
+from harness.analysis.confirm import ROW_KEY, row_key
 from harness.record.rundir import ORACLE_ALARMS_FILE, TRANSCRIPTS_FILE
-from harness.record.transcripts import load_transcripts
+from harness.record.transcripts import Transcript, load_transcripts
+from harness.record.turns import read_rows
 
 CANARY = re.compile(r"kv_canary violation")
 STAMP = re.compile(r"^\[?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)")
@@ -70,11 +71,31 @@ def spec_alarm(meta: Mapping[str, Any], rules: SpecRules) -> tuple[str | None, d
     return None, numbers
 
 
+def _spec_checked(run_dir: Path) -> set[tuple[Any, ...]]:
+    return {row_key(r) for r in read_rows(run_dir / ORACLE_ALARMS_FILE) if "accept_length" in r}
+
+
+def pending(
+    run_dir: Path, transcripts: Mapping[tuple[str, int, int], Transcript], key: tuple[str, int]
+) -> int:
+    """Sends of ``key`` (variant, repeat) with speculative counters not yet checked."""
+    done = _spec_checked(run_dir)
+    left = 0
+    for (v, r, session), t in transcripts.items():
+        for row in t.rows if (v, r) == key else []:
+            meta = (row.get("response") or {}).get("meta_info")
+            checkable = isinstance(meta, Mapping) and "spec_verify_ct" in meta
+            left += checkable and (v, r, session, row["turn"], row["attempt"]) not in done
+    return left
+
+
 def spec_rows(
     run_dir: Path, run_id: str, variant: str, repeat: int, rules: SpecRules
 ) -> list[dict[str, Any]]:
-    """Judge every send of (variant, repeat) that carried meta_info; append the rows."""
+    """Judge every send of (variant, repeat) that carried meta_info and has no row yet (a
+    resumed run writes only the missing ones); append the rows."""
     rows = []
+    done = _spec_checked(run_dir)
     for (v, r, session), t in sorted(load_transcripts(run_dir / TRANSCRIPTS_FILE).items()):
         if (v, r) != (variant, repeat):
             continue
@@ -82,8 +103,10 @@ def spec_rows(
             meta = (row.get("response") or {}).get("meta_info")
             if not isinstance(meta, Mapping) or "spec_verify_ct" not in meta:
                 continue
-            why, numbers = spec_alarm(meta, rules)
             key = (v, r, session, row["turn"], row["attempt"])
+            if key in done:
+                continue
+            why, numbers = spec_alarm(meta, rules)
             out: dict[str, Any] = {"run_id": run_id, **dict(zip(ROW_KEY, key, strict=True))}
             out.update(alarm="spec_accept" if why else None, reason=why, **numbers,
                        sim_injected=(row.get("response") or {}).get("sim_injected"))  # fmt: skip
@@ -162,7 +185,14 @@ def canary_rows(
     repeat: int,
     run_dir: Path,
 ) -> list[dict[str, Any]]:
-    """One row per (canary line, send in flight when it was written); appended."""
+    """One row per (canary line, send in flight when it was written); appended. A line
+    already recorded (the same time and text) is left out: the after-load of a resumed run
+    or of a later round writes only new lines. (The lines of a load whose process was
+    stopped before they were written are not read again.)"""
+    seen = {(r.get("at"), r.get("line")) for r in read_rows(run_dir / ORACLE_ALARMS_FILE)
+            if r.get("alarm") == "kv_canary_line" and r.get("variant") == variant
+            and r.get("repeat") == repeat}  # fmt: skip
+    lines = [x for x in lines if (x[0], x[2]) not in seen]
     mine = [t for t in turns
             if t.get("variant") == variant and int(t.get("repeat", 0)) == repeat
             and t.get("sent_at") is not None]  # fmt: skip

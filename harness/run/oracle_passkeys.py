@@ -11,7 +11,7 @@ the model's own recall failure on the same prompts, which the loaded rate is com
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,43 @@ def _row(run_id: str, key: tuple[Any, ...], status: str, got: Any, **extra: Any)
     out.update(status=status, got=got if isinstance(got, str | None) else json.dumps(got))
     out.update(extra)
     return out
+
+
+Key = tuple[Any, ...]
+
+
+def _asks(t: Transcript, plan: SessionPlan, key: tuple[str, int, int]) -> list[tuple[Key, Any]]:
+    """The answered sends of the turn that answers the session's ask: (key, transcript row)."""
+    checked = pk.ask_turn(plan.steps, plan.max_turns) + 1
+    return [
+        ((*key, row["turn"], row["attempt"]), row)
+        for row in t.rows
+        if row["turn"] == checked and not (row.get("response") or {}).get("failure")
+    ]
+
+
+def pending(
+    run_dir: Path,
+    transcripts: Mapping[tuple[str, int, int], Transcript],
+    key: tuple[str, int],
+    plans: Iterable[SessionPlan],
+) -> int:
+    """Rows of ``key`` (variant, repeat) the passkeys have still to write, under load and
+    alone: a resumed run's work after a stop during the lone re-sends."""
+    by_index = {p.index: p for p in plans}
+    done = {row_key(r) for r in read_rows(run_dir / ORACLE_PASSKEY_FILE)}
+    done_alone = {row_key(r) for r in read_rows(run_dir / ORACLE_PASSKEY_ALONE_FILE)}
+    left = 0
+    for (v, r, session), t in transcripts.items():
+        plan = by_index.get(session)
+        if (v, r) != key or plan is None:
+            continue
+        asks = _asks(t, plan, (v, r, session))
+        if not asks:
+            left += (v, r, session, None, None) not in done
+            continue
+        left += sum(k not in done for k, _ in asks) + (asks[0][0] not in done_alone)
+    return left
 
 
 async def passkey_variant(
@@ -64,15 +101,11 @@ async def passkey_variant(
             if (v, r) != (variant, repeat) or plan is None:
                 continue
             expected = pk.passkey_for(plan.seed_for(0))
-            checked = pk.ask_turn(plan.steps, plan.max_turns) + 1
             planted = _last_prompt(t, pk.PLANT_TURN + 1)
-            first = None
-            for row in t.rows:
+            asks = _asks(t, plan, (v, r, session))
+            first = asks[0] if asks else None
+            for key, row in asks:
                 resp = row.get("response") or {}
-                if row["turn"] != checked or resp.get("failure"):
-                    continue
-                key = (v, r, session, row["turn"], row["attempt"])
-                first = first or (key, row)
                 if key in done:
                     continue
                 status, got = pk.check(resp.get("tool_calls"), expected)
@@ -98,6 +131,7 @@ async def passkey_variant(
                     out = _row(run_id, key, pk.NOT_ASKED, None, expected=expected,
                                ended_at_turn=last)  # fmt: skip
                     lf.write(json.dumps(out, ensure_ascii=False) + "\n")
+                    lf.flush()
                     loaded.append(out)
                 continue
             if first[0] in done_alone:

@@ -51,7 +51,7 @@ from harness.client.scoring import Scorer, ScoringFailed, ScoringMismatch, detec
 from harness.drive.session import response_of
 from harness.errors import UsageError
 from harness.record.rundir import ORACLE_REPLAY_FILE, TRANSCRIPTS_FILE
-from harness.record.transcripts import load_transcripts
+from harness.record.transcripts import Transcript, load_transcripts
 from harness.record.turns import read_rows
 from harness.run.judge import reply_message
 from harness.run.replay import resend
@@ -132,6 +132,33 @@ def sampled(key: Sequence[Any], share: float, seed: int) -> bool:
         return True
     digest = hashlib.blake2b(f"{seed}|{json.dumps(list(key))}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64 < share
+
+
+def wanted(
+    key: tuple[Any, ...], recorded: Mapping[str, Any], done: set[tuple[Any, ...]], sample: Sample
+) -> bool:
+    """Whether the replay re-sends this send: in the sample, not replayed yet, and answered
+    under load (a failure or a transport error has nothing to compare)."""
+    if key in done or not sampled(key, *sample):
+        return False
+    return not (recorded.get("failure") or recorded.get("label") == "transport_error")
+
+
+def pending(
+    run_dir: Path,
+    transcripts: Mapping[tuple[str, int, int], Transcript],
+    key: tuple[str, int],
+    sample: Sample,
+) -> int:
+    """Sends of ``key`` (variant, repeat) the replay has still to re-send: a resumed run's
+    work after a stop during the replay."""
+    done = {row_key(r) for r in read_rows(run_dir / ORACLE_REPLAY_FILE)}
+    return sum(
+        wanted((*key, session, row["turn"], row["attempt"]), row.get("response") or {}, done,
+               sample)
+        for (v, r, session), t in transcripts.items() if (v, r) == key
+        for row in t.rows
+    )  # fmt: skip
 
 
 def _calls(calls: Sequence[Mapping[str, Any]] | None) -> str:
@@ -338,11 +365,8 @@ async def _replay(
             for row in t.rows:
                 key = (v, r, session, row["turn"], row["attempt"])
                 recorded = row.get("response") or {}
-                if key in done or not sampled(key, *sample):
-                    continue
-                if recorded.get("failure") or recorded.get("label") == "transport_error":
-                    continue  # nothing came back under load: nothing to compare
-                todo.append((key, row, recorded))
+                if wanted(key, recorded, done, sample):
+                    todo.append((key, row, recorded))
             if not todo:
                 continue
             if can_flush:  # the session's cache path from cold; a server without it: warm

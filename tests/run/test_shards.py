@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.confirm import row_key
+from harness.analysis.oracles import ORACLE_METRICS
 from harness.drive.permits import Permits
 from harness.drive.session import make_plans
 from harness.errors import UsageError
 from harness.pool.dealing import deal, family
+from harness.record.rundir import ORACLE_PASSKEY_ALONE_FILE, ORACLE_PASSKEY_FILE, ORACLE_REPLAY_FILE
+from harness.record.turns import read_rows
 from harness.run.shard import (
     Shard,
     parse_shard,
@@ -164,6 +168,11 @@ def test_three_shards_merged_are_the_run_one_process_makes(tmp_path: Path) -> No
         (["--shard", "1/2", "--fail-if", "session_corruption_rate > 0"], "harness merge"),
         (["--start-at", "1796176800"], "--start-at goes with --shard"),
         (["--shard", "3/2"], "I/K"),
+        (["--shard", "1/2", "--endpoint", "http://127.0.0.1:9", "--passkeys"], "the shard's own"),
+        (
+            ["--shard", "1/2", "--endpoint", "http://127.0.0.1:9", "--oracle", "replay"],
+            "the shard's own",
+        ),
     ],
 )
 def test_what_a_shard_cannot_do_is_refused_at_once(
@@ -173,3 +182,46 @@ def test_what_a_shard_cannot_do_is_refused_at_once(
     assert done.returncode == 2
     assert message in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+ORACLES = ["--ab", "fault_rate=0,0.05", "--ab", "deterministic=on", "--sessions", "12",
+           "--turns", "6", "--max-context", "12000", "--speed", "1000", "--seed", "13",
+           "--oracle", "replay", "--passkeys", "--no-progress"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_shards_with_the_exact_oracles_merge_into_the_run_one_process_makes(
+    tmp_path: Path,
+) -> None:
+    """Each shard launches its own simulator (deterministic, an exact fault rate in one
+    variant), replays its sends and re-sends its passkey asks alone on it; the merged folder
+    carries every oracle row, and its summary the same oracle rates per variant as one
+    process's run of the plan; a gate on them fails the merge."""
+    one = harness("run", *ORACLES, "--out", str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr[-3000:]
+    for i in (1, 2):
+        shard = harness("run", *ORACLES, "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"))
+        assert shard.returncode == 0, shard.stderr[-3000:]
+    gate = ["--fail-if", "replay_diverged_turns > 0"]
+    merged = harness("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "-o",
+                     str(tmp_path / "merged"), *gate)  # fmt: skip
+    assert merged.returncode == 1, merged.stderr[-3000:]
+    assert "replay_diverged_turns" in merged.stderr
+
+    for name in (ORACLE_REPLAY_FILE, ORACLE_PASSKEY_FILE, ORACLE_PASSKEY_ALONE_FILE):
+        rows = read_rows(tmp_path / "merged" / name)
+        assert {r["shard"] for r in rows} == {1, 2}, name
+        assert sorted(map(row_key, rows), key=repr) == sorted(
+            map(row_key, read_rows(tmp_path / "one" / name)), key=repr
+        ), name
+    summaries = [json.loads((tmp_path / d / "summary.json").read_text()) for d in ("one", "merged")]
+    by = [{v["label"]: v for v in s["variants"]} for s in summaries]
+    assert by[0].keys() == by[1].keys()
+    for label in by[0]:
+        assert by[1][label]["oracles"] == by[0][label]["oracles"], label
+        for metric in ORACLE_METRICS:
+            assert by[1][label].get(metric) == by[0][label].get(metric), (label, metric)
+    assert by[1]["fault_rate=0.05,deterministic=on"]["replay_diverged_turns"] > 0
+    md = (tmp_path / "merged" / "report.md").read_text()
+    assert "## Replay alone (exact oracle)" in md
+    assert "## Passkeys (exact oracle)" in md
