@@ -64,6 +64,29 @@ class Ask:
     source: str
     context: str | None
 
+    def wire(self, tools: int) -> tuple[Any, ...]:
+        """This ask as a pool process receives it: its fields in order, a plain tuple (a
+        dataclass pickles through ``copyreg`` and ``__reduce_ex__``, and a copy of it
+        without its tools costs ``dataclasses.replace``), with ``tools`` the key of its tool
+        list (-1: none)."""
+        return (
+            self.content,
+            self.reasoning,
+            self.tool_calls,
+            tools,
+            self.finish_reason,
+            self.dialect,
+            self.source,
+            self.context,
+        )
+
+    @classmethod
+    def from_wire(cls, row: Sequence[Any], tool_lists: Mapping[int, list[dict[str, Any]]]) -> Ask:
+        """The ask of ``wire``, its tool list found by its key."""
+        content, reasoning, tool_calls, key, finish_reason, dialect, source, context = row
+        tools = tool_lists[key] if key >= 0 else None
+        return cls(content, reasoning, tool_calls, tools, finish_reason, dialect, source, context)
+
     def size(self) -> int:
         n = len(self.content) + len(self.reasoning)
         return n + sum(len(str(c.get("arguments") or "")) for c in self.tool_calls)
@@ -109,15 +132,14 @@ def warm() -> None:
 
 
 def judge_batch(
-    tool_lists: Mapping[int, list[dict[str, Any]]], asks: Sequence[tuple[Ask, int]]
+    tool_lists: Mapping[int, list[dict[str, Any]]], asks: Sequence[Sequence[Any]]
 ) -> list[Verdict | Failed]:
-    """Classify a batch (in a pool process): each ask with its tool list by key (-1: none)."""
+    """Classify a batch (in a pool process): each ask as ``Ask.wire`` sent it, its tool list
+    by key (-1: none)."""
     out: list[Verdict | Failed] = []
-    for ask, tools in asks:
+    for row in asks:
         try:
-            out.append(
-                replace(ask, tools=tool_lists[tools]).classify() if tools >= 0 else ask.classify()
-            )
+            out.append(Ask.from_wire(row, tool_lists).classify())
         except Exception as exc:  # noqa: BLE001 - this answer's failure, not the batch's
             out.append(Failed(type(exc).__name__, str(exc), traceback.format_exc()))
     return out
@@ -296,16 +318,16 @@ class Judge:
             part = pending[i : i + size]
             proc = min(self._procs, key=lambda p: len(p.owed))
             new: dict[int, list[dict[str, Any]]] = {}
-            asks: list[tuple[Ask, int]] = []
+            asks: list[tuple[Any, ...]] = []
             for ask, _ in part:
                 if ask.tools is None:
-                    asks.append((ask, -1))
+                    asks.append(ask.wire(-1))
                     continue
                 key = self._tools_key(ask.tools)
                 if key not in proc.tools_sent:
                     proc.tools_sent.add(key)
                     new[key] = ask.tools
-                asks.append((replace(ask, tools=None), key))
+                asks.append(ask.wire(key))
             proc.owed.append(part)
             self.batches += 1
             self._write(proc, frame((new, asks)))

@@ -79,7 +79,7 @@ async def test_the_pool_gives_the_loop_s_verdicts() -> None:
 def test_a_classifier_failure_is_its_turn_s_own() -> None:
     bad = Ask(3, "", [], None, None, "auto", "server", None)  # type: ignore[arg-type]
     good = _asks()[0]
-    out = judge_batch({}, [(bad, -1), (good, -1)])
+    out = judge_batch({}, [bad.wire(-1), good.wire(-1)])
     assert isinstance(out[0], Failed)
     assert out[0].kind == "AttributeError"
     assert out[1] == good.classify()
