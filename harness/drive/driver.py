@@ -28,6 +28,7 @@ from harness.record.payload import HistoryEncoder
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import TurnRecord, TurnWriter
 from harness.verdict.turn import SUSPECT
+from harness.workload import tools
 from harness.workload.dialect import AUTO, DialectLock
 from harness.workload.scenario import Scenario
 
@@ -276,6 +277,13 @@ class _MeasuredClient:
         return getattr(self._client, name)
 
 
+def _warm(judge: judging.Judge, scenario: Scenario) -> None:
+    """What the load would otherwise load on the event loop: the fake tools' corpora (built
+    while the judging processes warm up), then the judging processes ready."""
+    tools.warm((t.kind for t in scenario.tools), prose=scenario.workload == "chat")
+    judge.wait_ready()
+
+
 async def drive(
     client: ChatClient,
     scenario: Scenario,
@@ -303,8 +311,8 @@ async def drive(
     attached = False
     try:
         # the judging processes warm up (imports, the detector's model) before the load and
-        # its clock start: no session waits for that
-        await asyncio.to_thread(judge.wait_ready)
+        # its clock start, and so do the fake tools' corpora: no session waits for that
+        await asyncio.to_thread(_warm, judge, scenario)
         judge.attach()
         attached = True
         report.restart()

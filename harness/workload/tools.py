@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+from collections.abc import Callable, Iterable
 from typing import Any
 
 CHARS_PER_TOKEN = 4  # the client-side estimate; the server's usage figures are preferred
@@ -296,6 +297,27 @@ _KINDS = {
     "run_tests": _run_tests,
     "echo": _echo,
 }
+
+
+def warm(kinds: Iterable[str], prose: bool = False) -> None:
+    """Build, before a load, the corpora that the tools of ``kinds`` (and ``echo``, the kind
+    of a call to an undeclared tool) and, with ``prose``, the chat workload's documents draw
+    from: 25-60 ms each, on the event loop at a kind's first call otherwise, while every
+    stream in flight waits. Nothing a tool returns changes (they are made once either way)."""
+    made: dict[str, Callable[[], object]] = {
+        "list_dir": lambda: _list_corpus(_DIRS),  # a path narrows it: those are made on use
+        "read_file": _code_corpus,
+        "search": _search_corpus,
+        "run_tests": _test_corpus,
+        "echo": _echo_corpus,
+    }
+    for kind in {*kinds, "echo"}:
+        if kind in made:
+            made[kind]()
+    _numbered(2 * CORPUS_LINES)
+    _note_paths()
+    if prose:
+        _prose_corpus()
 
 
 def run_tool(kind: str, arguments: dict[str, Any], *, seed: int, budget_tokens: int) -> str:

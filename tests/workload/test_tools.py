@@ -81,3 +81,21 @@ def test_a_model_written_start_line_never_breaks_the_tool() -> None:
     for value in ("12", "x", -5, 10**30, None, 2.5):
         text = run_tool("read_file", {"path": "p", "start_line": value}, seed=1, budget_tokens=50)
         assert text.startswith("# p\n")
+
+
+def test_warm_builds_the_corpora_a_load_would_build_on_its_loop() -> None:
+    """``warm`` (before a load) builds the corpora of the kinds asked, and echo's (a call to
+    an undeclared tool), not the others; the results are the ones built on first use."""
+    args = {"path": "src/a.py", "query": "evict"}
+    before = {k: run_tool(k, args, seed=5, budget_tokens=400) for k in ("read_file", "search")}
+    builders = (tools._code_corpus, tools._search_corpus, tools._echo_corpus, tools._test_corpus)
+    for cached in (*builders, tools._prose_corpus):
+        cached.cache_clear()
+    tools.warm(["read_file", "search"])
+    made = [cached.cache_info().currsize for cached in builders]
+    assert made == [1, 1, 1, 0]
+    assert tools._prose_corpus.cache_info().currsize == 0
+    tools.warm([], prose=True)
+    assert tools._prose_corpus.cache_info().currsize == 1
+    after = {k: run_tool(k, args, seed=5, budget_tokens=400) for k in ("read_file", "search")}
+    assert after == before
