@@ -30,6 +30,7 @@ import null_endpoint  # noqa: E402
 
 from harness.client.output import TurnOutput  # noqa: E402
 from harness.client.sse import ChatEvents, LineSplitter  # noqa: E402
+from harness.drive.judging import Ask, frame  # noqa: E402
 from harness.drive.session import SessionPlan, first_messages  # noqa: E402
 from harness.record.turns import TurnWriter  # noqa: E402
 from harness.verdict import classify_turn  # noqa: E402
@@ -138,6 +139,13 @@ def workload() -> None:
         texts = [f"{o.reasoning}\n{o.content}" for o in outs]
         rows.append(("  of which markup_spans (the masking's other-dialect scan)",
                      per_call_us(lambda: [markup_spans(t) for t in texts]) / 12))  # fmt: skip
+        asks = [
+            Ask(o.content, o.reasoning, o.tool_calls, session.tools, o.finish_reason,
+                "dsml-v4", o.source, c or None)
+            for o, c in zip(outs, contexts, strict=True)
+        ]  # fmt: skip
+        rows.append(("hand the answer to a judging process (its batch framed)",
+                     per_call_us(lambda: frame(({}, [a.wire(0) for a in asks]))) / 12))  # fmt: skip
 
         def whole() -> None:
             for body in bodies:
