@@ -304,6 +304,7 @@ async def after_load(
             declared=bool(target is not None and target.deterministic),
             access=Access(opts.endpoint.api_key,
                           after.scoring_api if opts.source.api == "chat" else "off"),
+            lanes=after.oracle_concurrency,
         )  # fmt: skip
         diverged = sum(1 for r in rows if r["status"] == "diverged")
         announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")
