@@ -79,7 +79,10 @@ def main() -> None:
     if not (base / "transcripts.jsonl").exists():
         record(args, base)
     verdicts: dict[int, dict[tuple[Any, ...], str]] = {}
-    print("| concurrency | sends | seconds | sends/s | speed-up | diverged | re-sent alone |")
+    print(
+        "| concurrency | sends | seconds | sends/s | speed-up | diverged | re-sent alone "
+        "(differed at N / flagged under load) |"
+    )
     print("|---|---|---|---|---|---|---|")
     first = None
     for n in [int(x) for x in args.lanes.split(",")]:
@@ -98,9 +101,10 @@ def main() -> None:
         rate = len(rows) / took
         first = first or rate
         diverged = sum(r["status"] == "diverged" for r in rows)
-        again = sum(bool(r.get("concurrent_diverged")) for r in rows)
+        again = sum("concurrent_diverged" in r for r in rows)
+        differed = sum(bool(r.get("concurrent_diverged")) for r in rows)
         print(f"| {n} | {len(rows):,} | {took:.1f} | {rate:.1f} | {rate / first:.2f} | "
-              f"{diverged} | {again} |")  # fmt: skip
+              f"{diverged} | {again} ({differed} / {again - differed}) |")  # fmt: skip
     same = all(v == next(iter(verdicts.values())) for v in verdicts.values())
     print(f"the same verdict for every send at every concurrency: {same}")
 

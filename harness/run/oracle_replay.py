@@ -452,26 +452,29 @@ async def _together(
 ) -> None:
     """``replay.lanes`` sessions at once, each session's sends in order in one lane, after
     one flush of the cache (a flush empties every session's cache, and SGLang refuses it while
-    a request runs). A send that differs is held and re-sent once more alone when the lanes
-    are done: its row is that lone comparison (``concurrent_diverged``: it differed beside the
-    others), so a send the replay's own concurrency disturbed is not called diverged."""
+    a request runs). A send that differs, or that the verdict flagged under load, is held and
+    re-sent once more alone when the lanes are done: its row is that lone comparison
+    (``concurrent_diverged``: whether it differed beside the others), so a send the replay's
+    own concurrency disturbed is not called diverged, and a flagged one is not called
+    identical on a re-send that met the same fault."""
     await flush_cache(replay.client.base_url, api_key=api_key)
     queue = list(reversed(todo))
-    held: list[tuple[Transcript, Mapping[str, Any], Mapping[str, Any], tuple[Any, ...]]] = []
+    held: list[tuple[Transcript, Mapping[str, Any], Mapping[str, Any], tuple[Any, ...], str]]
+    held = []
 
     async def lane() -> None:
         while queue:
             t, mine = queue.pop()
             for key, row, recorded in mine:
                 out = await replay.send(t, key, row, recorded)
-                if out["status"] == IDENTICAL:
+                if out["status"] == IDENTICAL and not recorded.get("corrupted"):
                     await replay.write(t, row, recorded, out)
-                else:
-                    held.append((t, row, recorded, key))
+                else:  # (flagged under load: a raced re-send may repeat a raced answer)
+                    held.append((t, row, recorded, key, out["status"]))
 
     await asyncio.gather(*(lane() for _ in range(min(replay.lanes, len(todo)))))
     replay.lanes = 1  # the re-checks: alone
-    for t, row, recorded, key in sorted(held, key=lambda h: h[3]):
+    for t, row, recorded, key, status in sorted(held, key=lambda h: h[3]):
         out = await replay.send(t, key, row, recorded)
-        out["concurrent_diverged"] = True
+        out["concurrent_diverged"] = status != IDENTICAL
         await replay.write(t, row, recorded, out)

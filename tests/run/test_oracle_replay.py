@@ -276,4 +276,9 @@ async def test_replay_with_concurrency_gives_the_verdicts_of_one_at_a_time(
     assert injected
     assert diverged <= injected  # precision 1.0
     assert len(diverged) >= 0.95 * len(injected)  # recall
-    assert all(r["concurrent_diverged"] for r in rows if r["status"] == "diverged")
+    assert all("concurrent_diverged" in r for r in rows if r["status"] == "diverged")
+    assert all("concurrent_diverged" in r for r in rows if r["loaded_corrupted"])
+    again = sum(1 for r in rows if "concurrent_diverged" in r)
+    [v] = write_report(many)["variants"]
+    assert v["oracles"]["replay"]["rechecked_alone"] == again
+    assert v["oracles"]["replay"]["extra_requests"] == len(rows) + again
