@@ -82,6 +82,7 @@ def replay_summary(rows: list[dict[str, Any]], loaded_sends: int) -> dict[str, A
     compared = Counter(str(r.get("compared", "text")) for r in done)
     judged = [r for r in diverged if r.get("judge_verdict")]
     implausible = sum(1 for r in judged if r["judge_verdict"] == "implausible")
+    again = sum(1 for r in rows if "concurrent_diverged" in r)
     return {
         "exact": all(bool(r.get("exact")) for r in rows),
         "exact_reason": rows[0].get("exact_reason") if rows else None,
@@ -100,8 +101,11 @@ def replay_summary(rows: list[dict[str, Any]], loaded_sends: int) -> dict[str, A
             "not_judged": len(diverged) - len(judged),
             "error": next((r["judge_error"] for r in diverged if r.get("judge_error")), None),
         },
-        "extra_requests": len(rows),
-        "load_share": len(rows) / loaded_sends if loaded_sends else None,
+        # (--oracle-concurrency: a send that differed beside the others, or that was flagged
+        # under load, is re-sent once more alone)
+        "extra_requests": len(rows) + again,
+        "rechecked_alone": again,
+        "load_share": (len(rows) + again) / loaded_sends if loaded_sends else None,
         "examples": [
             {
                 k: r.get(k)

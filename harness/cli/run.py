@@ -344,6 +344,7 @@ def _after_load(args: argparse.Namespace, scenario: Any) -> AfterLoad:
         canary_rate=args.canary_rate,
         oracles=oracles,
         oracle_sample=args.oracle_sample,
+        oracle_concurrency=args.oracle_concurrency,
         spec_rules=SpecRules(
             args.spec_accept_min_length, args.spec_accept_min_tokens, args.spec_accept_max_rate
         ),

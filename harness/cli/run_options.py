@@ -285,6 +285,16 @@ def _add_oracle_args(p: argparse.ArgumentParser) -> None:
         help="with --oracle replay: the share of the sends re-sent alone (seeded)",
     )
     o.add_argument(
+        "--oracle-concurrency",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="with --oracle replay on a server in a deterministic mode: N sessions' re-sends "
+        "at once (each session's in order, one cache flush before them all); a send that "
+        "differs is re-sent once more alone before it counts as diverged (docs/oracles.md); "
+        "1: one at a time, a flush before each session",
+    )
+    o.add_argument(
         "--passkeys",
         action="store_true",
         help="plant random ids in early tool results and ask for them back later as a tool "

@@ -37,6 +37,7 @@ ORACLE_REPLAY_FILE = "oracle_replay.jsonl"  # --oracle replay: each send re-sent
 ORACLE_PASSKEY_FILE = "oracle_passkey.jsonl"  # --passkeys: each asked-for passkey, checked
 ORACLE_PASSKEY_ALONE_FILE = "oracle_passkey_alone.jsonl"  # the same asks with no load
 ORACLE_ALARMS_FILE = "oracle_alarms.jsonl"  # the server's own alarms (spec accept, kv canary)
+KV_CANARY_LINES_FILE = "kv_canary_lines.jsonl"  # the log's canary lines, kept as they are read
 SUMMARY_FILE = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"

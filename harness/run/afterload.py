@@ -52,8 +52,7 @@ from harness.record.turns import TurnWriter, read_rows
 from harness.run.judge import judge_variant
 from harness.run.judge import pending as judge_pending
 from harness.run.options import RunOptions
-from harness.run.oracle_alarms import canary_rows, spec_rows
-from harness.run.oracle_alarms import pending as spec_pending
+from harness.run.oracle_alarms import canary_rows, kept_lines, spec_rows
 from harness.run.oracle_passkeys import passkey_variant
 from harness.run.oracle_passkeys import pending as passkeys_pending
 from harness.run.oracle_replay import Access, Sample, replay_oracle_variant
@@ -270,8 +269,6 @@ class Loaded:
     repeat: int
     base: dict[str, Any]  # the fields every record of the variant carries
     reference: list[SessionPlan]  # the sessions to re-run alone (--reference-sessions)
-    #: --oracle kv_canary: the server log's canary lines during the load (run.oracle_alarms)
-    log_lines: list[tuple[float, float, str]] | None = None
 
 
 async def after_load(
@@ -288,17 +285,8 @@ async def after_load(
     lone_server = target.alone_args if target is not None else None
     if opts.load.shard is not None:
         lone_server = None  # (a shard's flagged turns are re-sent by --confirm only)
-    # first: the alarms need no request, and the log lines live in memory until written
-    if "spec_accept" in after.oracles:
-        rows = spec_rows(out_dir, run_id, label, repeat, after.spec_rules)
-        alarms = sum(1 for r in rows if r["alarm"])
-        announce(f"{name}: speculative acceptance: {alarms} alarms in {len(rows)} sends")
-    if "kv_canary" in after.oracles and done.log_lines is not None:
-        turns = read_rows(out_dir / TURNS_FILE)
-        rows = canary_rows(done.log_lines, turns, run_id, label, repeat, out_dir)
-        tied = sum(1 for r in rows if r["alarm"] == "kv_canary")
-        announce(f"{name}: kv canary: {len(done.log_lines)} violation lines, {tied} sends in "
-                 "flight")  # fmt: skip
+    for _, what in write_alarms(opts, run_id, label, repeat):  # first: they need no request
+        announce(f"{name}: {what}")
     if after.confirm or (lone_server is not None and flagged(out_dir, label, repeat)):
         if lone_server is not None:
             rows = await confirm_on_lone_server(opts, done, client, announce)
@@ -316,6 +304,7 @@ async def after_load(
             declared=bool(target is not None and target.deterministic),
             access=Access(opts.endpoint.api_key,
                           after.scoring_api if opts.source.api == "chat" else "off"),
+            lanes=after.oracle_concurrency,
         )  # fmt: skip
         diverged = sum(1 for r in rows if r["status"] == "diverged")
         announce(f"{name}: {len(rows)} sends replayed alone, {diverged} diverged")
@@ -337,6 +326,26 @@ async def after_load(
             stream=opts.endpoint.stream,
             on_corruption=opts.load.on_corruption,
         )
+
+
+def write_alarms(opts: RunOptions, run_id: str, variant: str, repeat: int) -> list[tuple[int, str]]:
+    """The server's own alarms of (variant, repeat) not yet written (--oracle spec_accept:
+    the sends' counters; --oracle kv_canary: the canary lines kept as the load read them):
+    they need no request, so a resumed run writes what a stop left, with no server. Per
+    oracle on: (rows written, what to say)."""
+    after, out_dir, said = opts.after, opts.out_dir, []
+    if "spec_accept" in after.oracles:
+        rows = spec_rows(out_dir, run_id, variant, repeat, after.spec_rules)
+        alarms = sum(1 for r in rows if r["alarm"])
+        said.append((len(rows), f"speculative acceptance: {alarms} alarms in {len(rows)} sends"))
+    if "kv_canary" in after.oracles:
+        lines = kept_lines(out_dir, variant, repeat)
+        turns = read_rows(out_dir / TURNS_FILE)
+        rows = canary_rows(lines, turns, run_id, variant, repeat, out_dir)
+        tied = sum(1 for r in rows if r["alarm"] == "kv_canary")
+        new = sum(1 for r in rows if r["alarm"] == "kv_canary_line")
+        said.append((len(rows), f"kv canary: {new} violation lines, {tied} sends in flight"))
+    return said
 
 
 def after_load_left(
@@ -362,9 +371,10 @@ def after_load_left(
 def lone_work_left(opts: RunOptions, variant: str, repeat: int) -> list[str]:
     """The passes after the load of (variant, repeat) that a stop cut short, by name: the
     corrupted sends not yet re-sent alone (--confirm, a target's [alone] server), the turns
-    not yet judged, the sends not yet replayed (--oracle replay), the passkey answers not yet
-    checked or re-sent alone (--passkeys), the sends not yet checked for speculative
-    acceptance. Each pass skips what its file holds, so a resumed run does only these."""
+    not yet judged (where the server can score: run.judge), the sends not yet replayed
+    (--oracle replay), the passkey answers not yet checked or re-sent alone (--passkeys).
+    Each pass skips what its file holds, so a resumed run does only these. (The server's own
+    alarms need no server: ``write_alarms``.)"""
     after, out_dir, key = opts.after, opts.out_dir, (variant, repeat)
     target, shard = opts.endpoint.launched, opts.load.shard
     lone_server = target is not None and target.alone_args is not None and shard is None
@@ -374,7 +384,6 @@ def lone_work_left(opts: RunOptions, variant: str, repeat: int) -> list[str]:
         and opts.source.api == "chat",  # (the judge scores chat turns only)
         "replay": "replay" in after.oracles,
         "passkeys": opts.scenario.passkeys,
-        "spec_accept": "spec_accept" in after.oracles,
     }
     if not any(wanted.values()):
         return []
@@ -392,7 +401,6 @@ def lone_work_left(opts: RunOptions, variant: str, repeat: int) -> list[str]:
         ),
         "replay": lambda: replay_pending(out_dir, transcripts, key, sample),
         "passkeys": lambda: passkeys_pending(out_dir, transcripts, key, passkey_plans(opts)),
-        "spec_accept": lambda: spec_pending(out_dir, transcripts, key),
     }
     return [name for name, on in wanted.items() if on and checks[name]()]
 

@@ -33,7 +33,7 @@ from harness.errors import HarnessError
 from harness.pool.dealing import deal
 from harness.record.rundir import OUTCOMES_FILE, TARGET_COPY, TURNS_FILE, RunDir
 from harness.record.turns import TurnWriter
-from harness.run.afterload import after_load_left
+from harness.run.afterload import after_load_left, write_alarms
 from harness.run.options import RunOptions
 from harness.run.plan import round_orders
 from harness.run.serverup import target_for
@@ -167,6 +167,10 @@ async def execute(
                         todo = [
                             p for p in round_plans if (variant.label, repeat, p.index) not in skip
                         ]
+                        if skip and not todo:  # the alarms a stop left unwritten: no server
+                            for n, what in write_alarms(opts, run_id, variant.label, repeat):
+                                if n:
+                                    announce(f"{variant.label}: the load is done; {what}")
                         reference, lone_left = after_load_left(
                             opts, variant, repeat, round_plans, bool(skip), loaded=not todo
                         )

@@ -11,7 +11,9 @@ merged into ``turns.jsonl`` when the run ends (``judge_nll``, ``judge_confirmed`
 
 The conversations come from ``transcripts.jsonl`` (with a judge sample above zero every
 session's transcript is kept). Only chat-API runs can be judged: a raw-mode turn has no
-messages to render. A server that cannot score is said once and the judge skipped.
+messages to render. A server that cannot score is said once and the judge skipped; that is
+recorded too, as a row of the variant with no turn (``cannot_score``: why), so a resumed run
+knows the judge's work there is done (``pending`` is 0) and starts no server for it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from harness.run.options import RunOptions
 log = logging.getLogger(__name__)
 
 KEY = ("variant", "repeat", "session", "turn", "attempt")
+#: the field of the row that says the server of a variant cannot score (no turn in it)
+CANNOT_SCORE = "cannot_score"
 
 
 def sampled(seed: int, key: tuple[Any, ...], share: float) -> bool:
@@ -55,6 +59,24 @@ def reply_message(response: dict[str, Any]) -> dict[str, Any]:
     if calls:
         message["tool_calls"] = calls
     return message
+
+
+def cannot_score(run_dir: Path, variant: str, repeat: int) -> str | None:
+    """Why the server of (variant, repeat) could not score, as its judge recorded it (None:
+    not recorded)."""
+    path = run_dir / JUDGE_FILE
+    if not path.exists():
+        return None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if CANNOT_SCORE not in line:
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("variant") == variant and row.get("repeat") == repeat:
+            return str(row[CANNOT_SCORE])
+    return None
 
 
 def _done(run_dir: Path) -> set[tuple[Any, ...]]:
@@ -103,7 +125,9 @@ def to_judge(
 def pending(opts: RunOptions, transcripts: Mapping[tuple[str, int, int], Transcript],
             variant: str, repeat: int) -> int:  # fmt: skip
     """Turns of (variant, repeat) the judge has still to score: a resumed run's work after a
-    stop during the judge."""
+    stop during the judge. None where its judge found that the server cannot score."""
+    if cannot_score(opts.out_dir, variant, repeat) is not None:
+        return 0
     done, share = _done(opts.out_dir), opts.after.judge_sample
     return sum(1 for _ in to_judge(transcripts, variant, repeat, share, opts.source.seed, done))
 
@@ -140,8 +164,11 @@ async def judge_turns(
             except ScoringMismatch as exc:
                 record["error"] = f"mismatch: {exc}"
             except ScoringFailed as exc:
-                if n == 0:
-                    return 0, str(exc)  # the first one fails: the server cannot score
+                if n == 0:  # the first one fails: the server cannot score (recorded)
+                    mark = {**base, **dict(zip(KEY, key, strict=True)), "session": None,
+                            "turn": None, "attempt": None, CANNOT_SCORE: str(exc)}  # fmt: skip
+                    out.append(json.dumps(mark, ensure_ascii=False).encode() + b"\n")
+                    return 0, str(exc)
                 record["error"] = str(exc)
             else:
                 mean, worst = window_nll(got.logprobs)
@@ -166,6 +193,11 @@ async def judge_variant(
     if opts.source.api != "chat":
         announce(f"{variant}: the judge scores chat turns only; --api {opts.source.api} is not "
                  "judged")  # fmt: skip
+        return
+    recorded = cannot_score(opts.out_dir, variant, repeat)
+    if recorded is not None:
+        announce(f"{variant}: the judge is off: the server could not score a given text "
+                 f"(recorded: {recorded})")  # fmt: skip
         return
     after, endpoint = opts.after, opts.endpoint
     api = after.scoring_api if after.scoring_api != "auto" else await detect_api(base_url)

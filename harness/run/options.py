@@ -125,6 +125,8 @@ class AfterLoad:
     canary_rate: float = 1.0  # canary requests a second during the load
     oracles: tuple[str, ...] = ()  # --oracle: replay, spec_accept, kv_canary
     oracle_sample: float = 1.0  # --oracle-sample: the share of sends the replay re-sends
+    #: --oracle-concurrency: the sessions whose re-sends the replay sends at once (1: alone)
+    oracle_concurrency: int = 1
     spec_rules: SpecRules = field(default_factory=SpecRules)  # --oracle spec_accept's rules
     server_log: Path | None = None  # --oracle kv_canary with --endpoint: the log to read
     keep_transcripts: bool = False  # all sessions' transcripts, not only corrupted ones

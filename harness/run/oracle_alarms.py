@@ -10,7 +10,10 @@ or an accept rate (``spec_accept_token_num / spec_draft_token_num``) above ``max
 
 ``--oracle kv_canary``: the server log (a launched server's, or ``--server-log FILE``) is read
 as the run goes; every ``kv_canary violation`` line is tied to the sends in flight when it was
-written (its own timestamp when it has one, else when it was read).
+written (its own timestamp when it has one, else when it was read). Each line is kept in
+``kv_canary_lines.jsonl`` as it is read (variant, repeat, when, the line), so a run stopped
+before its after-load ties them loses none: the resume ties the kept lines that have no row
+yet, without a server (run.afterload.write_alarms).
 
 Both append to ``oracle_alarms.jsonl``, keyed like confirm.jsonl, ``alarm`` naming the
 oracle (``spec_accept`` or ``kv_canary``; None for a spec-checked send with no alarm).
@@ -30,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.confirm import ROW_KEY, row_key
-from harness.record.rundir import ORACLE_ALARMS_FILE, TRANSCRIPTS_FILE
-from harness.record.transcripts import Transcript, load_transcripts
+from harness.record.rundir import KV_CANARY_LINES_FILE, ORACLE_ALARMS_FILE, TRANSCRIPTS_FILE
+from harness.record.transcripts import load_transcripts
 from harness.record.turns import read_rows
 
 CANARY = re.compile(r"kv_canary violation")
@@ -73,20 +76,6 @@ def spec_alarm(meta: Mapping[str, Any], rules: SpecRules) -> tuple[str | None, d
 
 def _spec_checked(run_dir: Path) -> set[tuple[Any, ...]]:
     return {row_key(r) for r in read_rows(run_dir / ORACLE_ALARMS_FILE) if "accept_length" in r}
-
-
-def pending(
-    run_dir: Path, transcripts: Mapping[tuple[str, int, int], Transcript], key: tuple[str, int]
-) -> int:
-    """Sends of ``key`` (variant, repeat) with speculative counters not yet checked."""
-    done = _spec_checked(run_dir)
-    left = 0
-    for (v, r, session), t in transcripts.items():
-        for row in t.rows if (v, r) == key else []:
-            meta = (row.get("response") or {}).get("meta_info")
-            checkable = isinstance(meta, Mapping) and "spec_verify_ct" in meta
-            left += checkable and (v, r, session, row["turn"], row["attempt"]) not in done
-    return left
 
 
 def spec_rows(
@@ -134,9 +123,12 @@ def line_time(line: str, read_at: float) -> tuple[float, float]:
 
 @dataclass
 class LogWatch:
-    """Reads a growing server log from where it stood at the start; keeps canary lines."""
+    """Reads a growing server log from where it stood at the start; keeps canary lines, each
+    appended to ``keep`` (kv_canary_lines.jsonl) with ``tag`` (variant, repeat) as read."""
 
     path: Path
+    keep: Path | None = None
+    tag: dict[str, Any] = field(default_factory=dict)
     lines: list[tuple[float, float, str]] = field(default_factory=list)
     _pos: int = 0
     _rest: bytes = b""
@@ -162,11 +154,18 @@ class LogWatch:
         self._pos += len(data)
         now = time.time()
         *whole, self._rest = (self._rest + data).split(b"\n")
+        found = []
         for raw in whole:
             line = raw.decode("utf-8", "replace")
             if CANARY.search(line):
                 at, slack = line_time(line, now)
-                self.lines.append((at, slack, line.strip()[-300:]))
+                found.append((at, slack, line.strip()[-300:]))
+        self.lines += found
+        if found and self.keep is not None:
+            with open(self.keep, "a", encoding="utf-8") as fh:
+                for at, slack, line in found:
+                    row = {**self.tag, "at": at, "slack": slack, "line": line}
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     async def stop(self) -> list[tuple[float, float, str]]:
         if self._task is not None:
@@ -175,6 +174,21 @@ class LogWatch:
                 await self._task
         self.read()
         return self.lines
+
+
+def kept_lines(run_dir: Path, variant: str, repeat: int) -> list[tuple[float, float, str]]:
+    """The canary lines the watch kept for (variant, repeat), in the order read."""
+    return [
+        (float(r["at"]), float(r.get("slack") or 0.0), str(r["line"]))
+        for r in read_rows(run_dir / KV_CANARY_LINES_FILE)
+        if r.get("variant") == variant and r.get("repeat") == repeat and "at" in r
+    ]
+
+
+def _recorded(run_dir: Path, variant: str, repeat: int) -> set[tuple[Any, Any]]:
+    return {(r.get("at"), r.get("line")) for r in read_rows(run_dir / ORACLE_ALARMS_FILE)
+            if r.get("alarm") == "kv_canary_line" and r.get("variant") == variant
+            and r.get("repeat") == repeat}  # fmt: skip
 
 
 def canary_rows(
@@ -187,11 +201,8 @@ def canary_rows(
 ) -> list[dict[str, Any]]:
     """One row per (canary line, send in flight when it was written); appended. A line
     already recorded (the same time and text) is left out: the after-load of a resumed run
-    or of a later round writes only new lines. (The lines of a load whose process was
-    stopped before they were written are not read again.)"""
-    seen = {(r.get("at"), r.get("line")) for r in read_rows(run_dir / ORACLE_ALARMS_FILE)
-            if r.get("alarm") == "kv_canary_line" and r.get("variant") == variant
-            and r.get("repeat") == repeat}  # fmt: skip
+    or of a later round writes only new lines."""
+    seen = _recorded(run_dir, variant, repeat)
     lines = [x for x in lines if (x[0], x[2]) not in seen]
     mine = [t for t in turns
             if t.get("variant") == variant and int(t.get("repeat", 0)) == repeat

@@ -34,13 +34,15 @@ the server declared a deterministic mode (analysis.oracles reads it).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TextIO
 
 from harness.analysis import variantcheck
 from harness.analysis.confirm import ROW_KEY, row_key
@@ -325,8 +327,10 @@ async def replay_oracle_variant(
     *,
     declared: bool = False,
     access: Access = DEFAULT_ACCESS,
+    lanes: int = 1,
 ) -> list[dict[str, Any]]:
-    """Re-send the sampled sends of (variant, repeat) alone; append oracle_replay.jsonl. Unless
+    """Re-send the sampled sends of (variant, repeat) alone (``lanes`` sessions at once on a
+    deterministic server: ``_together``); append oracle_replay.jsonl. Unless
     ``access.scoring_api`` is ``off`` the judge gives each diverged send its verdict."""
     api_key, scoring_api = access
     async with contextlib.AsyncExitStack() as stack:
@@ -336,7 +340,58 @@ async def replay_oracle_variant(
             judge = ContinuationJudge(client, api_key, scoring_api, limit)
             stack.push_async_callback(judge.aclose)
         return await _replay(client, run_dir, run_id, (variant, repeat), sample,
-                             declared=declared, api_key=api_key, judge=judge)  # fmt: skip
+                             declared=declared, api_key=api_key, judge=judge,
+                             lanes=lanes)  # fmt: skip
+
+
+Todo = list[tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]]  # (key, row, recorded)
+
+
+@dataclass
+class _Replay:
+    """One variant's replay: what each re-send is compared with, and where its row goes."""
+
+    client: ChatClient
+    run_id: str
+    exact: tuple[bool, str]
+    judge: ContinuationJudge | None
+    fh: TextIO
+    lanes: int = 1
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    async def send(
+        self, t: Transcript, key: tuple[Any, ...], row: Mapping[str, Any],
+        recorded: Mapping[str, Any],
+    ) -> dict[str, Any]:  # fmt: skip
+        """Re-send one send and compare it (no judge, no row yet)."""
+        got = await resend(self.client, t, row["seq"])
+        out: dict[str, Any] = {"run_id": self.run_id, **dict(zip(ROW_KEY, key, strict=True))}
+        out.update(
+            exact=self.exact[0],
+            exact_reason=self.exact[1],
+            loaded_label=recorded.get("label"),
+            loaded_corrupted=bool(recorded.get("corrupted")),
+            sim_injected=recorded.get("sim_injected"),
+            prompt_tokens=recorded.get("prompt_tokens"),
+            alone_label=got.verdict.label,
+        )
+        if self.lanes > 1:
+            out["concurrency"] = self.lanes
+        if got.failed:
+            out.update(status=UNDECIDED, error=str(got.out.failure))
+        else:
+            out.update(compare(recorded, response_of(got.out, got.verdict)))
+        return out
+
+    async def write(self, t: Transcript, row: Mapping[str, Any], recorded: Mapping[str, Any],
+                    out: dict[str, Any]) -> None:  # fmt: skip
+        """The judge's verdict on a diverged send, then its row, appended and flushed."""
+        if out["status"] == DIVERGED and self.judge is not None:
+            body = t.body(row["seq"])
+            out.update(await self.judge.verdict(body, recorded, out.get("position")))
+        self.fh.write(json.dumps(out, ensure_ascii=False) + "\n")
+        self.fh.flush()
+        self.rows.append(out)
 
 
 async def _replay(
@@ -349,49 +404,77 @@ async def _replay(
     declared: bool,
     api_key: str | None,
     judge: ContinuationJudge | None,
+    lanes: int = 1,
 ) -> list[dict[str, Any]]:
     variant, repeat = which
     path = run_dir / ORACLE_REPLAY_FILE
     done = {row_key(r) for r in read_rows(path)}
-    exact, why = _exact(run_dir, variant, repeat, declared)
+    exact = _exact(run_dir, variant, repeat, declared)
+    if lanes > 1 and not exact[0]:
+        log.warning("--oracle-concurrency %d: the server declared no deterministic mode, so "
+                    "its re-sends go one at a time", lanes)  # fmt: skip
+        lanes = 1
     transcripts = load_transcripts(run_dir / TRANSCRIPTS_FILE)
-    rows: list[dict[str, Any]] = []
-    can_flush = True
+    todo: list[tuple[Transcript, Todo]] = []
+    for (v, r, session), t in sorted(transcripts.items()):
+        if (v, r) != (variant, repeat):
+            continue
+        mine = []
+        for row in t.rows:
+            key = (v, r, session, row["turn"], row["attempt"])
+            recorded = row.get("response") or {}
+            if wanted(key, recorded, done, sample):
+                mine.append((key, row, recorded))
+        if mine:
+            todo.append((t, mine))
     with open(path, "a", encoding="utf-8") as fh:  # noqa: ASYNC230 - a local file
-        for (v, r, session), t in sorted(transcripts.items()):
-            if (v, r) != (variant, repeat):
-                continue
-            todo = []
-            for row in t.rows:
-                key = (v, r, session, row["turn"], row["attempt"])
-                recorded = row.get("response") or {}
-                if wanted(key, recorded, done, sample):
-                    todo.append((key, row, recorded))
-            if not todo:
-                continue
-            if can_flush:  # the session's cache path from cold; a server without it: warm
-                flushed = await flush_cache(client.base_url, api_key=api_key)
-                can_flush = flushed["ok"] or flushed["status"] not in (404, 405, 401)
-            for key, row, recorded in todo:
-                got = await resend(client, t, row["seq"])
-                out: dict[str, Any] = {"run_id": run_id, **dict(zip(ROW_KEY, key, strict=True))}
-                out.update(
-                    exact=exact,
-                    exact_reason=why,
-                    loaded_label=recorded.get("label"),
-                    loaded_corrupted=bool(recorded.get("corrupted")),
-                    sim_injected=recorded.get("sim_injected"),
-                    prompt_tokens=recorded.get("prompt_tokens"),
-                    alone_label=got.verdict.label,
-                )
-                if got.failed:
-                    out.update(status=UNDECIDED, error=str(got.out.failure))
-                else:
-                    out.update(compare(recorded, response_of(got.out, got.verdict)))
-                if out["status"] == DIVERGED and judge is not None:
-                    body = t.body(row["seq"])
-                    out.update(await judge.verdict(body, recorded, out.get("position")))
-                fh.write(json.dumps(out, ensure_ascii=False) + "\n")
-                fh.flush()
-                rows.append(out)
-    return rows
+        replay = _Replay(client, run_id, exact, judge, fh, lanes)
+        if lanes == 1:
+            await _alone(replay, todo, api_key)
+        else:
+            await _together(replay, todo, api_key)
+    return replay.rows
+
+
+async def _alone(replay: _Replay, todo: list[tuple[Transcript, Todo]], api_key: str | None) -> None:
+    """One send at a time: each session's sends in order, after a flush of the cache."""
+    can_flush = True
+    for t, mine in todo:
+        if can_flush:  # the session's cache path from cold; a server without it: warm
+            flushed = await flush_cache(replay.client.base_url, api_key=api_key)
+            can_flush = flushed["ok"] or flushed["status"] not in (404, 405, 401)
+        for key, row, recorded in mine:
+            await replay.write(t, row, recorded, await replay.send(t, key, row, recorded))
+
+
+async def _together(
+    replay: _Replay, todo: list[tuple[Transcript, Todo]], api_key: str | None
+) -> None:
+    """``replay.lanes`` sessions at once, each session's sends in order in one lane, after
+    one flush of the cache (a flush empties every session's cache, and SGLang refuses it while
+    a request runs). A send that differs, or that the verdict flagged under load, is held and
+    re-sent once more alone when the lanes are done: its row is that lone comparison
+    (``concurrent_diverged``: whether it differed beside the others), so a send the replay's
+    own concurrency disturbed is not called diverged, and a flagged one is not called
+    identical on a re-send that met the same fault."""
+    await flush_cache(replay.client.base_url, api_key=api_key)
+    queue = list(reversed(todo))
+    held: list[tuple[Transcript, Mapping[str, Any], Mapping[str, Any], tuple[Any, ...], str]]
+    held = []
+
+    async def lane() -> None:
+        while queue:
+            t, mine = queue.pop()
+            for key, row, recorded in mine:
+                out = await replay.send(t, key, row, recorded)
+                if out["status"] == IDENTICAL and not recorded.get("corrupted"):
+                    await replay.write(t, row, recorded, out)
+                else:  # (flagged under load: a raced re-send may repeat a raced answer)
+                    held.append((t, row, recorded, key, out["status"]))
+
+    await asyncio.gather(*(lane() for _ in range(min(replay.lanes, len(todo)))))
+    replay.lanes = 1  # the re-checks: alone
+    for t, row, recorded, key, status in sorted(held, key=lambda h: h[3]):
+        out = await replay.send(t, key, row, recorded)
+        out["concurrent_diverged"] = status != IDENTICAL
+        await replay.write(t, row, recorded, out)

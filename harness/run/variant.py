@@ -29,7 +29,7 @@ from harness.drive.session import SessionPlan
 from harness.errors import EndpointRefused, ServerUnanswering
 from harness.pool.cluster import ClusterPool
 from harness.pool.parent import WorkerDriver, WorkerError, WorkerPool, effective_workers
-from harness.record.rundir import SESSIONS_FILE, TRANSCRIPTS_FILE
+from harness.record.rundir import KV_CANARY_LINES_FILE, SESSIONS_FILE, TRANSCRIPTS_FILE
 from harness.record.transcripts import TranscriptLog
 from harness.record.turns import JsonlAppender, TurnWriter
 from harness.run.afterload import Loaded, after_load
@@ -111,15 +111,16 @@ def load_driver(load: LoadSpec, plans: list[SessionPlan], in_flight: int) -> Loa
     return LocalDriver(load.judges)
 
 
-def log_watch(opts: RunOptions, target: Target) -> LogWatch | None:
-    """--oracle kv_canary: a watch on the server's log (--server-log, or a launched one's)."""
+def log_watch(opts: RunOptions, target: Target, tag: dict[str, Any]) -> LogWatch | None:
+    """--oracle kv_canary: a watch on the server's log (--server-log, or a launched one's),
+    each canary line kept in the run folder as it is read, with ``tag`` (variant, repeat)."""
     if "kv_canary" not in opts.after.oracles:
         return None
     path = opts.after.server_log or getattr(target, "log_path", None)
     if path is None:
         log.warning("--oracle kv_canary: no server log to read for this variant")
         return None
-    watch = LogWatch(Path(path))
+    watch = LogWatch(Path(path), opts.out_dir / KV_CANARY_LINES_FILE, tag)
     watch.start()
     return watch
 
@@ -136,8 +137,6 @@ class VariantRun:
     code: int = 0
     stop_run: bool = False
     dialect_from: str | None = None  # where the variant's dialect came from, once decided
-    #: --oracle kv_canary: the server log's canary lines during the load (run.oracle_alarms)
-    log_lines: list[tuple[float, float, str]] | None = None
     death: dict[str, Any] | None = None  # the server died under the load (_death)
 
     def __post_init__(self) -> None:
@@ -231,7 +230,8 @@ class VariantRun:
                         opts, served.base_url, served.model, self.base,
                         lambda: self.ctx.progress.last_inflight, self.ctx.announce,
                     )  # fmt: skip
-                watch = log_watch(opts, block.target)  # --oracle kv_canary: the server's log
+                tag = {"variant": block.variant.label, "repeat": block.repeat}
+                watch = log_watch(opts, block.target, tag)  # --oracle kv_canary: its log
                 self.ctx.progress.begin(block.variant.label, block.repeat, block.plans)
                 await starting
                 load = asyncio.create_task(driver.run(self._the_load(served, permits), Sinks(
@@ -241,7 +241,7 @@ class VariantRun:
                     canary.start()
                 error = await self._wait(load)
                 if watch is not None:
-                    self.log_lines = await watch.stop()
+                    await watch.stop()  # (its last lines kept)
                 if canary is not None:
                     await canary.stop()
                 alive = getattr(block.target, "alive", None)
@@ -364,5 +364,4 @@ class VariantRun:
         return Loaded(
             self.ctx.run_id, b.variant, b.repeat, self.base,
             reference if b.reference is None else b.reference,
-            self.log_lines,
         )  # fmt: skip

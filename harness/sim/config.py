@@ -97,6 +97,9 @@ class SimConfig:
     #: as SGLang ``--kv-canary log``: a ``kv_canary violation`` line in the log whenever the
     #: race corrupts a response (the page guard it overwrote)
     kv_canary: bool = False
+    #: False: as a server with no scoring API (an OpenAI-compatible endpoint): the tokenize
+    #: and teacher-forced scoring routes answer 404 (``--scoring off``)
+    scoring: bool = True
 
     @property
     def transport_rates(self) -> tuple[tuple[str, float], ...]:

@@ -146,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="off",
         help="as SGLang's: log a 'kv_canary violation' line when the race corrupts a response",
     )
+    p.add_argument(
+        "--scoring",
+        choices=("on", "off"),
+        default="on",
+        help="off: no tokenize and no teacher-forced scores (404), as a server that cannot "
+        "score a given text",
+    )
     p.add_argument("--fault-scale", type=float, default=1.0, help=argparse.SUPPRESS)
     p.add_argument(
         "--fault-rate",
@@ -222,6 +229,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         **same,
         "deterministic": args.enable_deterministic_inference,
         "kv_canary": args.kv_canary == "log",
+        "scoring": args.scoring == "on",
         "model": args.model or DEFAULT_MODELS.get(args.dialect, DEFAULT_MODEL),
         "calibrated_race": args.calibrated_race == "on",
         "cache_report": args.cache_report == "on",

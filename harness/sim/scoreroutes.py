@@ -9,6 +9,8 @@ vLLM's shapes (the model in sim/scoring.py).
 * ``POST /v1/completions`` with token ids as ``prompt`` and ``prompt_logprobs: k``:
   ``choices[0].prompt_logprobs`` (entry 0 null), one generated token.
 
+With ``--scoring off`` both answer 404, as a server with no scoring API.
+
 A scoring request takes a running slot like any request (so it counts in the load), and its
 ``x-sim-injected`` header is ``logprob_race`` when the race perturbed it, else ``none``.
 """
@@ -49,6 +51,13 @@ def _bad(message: str) -> Response:
     return Response(body, 400, media_type="application/json")
 
 
+def _not_found() -> Response:
+    body = orjson.dumps(
+        openai.error("this server does not score a given text", 404, "NotFoundError")
+    )
+    return Response(body, 404, media_type="application/json")
+
+
 def _json(body: Any, injected: str | None = None) -> Response:
     headers = {HEADER: injected} if injected is not None else None
     return Response(orjson.dumps(body), 200, headers, media_type="application/json")
@@ -66,6 +75,8 @@ class ScoringRoutes:
         ]
 
     async def tokenize(self, request: Request) -> Response:
+        if not self.sim.config.scoring:
+            return _not_found()
         try:
             payload = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
@@ -112,6 +123,8 @@ class ScoringRoutes:
         """``/generate`` (input_ids) or ``/v1/completions`` (prompt ids) scoring."""
         sim = self.sim
         engine, config = sim.engine, sim.config
+        if not config.scoring:
+            return _not_found()
         if api == "generate":
             ids = payload.get("input_ids")
             params = payload.get("sampling_params") or {}

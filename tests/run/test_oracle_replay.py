@@ -7,6 +7,7 @@ does), and each diverged send gets the judge's verdict on its loaded continuatio
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from harness.analysis.oracles import oracle_evidence, replay_summary
+from harness.client.chat import ChatClient
 from harness.drive.driver import Progress
 from harness.errors import UsageError
 from harness.record.rundir import ORACLE_REPLAY_FILE, TRANSCRIPTS_FILE
@@ -23,12 +25,15 @@ from harness.report.build import write_report
 from harness.report.oracles import replay_lines
 from harness.run.execute import execute, write_run_json
 from harness.run.oracle_replay import (
+    Access,
+    Sample,
     check_sampling,
     compare,
     exactness,
     first_difference,
     output_text,
     prefix_reply,
+    replay_oracle_variant,
     sampled,
 )
 from tests.cli.test_cli import harness
@@ -233,3 +238,47 @@ def test_a_divergence_only_the_token_ids_see_is_reported_by_its_ids() -> None:
     assert "first difference at token 1 (loaded: ok_text)" in md
     assert "loaded tokens: `[1, 2, 3, 4]`" in md
     assert "| v | yes | 2 | token ids 2 | 1 | 1 | - | 0 |" in md
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "faults",
+    [{"fault_rate": 0.05}, {"fault_scale": LOAD_SCALE}],
+    ids=["exact-fault-rate", "load-race"],
+)
+async def test_replay_with_concurrency_gives_the_verdicts_of_one_at_a_time(
+    make_sim: Callable[..., str], tmp_path: Path, faults: dict[str, float]
+) -> None:
+    """``--oracle-concurrency 8`` on the deterministic simulator: the same verdict for every
+    send as the replay one at a time of the same run, precision 1.0 and recall of at least
+    0.95 against the ground truth. Under the load-dependent race the replay's own sends can
+    be raced beside each other: those are re-sent alone before they count."""
+    url = make_sim(deterministic=True, **faults)
+    one = tmp_path / "one"
+    one.mkdir()
+    await _oracle_run(url, one, 40)
+    many = tmp_path / "many"
+    shutil.copytree(one, many)
+    (many / ORACLE_REPLAY_FILE).unlink()
+    first = read_rows(one / ORACLE_REPLAY_FILE)
+    client = ChatClient(url, model="m", max_connections=16)
+    try:
+        rows = await replay_oracle_variant(client, many, "r1", first[0]["variant"], 0, Sample(),
+                                           access=Access(None, "off"), lanes=8)  # fmt: skip
+    finally:
+        await client.aclose()
+    alone = {_key(r): r["status"] for r in first}
+    together = {_key(r): r["status"] for r in rows}
+    assert together == alone  # every send, once, with the same verdict
+    assert {r.get("concurrency") for r in rows if "concurrent_diverged" not in r} == {8}
+    injected = {_key(r) for r in rows if r["sim_injected"] not in (None, "none")}
+    diverged = {k for k, status in together.items() if status == "diverged"}
+    assert injected
+    assert diverged <= injected  # precision 1.0
+    assert len(diverged) >= 0.95 * len(injected)  # recall
+    assert all("concurrent_diverged" in r for r in rows if r["status"] == "diverged")
+    assert all("concurrent_diverged" in r for r in rows if r["loaded_corrupted"])
+    again = sum(1 for r in rows if "concurrent_diverged" in r)
+    [v] = write_report(many)["variants"]
+    assert v["oracles"]["replay"]["rechecked_alone"] == again
+    assert v["oracles"]["replay"]["extra_requests"] == len(rows) + again

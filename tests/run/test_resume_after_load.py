@@ -31,6 +31,8 @@ import pytest
 from harness.analysis.confirm import row_key
 from harness.record.rundir import (
     JUDGE_FILE,
+    KV_CANARY_LINES_FILE,
+    ORACLE_ALARMS_FILE,
     ORACLE_PASSKEY_ALONE_FILE,
     ORACLE_PASSKEY_FILE,
     ORACLE_REPLAY_FILE,
@@ -155,3 +157,68 @@ def test_a_judge_cut_short_is_finished_by_a_resume(tmp_path: Path, uninterrupted
     assert max(got.values()) == 1
     assert (out / JUDGE_FILE).read_bytes().startswith(b"".join(rows[:3]))
     assert all("judge_nll" in r for r in read_rows(out / JUDGE_FILE))  # each one scored
+
+
+@pytest.mark.slow
+def test_a_judge_that_found_the_server_cannot_score_is_not_left_for_a_resume(
+    tmp_path: Path,
+) -> None:
+    """The default judge, flagged turns, a simulator that cannot score (``--scoring off``):
+    the judge records that it cannot score there, and a resume of the finished run finds no
+    work left, so it starts no server (before, the judge's turns stayed "left" on every
+    resume, each starting that variant's server again for nothing)."""
+    out = tmp_path / "run"
+    run = ["run", "--ab", "fault_rate=0.3", "--ab", "scoring=off", "--sessions", "6",
+           "--turns", "4", "--max-context", "12000", "--speed", "1000", "--seed", "747474",
+           "--no-progress", "--out", str(out)]  # fmt: skip
+    first = harness(*run)
+    assert first.returncode in (0, 1), first.stderr[-3000:]
+    assert "the judge is off: the server cannot score a given text" in first.stderr
+    rows = read_rows(out / JUDGE_FILE)
+    marks = [r for r in rows if r.get("cannot_score")]
+    assert len(marks) == 1, rows
+    assert len(rows) == 1, rows  # no turn scored
+    assert marks[0]["variant"] == "fault_rate=0.3,scoring=off"
+    assert "404" in marks[0]["cannot_score"]
+    logs = {p.name: p.stat().st_size for p in (out / "servers").iterdir()}
+    again = harness("run", "--resume", str(out))
+    assert again.returncode == first.returncode, again.stderr[-3000:]
+    assert "left after it" not in again.stderr
+    assert {p.name: p.stat().st_size for p in (out / "servers").iterdir()} == logs  # none ran
+    assert read_rows(out / JUDGE_FILE) == rows  # nothing tried again
+    assert sim_processes("--seed 747474") == []
+
+
+@pytest.mark.slow
+def test_kv_canary_lines_a_stop_left_unwritten_are_tied_on_resume(tmp_path: Path) -> None:
+    """``--oracle kv_canary`` keeps each violation line of the server's log in the run folder
+    as it reads it, during the load. A finished run's alarm rows removed (as a stop between
+    the load and its after-load leaves them): the resume ties the kept lines to the sends in
+    flight again, the same rows as the first time, with no server started."""
+    out = tmp_path / "run"
+    seed = "757575"
+    first = harness(
+        "run", "--ab", "fault_rate=0.3", "--ab", "kv_canary=log", "--oracle", "kv_canary",
+        "--judge", "off", "--sessions", "6", "--turns", "4", "--max-context", "12000",
+        "--speed", "1000", "--seed", seed, "--no-progress", "--out", str(out),
+    )  # fmt: skip
+    assert first.returncode in (0, 1), first.stderr[-3000:]
+    [log] = (out / "servers").iterdir()
+    written = log.read_text().count("kv_canary violation")
+    kept = read_rows(out / KV_CANARY_LINES_FILE)
+    assert written > 0
+    assert len(kept) == written  # every line kept as read
+    rows = read_rows(out / ORACLE_ALARMS_FILE)
+    assert sum(r["alarm"] == "kv_canary_line" for r in rows) == written
+    assert any(r["alarm"] == "kv_canary" for r in rows)
+    (out / ORACLE_ALARMS_FILE).unlink()
+    size = log.stat().st_size
+    again = harness("run", "--resume", str(out))
+    assert again.returncode == first.returncode, again.stderr[-3000:]
+    assert f"the load is done; kv canary: {written} violation lines" in again.stderr
+    assert "left after it" not in again.stderr
+    assert log.stat().st_size == size  # no server started
+    assert read_rows(out / ORACLE_ALARMS_FILE) == rows
+    summary = json.loads((out / "summary.json").read_text())
+    assert [v["kv_canary_alarms"] for v in summary["variants"]] == [written]
+    assert sim_processes(f"--seed {seed}") == []
