@@ -300,7 +300,7 @@ async def after_load(
     if "replay" in after.oracles:
         target = opts.endpoint.target
         rows = await replay_oracle_variant(
-            client, out_dir, run_id, label, repeat, Sample(after.oracle_sample, opts.source.seed),
+            client, out_dir, run_id, (label, repeat), Sample(after.oracle_sample, opts.source.seed),
             declared=bool(target is not None and target.deterministic),
             access=Access(opts.endpoint.api_key,
                           after.scoring_api if opts.source.api == "chat" else "off"),

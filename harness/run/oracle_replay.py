@@ -317,34 +317,59 @@ class ContinuationJudge:
         }
 
 
+Todo = list[tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]]  # (key, row, recorded)
+
+
 async def replay_oracle_variant(
     client: ChatClient,
     run_dir: Path,
     run_id: str,
-    variant: str,
-    repeat: int,
+    which: tuple[str, int],
     sample: Sample,
     *,
     declared: bool = False,
     access: Access = DEFAULT_ACCESS,
     lanes: int = 1,
 ) -> list[dict[str, Any]]:
-    """Re-send the sampled sends of (variant, repeat) alone (``lanes`` sessions at once on a
-    deterministic server: ``_together``); append oracle_replay.jsonl. Unless
+    """Re-send the sampled sends of ``which`` (variant, repeat) alone (``lanes`` sessions at
+    once on a deterministic server: ``_together``); append oracle_replay.jsonl. Unless
     ``access.scoring_api`` is ``off`` the judge gives each diverged send its verdict."""
     api_key, scoring_api = access
+    variant, repeat = which
+    path = run_dir / ORACLE_REPLAY_FILE
+    done = {row_key(r) for r in read_rows(path)}
+    exact = _exact(run_dir, variant, repeat, declared)
+    if lanes > 1 and not exact[0]:
+        log.warning("--oracle-concurrency %d: the server declared no deterministic mode, so "
+                    "its re-sends go one at a time", lanes)  # fmt: skip
+        lanes = 1
+    transcripts = load_transcripts(run_dir / TRANSCRIPTS_FILE)
+    todo: list[tuple[Transcript, Todo]] = []
+    for (v, r, session), t in sorted(transcripts.items()):
+        if (v, r) != (variant, repeat):
+            continue
+        mine = []
+        for row in t.rows:
+            key = (v, r, session, row["turn"], row["attempt"])
+            recorded = row.get("response") or {}
+            if wanted(key, recorded, done, sample):
+                mine.append((key, row, recorded))
+        if mine:
+            todo.append((t, mine))
     async with contextlib.AsyncExitStack() as stack:
         judge = None
         if scoring_api != "off":
-            limit = judge_threshold(run_dir, variant)
-            judge = ContinuationJudge(client, api_key, scoring_api, limit)
+            judge = ContinuationJudge(
+                client, api_key, scoring_api, judge_threshold(run_dir, variant)
+            )
             stack.push_async_callback(judge.aclose)
-        return await _replay(client, run_dir, run_id, (variant, repeat), sample,
-                             declared=declared, api_key=api_key, judge=judge,
-                             lanes=lanes)  # fmt: skip
-
-
-Todo = list[tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]]  # (key, row, recorded)
+        with open(path, "a", encoding="utf-8") as fh:  # noqa: ASYNC230 - a local file
+            replay = _Replay(client, run_id, exact, judge, fh, lanes)
+            if lanes == 1:
+                await _alone(replay, todo, api_key)
+            else:
+                await _together(replay, todo, api_key)
+        return replay.rows
 
 
 @dataclass
@@ -392,48 +417,6 @@ class _Replay:
         self.fh.write(json.dumps(out, ensure_ascii=False) + "\n")
         self.fh.flush()
         self.rows.append(out)
-
-
-async def _replay(
-    client: ChatClient,
-    run_dir: Path,
-    run_id: str,
-    which: tuple[str, int],
-    sample: Sample,
-    *,
-    declared: bool,
-    api_key: str | None,
-    judge: ContinuationJudge | None,
-    lanes: int = 1,
-) -> list[dict[str, Any]]:
-    variant, repeat = which
-    path = run_dir / ORACLE_REPLAY_FILE
-    done = {row_key(r) for r in read_rows(path)}
-    exact = _exact(run_dir, variant, repeat, declared)
-    if lanes > 1 and not exact[0]:
-        log.warning("--oracle-concurrency %d: the server declared no deterministic mode, so "
-                    "its re-sends go one at a time", lanes)  # fmt: skip
-        lanes = 1
-    transcripts = load_transcripts(run_dir / TRANSCRIPTS_FILE)
-    todo: list[tuple[Transcript, Todo]] = []
-    for (v, r, session), t in sorted(transcripts.items()):
-        if (v, r) != (variant, repeat):
-            continue
-        mine = []
-        for row in t.rows:
-            key = (v, r, session, row["turn"], row["attempt"])
-            recorded = row.get("response") or {}
-            if wanted(key, recorded, done, sample):
-                mine.append((key, row, recorded))
-        if mine:
-            todo.append((t, mine))
-    with open(path, "a", encoding="utf-8") as fh:  # noqa: ASYNC230 - a local file
-        replay = _Replay(client, run_id, exact, judge, fh, lanes)
-        if lanes == 1:
-            await _alone(replay, todo, api_key)
-        else:
-            await _together(replay, todo, api_key)
-    return replay.rows
 
 
 async def _alone(replay: _Replay, todo: list[tuple[Transcript, Todo]], api_key: str | None) -> None:

@@ -263,7 +263,7 @@ async def test_replay_with_concurrency_gives_the_verdicts_of_one_at_a_time(
     first = read_rows(one / ORACLE_REPLAY_FILE)
     client = ChatClient(url, model="m", max_connections=16)
     try:
-        rows = await replay_oracle_variant(client, many, "r1", first[0]["variant"], 0, Sample(),
+        rows = await replay_oracle_variant(client, many, "r1", (first[0]["variant"], 0), Sample(),
                                            access=Access(None, "off"), lanes=8)  # fmt: skip
     finally:
         await client.aclose()
