@@ -130,6 +130,20 @@ def _vllm_events() -> list[bytes]:
     ]
 
 
+async def _serve(chat: Any) -> tuple[Any, str]:
+    """``chat`` as the chat endpoint of an aiohttp server on a loopback port: (runner, URL)."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
+
+
 async def _vllm_like_server(gap_s: float) -> tuple[Any, str]:
     """An aiohttp server on a loopback port answering like vLLM: streamed events with
     ``delta.reasoning`` (``gap_s`` before the content starts), or ``message.reasoning``."""
@@ -155,14 +169,7 @@ async def _vllm_like_server(gap_s: float) -> tuple[Any, str]:
             await resp.write(event)
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
+    return await _serve(chat)
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -209,14 +216,7 @@ async def _chunking_server(cuts: dict[str, list[bytes]]) -> tuple[Any, str]:
             pass  # the client stops reading at [DONE] and hands the connection back
         return resp
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
+    return await _serve(chat)
 
 
 async def test_a_stream_cut_anywhere_by_a_real_server_reads_as_the_whole() -> None:
@@ -338,14 +338,8 @@ async def test_token_ids_of_a_whole_answer(
             {"choices": [{"index": 0, "message": message, "finish_reason": "stop", **choice}]}
         )
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    client = ChatClient(f"http://{host}:{port}", model="m")
+    runner, url = await _serve(chat)
+    client = ChatClient(url, model="m")
     try:
         out = await client.chat({"messages": [{"role": "user", "content": "hi"}]}, stream=False)
     finally:
