@@ -204,27 +204,16 @@ async def measure_tiers(
     Confirmed as a run confirms: by the judge (the worst window above the threshold set on
     a healthy sample), or by the text itself (the verdict's own ``confirmed`` tier: a loop
     running to the end of the output)."""
-    from harness.verdict import classify_turn
-
     asks = [w + a.format(t=t) for w in _AS for t in TOPICS for a in _ASKS]
     random.Random(seed).shuffle(asks)
     count = min(n, len(asks))
     texts = await asyncio.gather(
         *(servers.answer(asks[i], temperature, seed * 100_000 + i) for i in range(count))
     )
-    items = []
-    for prompt, text in zip(asks, texts, strict=False):
-        if text:
-            v = classify_turn(text, source="server")
-            items.append({"prompt": prompt, "text": text, "tier": v.tier if v.corrupted else "",
-                          "label": v.label, "kind": "healthy"})  # fmt: skip
-    flagged = [x for x in items if x["tier"]]
-    healthy = [x for x in items if not x["tier"]]
-    reference = healthy[:: max(1, len(healthy) // 60)][:60]  # a run's judge sample
-    for x in reference:
-        x["reference"] = True
+    items = [{"prompt": p, "text": t, "kind": "healthy"}
+             for p, t in zip(asks, texts, strict=False) if t]  # fmt: skip
     seeds = [{"id": f"s{i}", "text": x["text"], "label": "clean"}
-             for i, x in enumerate(items) if len(x["text"]) >= 40][:400]  # fmt: skip
+             for i, x in enumerate(items) if len(x["text"]) >= 40][:800]  # fmt: skip
     bad = []
     for row in corruptgen.generate(seeds, seed=seed, per_seed=1):  # type: ignore[arg-type]
         if row["label"] in ("salad", "repetition"):
@@ -237,48 +226,65 @@ async def measure_tiers(
     )
     bad += [{"prompt": p, "text": t, "kind": "engine_salad_t4"}
             for p, t in zip(salad_asks, salad_texts, strict=True)]  # fmt: skip
-    for x in bad:
+    # every text is scored, flagged or not, so that the tiers can be read again offline with
+    # another text detector (--from-items) and the judge alone is measured on everything
+    every = [*items, *bad]
+    scores = await asyncio.gather(*(servers.score(x["prompt"], x["text"]) for x in every))
+    for x, got in zip(every, scores, strict=True):
+        x.update(got)
+    return tiers(items, bad, temperature)
+
+
+def tiers(items: list[dict[str, Any]], bad: list[dict[str, Any]], temperature: float
+          ) -> dict[str, Any]:  # fmt: skip
+    """The tiers of scored ``items`` (the engine's healthy answers) and ``bad`` (corruption),
+    read by the current text detector; ``items`` and ``bad`` are kept in the result."""
+    from harness.verdict import classify_turn
+
+    for x in [*items, *bad]:
         v = classify_turn(x["text"], source="server")
         x["tier"] = v.tier if v.corrupted else ""
-    # every flagged text is scored, those the verdict confirmed by their text too, so that
-    # both rules can be compared: text-confirmed loops, and the judge alone
-    to_score = [*reference, *(x for x in flagged if x["tier"] != "structural"),
-                *(x for x in bad if x["tier"] not in ("", "structural"))]  # fmt: skip
-    scores = await asyncio.gather(*(servers.score(x["prompt"], x["text"]) for x in to_score))
-    for x, got in zip(to_score, scores, strict=True):
-        x.update(got)
+        x["label"] = v.label
+    flagged = [x for x in items if x["tier"]]
+    healthy = [x for x in items if not x["tier"]]
+    reference = healthy[:: max(1, len(healthy) // 60)][:60]  # a run's judge sample
     limit = rule.threshold([x["judge_nll_worst"] for x in reference if "judge_nll_worst" in x])
+    held = [x for x in healthy if not any(x is r for r in reference)]
+
+    def over(x: dict[str, Any]) -> bool:
+        return bool(x.get("judge_nll_worst", -1.0) > limit)
 
     def confirmed(x: dict[str, Any]) -> bool:
         if x["tier"] in ("structural", "confirmed"):
             return True
-        return x["tier"] == "suspect" and x.get("judge_nll_worst", -1.0) > limit
+        return x["tier"] == "suspect" and over(x)
 
     def judged(x: dict[str, Any]) -> bool:
         """The judge alone confirms what the text detector flagged (loops included)."""
-        if x["tier"] == "structural":
-            return True
-        return bool(x["tier"]) and x.get("judge_nll_worst", -1.0) > limit
+        return x["tier"] == "structural" or (bool(x["tier"]) and over(x))
 
     suspects = [x for x in flagged if x["tier"] == "suspect"]
     scored = [x for x in suspects if "judge_nll_worst" in x]
-    judge_yes = [x for x in scored if x["judge_nll_worst"] > limit]
+    judge_yes = [x for x in scored if over(x)]
     by_text = [x for x in flagged if x["tier"] == "confirmed"]
     structural = [x for x in flagged if x["tier"] == "structural"]
     headline = [x for x in flagged if confirmed(x)]
     kinds: dict[str, dict[str, Any]] = {}
     for x in bad:
         k = kinds.setdefault(x["kind"], {"n": 0, "flagged": 0, "judge_scored": 0,
-                                         "judge_confirmed": 0, "headline": 0})  # fmt: skip
+                                         "judge_confirmed": 0, "headline": 0,
+                                         "judge_only": 0, "judge_on_all": 0})  # fmt: skip
         k["n"] += 1
         k["flagged"] += int(bool(x["tier"]))
         k["judge_scored"] += int("judge_nll_worst" in x)
-        k["judge_confirmed"] += int(x.get("judge_nll_worst", -1.0) > limit)
+        k["judge_confirmed"] += int(bool(x["tier"]) and over(x))
         k["headline"] += int(confirmed(x))
-        k["judge_only"] = k.get("judge_only", 0) + int(judged(x))
+        k["judge_only"] += int(judged(x))
+        k["judge_on_all"] += int(over(x))  # the judge on every text, flagged or not
     for k in kinds.values():
         k["headline_ci"] = list(wilson(k["headline"], k["n"]))
     caught = sum(confirmed(x) for x in bad)
+    held_scored = [x for x in held if "judge_nll_worst" in x]
     return {
         "model": f"SmolLM2-135M-Instruct Q4_1, llama.cpp (xllamacpp), temperature "
         f"{temperature}, 96 tokens",
@@ -294,18 +300,24 @@ async def measure_tiers(
                                         "ci": list(wilson(len(judge_yes), len(scored)))},
         "headline_false_alarms_per_turn": {
             "k": len(headline), "n": len(items), "ci": list(wilson(len(headline), len(items)))},
+        "judge_on_unflagged_healthy": {
+            "k": sum(over(x) for x in held_scored), "of": len(held_scored),
+            "ci": list(wilson(sum(over(x) for x in held_scored), len(held_scored)))},
         "corruption_in_headline": {"k": int(caught), "of": len(bad),
                                    "ci": list(wilson(int(caught), len(bad)))},
         "judge_only": {
             "healthy_confirmed": sum(judged(x) for x in flagged),
             "text_confirmed_healthy_judged": sum(judged(x) for x in by_text),
-            "corruption": sum(judged(x) for x in bad), "of": len(bad)},
+            "corruption": sum(judged(x) for x in bad), "of": len(bad),
+            "corruption_judge_on_all": sum(over(x) for x in bad)},
         "by_kind": kinds,
         "suspect_texts": [x["text"][:300] for x in suspects],
         "confirmed_healthy_texts": [x["text"][:400] for x in headline],
         "missed_corruption": [{"kind": x["kind"], "tier": x["tier"], "text": x["text"][:300]}
                               for x in bad if not confirmed(x)][:60],
         "engine_salad_texts": [x["text"][:200] for x in bad if x["kind"] == "engine_salad_t4"][:10],
+        "items": items,
+        "bad": bad,
     }  # fmt: skip
 
 
@@ -317,6 +329,13 @@ async def _tiers(urls: list[str], a: argparse.Namespace) -> dict[str, Any]:
         await servers.close()
 
 
+def _write(out: Path, result: dict[str, Any]) -> None:
+    out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    skip = ("suspect_texts", "confirmed_healthy_texts", "missed_corruption",
+            "engine_salad_texts", "items", "bad")  # fmt: skip
+    print(json.dumps({k: v for k, v in result.items() if k not in skip}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -326,16 +345,22 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0, help="with --healthy")
     ap.add_argument("--servers", type=int, default=1, help="with --healthy: servers in parallel")
     ap.add_argument("--salads", type=int, default=100, help="with --healthy: answers at T=4")
+    ap.add_argument(
+        "--from-items",
+        type=Path,
+        help="read the tiers again, with the current "
+        "text detector, from the texts and scores of an earlier --healthy --out",
+    )
     a = ap.parse_args()
+    if a.from_items:
+        old = json.loads(a.from_items.read_text())
+        _write(a.out, tiers(old["items"], old["bad"], a.temperature))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         launched = [_launch(Path(tmp) / str(i)) for i in range(max(1, a.servers))]
         try:
             if a.healthy:
-                tiers = asyncio.run(_tiers([url for _, url in launched], a))
-                a.out.write_text(json.dumps(tiers, indent=2, ensure_ascii=False) + "\n")
-                skip = ("suspect_texts", "confirmed_healthy_texts", "missed_corruption",
-                        "engine_salad_texts")  # fmt: skip
-                print(json.dumps({k: v for k, v in tiers.items() if k not in skip}, indent=1))
+                _write(a.out, asyncio.run(_tiers([url for _, url in launched], a)))
                 return
             result = asyncio.run(measure(launched[0][1], min(a.prompts, len(TOPICS))))
         finally:
