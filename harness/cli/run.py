@@ -339,6 +339,7 @@ def _after_load(args: argparse.Namespace, scenario: Any) -> AfterLoad:
         reference_sessions=int(args.reference_sessions or 0),
         judge=args.judge,
         judge_sample=args.judge_sample,
+        judge_concurrency=args.judge_concurrency,
         scoring_api=args.scoring_api,
         canary=args.canary,
         canary_rate=args.canary_rate,

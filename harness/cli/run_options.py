@@ -356,6 +356,15 @@ def _add_followup_args(p: argparse.ArgumentParser) -> None:
         "(seeded), beside every flagged one (judge.jsonl, judge_nll in turns.jsonl)",
     )
     g.add_argument(
+        "--judge-concurrency",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="the judge's scores in flight at once on the idle server (the first one alone: a "
+        "server that cannot score is told once); a score beside others that the rule could "
+        "confirm is scored again alone (docs/judge.md); 1: one at a time",
+    )
+    g.add_argument(
         "--reference-sessions",
         type=_positive_int,
         default=0,

@@ -73,7 +73,7 @@ def _float(value: Any, what: str) -> float:
 
 class Scorer:
     """Scores texts teacher-forced on one server, over its own connection pool (apart from
-    the sessions' client)."""
+    the sessions' client) of ``connections``."""
 
     def __init__(
         self,
@@ -83,6 +83,7 @@ class Scorer:
         model: str | None = None,
         api_key: str | None = None,
         timeout: float = GENERATE_TIMEOUT_S,
+        connections: int = 4,
     ) -> None:
         if api not in SCORING_APIS:
             raise UsageError(f"unknown scoring API {api!r}: use one of {', '.join(SCORING_APIS)}")
@@ -90,7 +91,7 @@ class Scorer:
         self.api = api
         self.model = model
         self._http = server_client(
-            self.base_url, api_key=api_key, timeout=timeout, max_connections=4
+            self.base_url, api_key=api_key, timeout=timeout, max_connections=max(connections, 1)
         )
 
     async def aclose(self) -> None:

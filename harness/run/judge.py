@@ -3,7 +3,9 @@
 After a variant's load, every turn the text detector flagged and a seeded sample of the
 turns it passed (``judge_sample``) are scored on the idle server: the conversation as sent
 plus the output as received, rendered by the server's chat template, the output's tokens
-teacher-forced (``client.scoring``). Each judged turn gets a row in ``judge.jsonl`` with its
+teacher-forced (``client.scoring``), ``--judge-concurrency`` of them in flight at once (the
+first alone; a score beside others that the rule could confirm scored again alone). Each
+judged turn gets a row in ``judge.jsonl`` with its
 ``judge_nll`` (mean negative log-likelihood per token, and the worst window of
 ``analysis.judge.WINDOW`` tokens); whether that is far above the model's own healthy outputs
 of the same run is decided by ``analysis.judge`` once the variant's turns are all scored, and
@@ -18,14 +20,16 @@ knows the judge's work there is done (``pending`` is 0) and starts no server for
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.judge import decide, window_nll
+from harness.analysis.judge import ABS_FLOOR, decide, window_nll
 from harness.client.scoring import Scorer, ScoringFailed, ScoringMismatch, detect_api
 from harness.record.rundir import JUDGE_FILE, TRANSCRIPTS_FILE
 from harness.record.transcripts import Transcript, load_transcripts
@@ -132,52 +136,112 @@ def pending(opts: RunOptions, transcripts: Mapping[tuple[str, int, int], Transcr
     return sum(1 for _ in to_judge(transcripts, variant, repeat, share, opts.source.seed, done))
 
 
+def _record(key: tuple[Any, ...], response: Mapping[str, Any], base: Mapping[str, Any]
+            ) -> dict[str, Any]:  # fmt: skip
+    return {**base, **dict(zip(KEY, key, strict=True)),
+            "flagged": bool(response.get("corrupted")), "label": response.get("label"),
+            "sim_injected": response.get("sim_injected")}  # fmt: skip
+
+
+async def _score(scorer: Scorer, item: Judged, base: Mapping[str, Any]
+                 ) -> tuple[dict[str, Any], str | None]:  # fmt: skip
+    """One judged turn scored: (its row, why the scoring failed where it did: a server that
+    cannot score says so on its first request)."""
+    t, seq, key, reply = item
+    record = _record(key, t.rows[seq].get("response") or {}, base)
+    body = t.body(seq)
+    try:
+        ids, start = await scorer.chat_ids(body["messages"], body.get("tools"), reply)
+        if start < 1 or start >= len(ids):
+            raise ScoringFailed("the rendered output is empty")
+        got = await scorer.score(ids[:start], ids[start:], "")
+    except ScoringMismatch as exc:
+        record["error"] = f"mismatch: {exc}"
+    except ScoringFailed as exc:
+        record["error"] = str(exc)
+        return record, str(exc)
+    else:
+        mean, worst = window_nll(got.logprobs)
+        record.update(judge_nll=mean, judge_nll_worst=worst, tokens=len(got.ids))
+    return record, None
+
+
+def _line(record: Mapping[str, Any]) -> bytes:
+    return json.dumps(record, ensure_ascii=False).encode() + b"\n"
+
+
+async def _lanes(
+    scorer: Scorer, todo: Iterator[Judged], out: JsonlAppender, lanes: int,
+    base: Mapping[str, Any],
+) -> int:  # fmt: skip
+    """Score ``todo`` with up to ``lanes`` requests in flight, each row appended as it
+    finishes. A score made beside others whose worst window is above the rule's floor (one
+    the rule could confirm) is held and scored again alone when the lanes are done: what the
+    judge hunts is a fault that needs concurrency, and its own requests beside each other
+    could meet it; the row is the lone score (``beside_nll_worst``: the score beside)."""
+    n = 0
+    held: list[tuple[Judged, float]] = []
+
+    async def lane() -> None:
+        nonlocal n
+        for item in todo:  # (one iterator shared: each lane takes the next turn)
+            record, _ = await _score(scorer, item, base)
+            worst = record.get("judge_nll_worst")
+            if lanes > 1 and worst is not None and worst > ABS_FLOOR:
+                held.append((item, worst))
+                continue
+            out.append(_line(record))
+            n += 1
+
+    tasks = [asyncio.ensure_future(lane()) for _ in range(lanes)]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:  # (the first error as it is, the other lanes stopped)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    for item, beside in held:
+        record, _ = await _score(scorer, item, base)
+        if record.get("judge_nll_worst") is not None:
+            record["beside_nll_worst"] = beside
+        out.append(_line(record))
+        n += 1
+    return n
+
+
 async def judge_turns(
     scorer: Scorer,
     transcripts: dict[tuple[str, int, int], Transcript],
     out_path: Path,
     *,
-    variant: str | None,
-    repeat: int | None,
+    part: tuple[str | None, int | None],
     share: float,
     seed: int,
     base: dict[str, Any],
+    lanes: int = 1,
 ) -> tuple[int, str | None]:
-    """Score the flagged and the sampled turns of ``transcripts`` (of one variant/repeat when
-    given) into ``out_path``; (rows written, why the server cannot score or None)."""
+    """Score the flagged and the sampled turns of ``transcripts`` (of one (variant, repeat)
+    in ``part``, None: any) into ``out_path``, up to ``lanes`` at once; (rows written, why
+    the server cannot score or None). The first turn is scored alone: when it fails, the
+    server cannot score, which is recorded once and nothing else is sent."""
     done = _done(out_path.parent)
+    todo = to_judge(transcripts, part[0], part[1], share, seed, done)
     out = JsonlAppender(out_path)
-    n = 0
     try:
-        for t, seq, key, reply in to_judge(transcripts, variant, repeat, share, seed, done):
-            response = t.rows[seq].get("response") or {}
-            flagged = bool(response.get("corrupted"))
-            record: dict[str, Any] = {**base, **dict(zip(KEY, key, strict=True)),
-                                      "flagged": flagged, "label": response.get("label"),
-                                      "sim_injected": response.get("sim_injected")}  # fmt: skip
-            body = t.body(seq)
-            try:
-                ids, start = await scorer.chat_ids(body["messages"], body.get("tools"), reply)
-                if start < 1 or start >= len(ids):
-                    raise ScoringFailed("the rendered output is empty")
-                got = await scorer.score(ids[:start], ids[start:], "")
-            except ScoringMismatch as exc:
-                record["error"] = f"mismatch: {exc}"
-            except ScoringFailed as exc:
-                if n == 0:  # the first one fails: the server cannot score (recorded)
-                    mark = {**base, **dict(zip(KEY, key, strict=True)), "session": None,
-                            "turn": None, "attempt": None, CANNOT_SCORE: str(exc)}  # fmt: skip
-                    out.append(json.dumps(mark, ensure_ascii=False).encode() + b"\n")
-                    return 0, str(exc)
-                record["error"] = str(exc)
-            else:
-                mean, worst = window_nll(got.logprobs)
-                record.update(judge_nll=mean, judge_nll_worst=worst, tokens=len(got.ids))
-            out.append(json.dumps(record, ensure_ascii=False).encode() + b"\n")
-            n += 1
+        first = next(todo, None)
+        if first is None:
+            return 0, None
+        record, failed = await _score(scorer, first, base)
+        if failed is not None:  # the first one fails: the server cannot score (recorded)
+            mark = {**base, **dict(zip(KEY, first[2], strict=True)), "session": None,
+                    "turn": None, "attempt": None, CANNOT_SCORE: failed}  # fmt: skip
+            out.append(_line(mark))
+            return 0, failed
+        out.append(_line(record))
+        return 1 + await _lanes(scorer, todo, out, lanes, base), None
     finally:
         out.close()
-    return n, None
 
 
 async def judge_variant(
@@ -202,16 +266,19 @@ async def judge_variant(
     after, endpoint = opts.after, opts.endpoint
     api = after.scoring_api if after.scoring_api != "auto" else await detect_api(base_url)
     transcripts = load_transcripts(opts.out_dir / TRANSCRIPTS_FILE)
+    lanes, t0 = after.judge_concurrency, time.monotonic()
     async with Scorer(base_url, api, model=model, api_key=endpoint.api_key,  # type: ignore[arg-type]
-                      timeout=endpoint.request_timeout) as scorer:  # fmt: skip
+                      timeout=endpoint.request_timeout, connections=lanes) as scorer:  # fmt: skip
         n, why = await judge_turns(
-            scorer, transcripts, opts.out_dir / JUDGE_FILE, variant=variant, repeat=repeat,
+            scorer, transcripts, opts.out_dir / JUDGE_FILE, part=(variant, repeat),
             share=after.judge_sample, seed=opts.source.seed, base={"run_id": run_id},
+            lanes=lanes,
         )  # fmt: skip
     if why is not None:
         announce(f"{variant}: the judge is off: the server cannot score a given text ({why})")
     else:
-        announce(f"{variant}: {n} turns scored teacher-forced by the judge")
+        announce(f"{variant}: {n} turns scored teacher-forced by the judge in "
+                 f"{time.monotonic() - t0:.1f} s ({lanes} at once)")  # fmt: skip
 
 
 async def judge_saved(

@@ -13,10 +13,12 @@ import pytest
 
 from harness.analysis import judge as rule
 from harness.cli.main import main
-from harness.record.rundir import JUDGE_FILE
+from harness.client.scoring import Scorer
+from harness.record.rundir import JUDGE_FILE, TRANSCRIPTS_FILE
+from harness.record.transcripts import load_transcripts
 from harness.record.turns import read_turns
 from harness.report.build import write_report
-from harness.run.judge import sampled
+from harness.run.judge import CANNOT_SCORE, judge_turns, sampled
 from tests.run.test_replay import LOAD_SCALE, _fault_run
 
 
@@ -123,3 +125,130 @@ def test_classify_judge_against_a_server_that_cannot_score(
     src.write_text(json.dumps({"id": "a", "text": "hi", "context": "say hi"}) + "\n")
     code = main(["classify", str(src), "--judge", url, "--scoring-api", "llamacpp"])
     assert code == 3
+
+
+class _Watch:
+    """The requests a scorer sent and the most it had in flight at once (httpx's own event
+    hooks on the scorer's client)."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.sent = self.now = self.peak = 0
+        self.beside: list[int] = []  # per request: the requests in flight with it sent
+        scorer._http.event_hooks["request"].append(self._request)
+        scorer._http.event_hooks["response"].append(self._response)
+
+    async def _request(self, _: httpx.Request) -> None:
+        self.sent += 1
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        self.beside.append(self.now)
+
+    async def _response(self, _: httpx.Response) -> None:
+        self.now -= 1
+
+
+async def _judge(
+    url: str, run_dir: Path, out_dir: Path, lanes: int
+) -> tuple[int, str | None, _Watch]:
+    """judge_turns over ``run_dir``'s transcripts (every turn) into ``out_dir``: (rows, why
+    the server cannot score, what the scorer sent)."""
+    out_dir.mkdir(exist_ok=True)  # noqa: ASYNC240 - a test
+    transcripts = load_transcripts(run_dir / TRANSCRIPTS_FILE)
+    async with Scorer(url, "sglang", model="m", connections=lanes) as scorer:
+        watch = _Watch(scorer)
+        n, why = await judge_turns(scorer, transcripts, out_dir / JUDGE_FILE, part=(None, None),
+                                   share=1.0, seed=1, base={}, lanes=lanes)  # fmt: skip
+    return n, why, watch
+
+
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(row[k] for k in rule.KEY)
+
+
+async def test_judge_lanes_score_what_one_at_a_time_scores_and_resume(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """Eight scores in flight on a server with no race: the same turns, each once, the same
+    decisions as one at a time; a judge cut short after three rows scores only the others."""
+    url = make_sim(index_k="fp8")
+    run = tmp_path / "run"
+    run.mkdir()
+    await _fault_run(url, run, 12, judge="off", keep_transcripts=True)
+    one, one_why, one_sent = await _judge(url, run, tmp_path / "one", 1)
+    eight, eight_why, eight_sent = await _judge(url, run, tmp_path / "eight", 8)
+    assert one_why is eight_why is None
+    assert (one_sent.peak, eight_sent.peak) == (1, 8)
+    alone, lanes = _rows(tmp_path / "one" / JUDGE_FILE), _rows(tmp_path / "eight" / JUDGE_FILE)
+    assert one == eight == len(alone) == len(lanes) > 50
+    assert {_key(r) for r in alone} == {_key(r) for r in lanes}
+    assert len({_key(r) for r in lanes}) == len(lanes)  # each turn once
+    assert [_key(r) for r in lanes] != [_key(r) for r in alone]  # appended as they finish
+    decided = [{_key(r): r["judge_confirmed"] for r in rule.decide(rows)[0]}
+               for rows in (alone, lanes)]  # fmt: skip
+    assert decided[0] == decided[1]
+    by_key = {_key(r): r for r in alone}
+    assert all(abs(r["judge_nll"] - by_key[_key(r)]["judge_nll"]) < 0.01 for r in lanes)
+
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    head = (tmp_path / "eight" / JUDGE_FILE).read_bytes().splitlines(keepends=True)[:3]
+    (cut / JUDGE_FILE).write_bytes(b"".join(head))
+    more, why, _ = await _judge(url, run, cut, 8)
+    assert why is None
+    assert more == len(lanes) - 3
+    resumed = _rows(cut / JUDGE_FILE)
+    assert (cut / JUDGE_FILE).read_bytes().startswith(b"".join(head))
+    assert sorted(_key(r) for r in resumed) == sorted(_key(r) for r in lanes)
+
+
+async def test_judge_lanes_rescore_alone_what_the_rule_could_confirm(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """On a server whose race can perturb scores made beside others, every score the rule
+    could confirm (above its floor) rests on a lone request: made in the lanes, it is held and
+    scored again alone when they are done, and that lone score is the row."""
+    url = make_sim(fault_scale=LOAD_SCALE)
+    run = tmp_path / "run"
+    run.mkdir()
+    await _fault_run(url, run, 16, judge="off", keep_transcripts=True)
+    _, why, sent = await _judge(url, run, tmp_path / "j", 8)
+    assert why is None
+    assert sent.peak > 1
+    rows = _rows(tmp_path / "j" / JUDGE_FILE)
+    held = [r for r in rows if "beside_nll_worst" in r]
+    assert held
+    assert all(r["beside_nll_worst"] > rule.ABS_FLOOR for r in held)
+    assert rows[-len(held) :] == held  # written after the lanes
+    assert set(sent.beside[-3 * len(held) :]) == {1}  # (tokenize twice, score) each alone
+    for r in rows[1:]:  # (the first is scored alone before the lanes open)
+        if r.get("judge_nll_worst", 0) > rule.ABS_FLOOR:
+            assert "beside_nll_worst" in r
+    clean = [r for r in rule.decide(rows)[0] if r["sim_injected"] == "none"]
+    assert clean
+    assert not [r for r in clean if r["judge_confirmed"]]
+
+
+async def test_judge_lanes_on_a_server_that_cannot_score_send_one_request(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """The first turn is scored alone: a server that cannot score is asked once, not eight
+    times, and the judge records it once."""
+    url = make_sim(index_k="fp8")
+    run = tmp_path / "run"
+    run.mkdir()
+    await _fault_run(url, run, 4, judge="off", keep_transcripts=True)
+    off = make_sim(index_k="fp8", scoring=False)
+    out = tmp_path / "j"
+    out.mkdir()
+    transcripts = load_transcripts(run / TRANSCRIPTS_FILE)
+    async with Scorer(off, "sglang", model="m", connections=8) as scorer:
+        watch = _Watch(scorer)
+        n, why = await judge_turns(scorer, transcripts, out / JUDGE_FILE, part=(None, None),
+                                   share=1.0, seed=1, base={"run_id": "r"}, lanes=8)  # fmt: skip
+    assert n == 0
+    assert why is not None
+    assert "404" in why
+    assert watch.sent == 1
+    [mark] = _rows(out / JUDGE_FILE)
+    assert mark[CANNOT_SCORE] == why
+    assert mark["session"] is None
