@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis import stats
-from harness.record import turns
+from harness.record import safejson, turns
 from harness.record.rundir import JUDGE_FILE, TURNS_FILE
 
 WINDOW = 8
@@ -139,7 +139,7 @@ def merge_into_turns(run_dir: Path) -> int:
     with open(path, "rb") as src, open(tmp, "wb") as out:
         for line in src:
             try:
-                row = json.loads(line)
+                row = safejson.loads(line)
             except json.JSONDecodeError:
                 out.write(line)
                 continue

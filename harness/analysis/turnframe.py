@@ -28,7 +28,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pandas as pd
 
 from harness.labels import CORRUPTED_LABELS
@@ -44,14 +43,6 @@ TEXT_AT, TEXT_KEPT = "text_at", "text_kept"
 DERIVED = ("tool_call_count", "reasoning_in_content", "content_chars", "content_digest")
 
 
-def _loads(raw: bytes) -> Any:
-    """orjson, or the standard library for what orjson refuses (a lone surrogate's escape)."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
-
-
 def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Each whole row of a turns.jsonl with its byte offset, made printable where it holds an
     escaped surrogate; a torn or invalid line is logged and skipped."""
@@ -62,7 +53,7 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not raw.strip():
                 continue
             try:
-                row = _loads(raw)
+                row = safejson.loads(raw)
             except json.JSONDecodeError:
                 log.warning("%s:%d: unreadable line skipped (torn write?)", path, lineno)
                 continue
@@ -177,7 +168,7 @@ def read_text(path: Path, offsets: Iterable[int]) -> dict[int, dict[str, Any]]:
             raw = fh.readline()
             pos = at + len(raw)
             try:
-                row = _loads(raw)
+                row = safejson.loads(raw)
             except json.JSONDecodeError:
                 continue
             if isinstance(row, dict):

@@ -147,12 +147,8 @@ def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
     in transport, or more than half of their sessions ran out of attempts on transport
     failures (a server that stopped answering part-way fails a share of the turns, but ends
     every session). A session that ran out of attempts on corrupted answers is a finding."""
-    last_failed: dict[tuple[str, int, int], bool] = {}
-    for rec in iter_turns(run_dir / TURNS_FILE):
-        key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
-        last_failed[key] = server_failure(rec.get("transport_error"))
-    exhausted: dict[str, int] = {}
     ended: dict[str, int] = {}
+    spent: list[tuple[str, int, int]] = []  # the sessions that ran out of attempts
     path = run_dir / SESSIONS_FILE
     if path.exists():
         for line in path.read_text().splitlines():
@@ -160,9 +156,17 @@ def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
                 row = json.loads(line)
                 label = row["variant"]
                 ended[label] = ended.get(label, 0) + 1
-                key = (label, row["repeat"], row["session"])
-                if row.get("ended") == EXHAUSTED and last_failed.get(key):
-                    exhausted[label] = exhausted.get(label, 0) + 1
+                if row.get("ended") == EXHAUSTED:
+                    spent.append((label, row["repeat"], row["session"]))
+    exhausted: dict[str, int] = {}
+    if spent:  # (turns.jsonl read only then: a long run's is hundreds of MB)
+        last_failed: dict[tuple[str, int, int], bool] = {}
+        for rec in iter_turns(run_dir / TURNS_FILE):
+            key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
+            last_failed[key] = server_failure(rec.get("transport_error"))
+        for key in spent:
+            if last_failed.get(key):
+                exhausted[key[0]] = exhausted.get(key[0], 0) + 1
     out = []
     for v in summary["variants"]:
         label = v["label"]

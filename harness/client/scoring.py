@@ -25,6 +25,7 @@ loopback server in the tests. Token ids come from the server's own tokenizer (``
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,10 +34,12 @@ import httpx
 
 from harness.client.door import GENERATE_TIMEOUT_S, server_client
 from harness.errors import InfrastructureError, UsageError
+from harness.record import safejson
 
 ScoringApi = Literal["sglang", "vllm", "llamacpp"]
 SCORING_APIS: tuple[ScoringApi, ...] = ("sglang", "vllm", "llamacpp")
 INJECTED_HEADER = "x-sim-injected"
+_JSON = {"content-type": "application/json"}
 
 
 class ScoringFailed(InfrastructureError):
@@ -104,14 +107,17 @@ class Scorer:
         await self.aclose()
 
     async def _post(self, path: str, body: Mapping[str, Any]) -> tuple[Any, httpx.Response]:
+        # (orjson both ways: a conversation of thousands of tokens and their ids, per request)
         try:
-            resp = await self._http.post(path, json=dict(body))
+            resp = await self._http.post(path, content=safejson.dumps(dict(body)), headers=_JSON)
         except httpx.HTTPError as exc:
             raise ScoringFailed(f"{path}: {type(exc).__name__}: {exc}") from None
+        except safejson.Unencodable as exc:
+            raise ScoringFailed(f"{path}: the request cannot be written as JSON: {exc}") from None
         if resp.status_code != 200:
             raise ScoringFailed(f"{path}: HTTP {resp.status_code}: {resp.text[:200]}")
         try:
-            return resp.json(), resp
+            return safejson.loads(resp.content), resp
         except ValueError:
             raise ScoringFailed(f"{path}: the answer is not JSON") from None
 
@@ -158,10 +164,7 @@ class Scorer:
              "continue_final_message": True},
         )  # fmt: skip
         head, whole = _ids(head_data.get("tokens")), _ids(whole_data.get("tokens"))
-        start = 0
-        while start < min(len(head), len(whole)) and head[start] == whole[start]:
-            start += 1
-        return whole, start
+        return whole, common_prefix(head, whole)
 
     # ------------------------------------------------------------------ scores
 
@@ -274,10 +277,31 @@ class Scorer:
         return lps, top, None, resp
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b`` (slices compared, not
+    items one by one: a conversation is thousands of ids)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def _ids(value: Any) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
-        raise ScoringFailed("the tokenizer's answer has no list of token ids")
-    return list(value)
+    if isinstance(value, list):
+        try:
+            array("q", value)  # (every item an integer, checked at C speed)
+            return list(value)
+        except (TypeError, OverflowError):
+            if all(isinstance(i, int) for i in value):
+                return list(value)
+    raise ScoringFailed("the tokenizer's answer has no list of token ids")
 
 
 async def detect_api(base_url: str, api_key: str | None = None) -> ScoringApi:

@@ -35,6 +35,15 @@ def dumps(value: Any) -> bytes:
         raise Unencodable(f"{type(exc).__name__}: {exc}") from None
 
 
+def loads(raw: bytes) -> Any:
+    """orjson, or the standard library for what orjson refuses (a lone surrogate's escape,
+    an integer past 64 bits, NaN): the same values as ``json.loads``, faster."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 #: A code point of the surrogate range: in a Python string, always a lone one (a pair read
 #: from JSON is one character outside the range).
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -11,7 +11,14 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.client.scoring import Scorer, ScoringFailed, detect_api, gbnf_tokens
+from harness.client.scoring import (
+    Scorer,
+    ScoringFailed,
+    _ids,
+    common_prefix,
+    detect_api,
+    gbnf_tokens,
+)
 from harness.errors import UsageError
 from harness.sim import scoring as sim_scoring
 
@@ -166,3 +173,26 @@ def test_a_deleted_token_makes_the_next_one_unlikely() -> None:
     assert sim_scoring.expected_mask([11, 12, 14, 15, 16], ref) == [True, True, False, True, True]
     assert sim_scoring.expected_mask([11, 99, 13], ref) == [True, False, False]
     assert sim_scoring.expected_mask([1, 2], None) == [None, None]
+
+
+def test_common_prefix_against_the_item_by_item_count() -> None:
+    def slow(a: list[int], b: list[int]) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    base = list(range(100, 1100))
+    cases = [([], base), (base, base), (base, [*base, 7]), ([*base, 7], base), ([1], [2])]
+    cases += [(base, [*base[:k], -1, *base[k + 1 :]]) for k in (0, 1, 499, 998, 999)]
+    for a, b in cases:
+        assert common_prefix(a, b) == slow(a, b)
+
+
+def test_token_ids_are_checked() -> None:
+    """A tokenizer answer that is not a list of integers is a clear failure; big integers
+    (past 64 bits) are still integers."""
+    assert _ids([1, 2**70]) == [1, 2**70]
+    for bad in ([1, 2.0], [1, "2"], [None], {"a": 1}, None):
+        with pytest.raises(ScoringFailed, match="no list of token ids"):
+            _ids(bad)
