@@ -61,6 +61,8 @@ def live_context_frame(df: pd.DataFrame) -> pd.DataFrame:
     need = {"sent_at", "prompt_tokens", "session"}
     if not need <= set(df.columns) or df.empty:
         return pd.DataFrame(columns=cols)
+    used = ["variant", "repeat", *need, "latency_s", "completion_tokens", "kv_capacity"]
+    df = df[[c for c in dict.fromkeys(used) if c in df]]  # (not every column copied below)
     frames = []
     for (variant, repeat), g in df.groupby(["variant", "repeat"], sort=False):
         g = g.dropna(subset=["sent_at", "prompt_tokens"])
@@ -82,22 +84,28 @@ def live_context_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _live_events(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(time, change of live tokens) for every request start and end of the sessions in ``g``."""
-    times: list[float] = []
-    deltas: list[float] = []
+    """(time, change of live tokens) for every request start and end of the sessions in ``g``:
+    at a request's start its prompt replaces the session's context so far, at its end the
+    answer adds to it, and at the session's last end its context leaves. (In arrays: the
+    token counts are whole numbers, so the sums do not depend on the events' order.)"""
     latency = g["latency_s"].fillna(0.0) if "latency_s" in g else pd.Series(0.0, index=g.index)
     completion = g["completion_tokens"].fillna(0.0) if "completion_tokens" in g else latency * 0
     g = g.assign(_end=g["sent_at"].astype(float) + latency, _done=g["prompt_tokens"] + completion)
-    for _, s in g.sort_values("sent_at", kind="stable").groupby("session", sort=False):
-        current = 0.0
-        for start, end, prompt, done in zip(s["sent_at"], s["_end"], s["prompt_tokens"],
-                                            s["_done"], strict=True):  # fmt: skip
-            times += [float(start), float(end)]
-            deltas += [float(prompt) - current, float(done) - float(prompt)]
-            current = float(done)
-        times.append(float(s["_end"].max()))
-        deltas.append(-current)  # the session ended: its context is no longer live
-    return np.array(times), np.array(deltas)
+    g = g[g["session"].notna()].sort_values("sent_at", kind="stable")
+    g = g.iloc[np.argsort(g["session"].to_numpy(), kind="stable")]  # each session in send order
+    session = g["session"].to_numpy()
+    start, end = g["sent_at"].to_numpy(float), g["_end"].to_numpy(float)
+    prompt, done = g["prompt_tokens"].to_numpy(float), g["_done"].to_numpy(float)
+    if not len(session):
+        return np.array([]), np.array([])
+    first = np.r_[True, session[1:] != session[:-1]]
+    last = np.r_[session[1:] != session[:-1], True]
+    before = np.r_[0.0, done[:-1]]
+    before[first] = 0.0  # (a session's first prompt adds all of itself)
+    ends = np.maximum.reduceat(end, np.flatnonzero(first))  # each session's last end
+    times = np.concatenate([start, end, ends])
+    deltas = np.concatenate([prompt - before, done - prompt, -done[last]])
+    return times, deltas
 
 
 def pressure_corruption_frame(df: pd.DataFrame, bins: int = 12) -> pd.DataFrame:
@@ -105,7 +113,8 @@ def pressure_corruption_frame(df: pd.DataFrame, bins: int = 12) -> pd.DataFrame:
     cols = ["variant", "t", "turns", "corrupted", "rate"]
     if "sent_at" not in df or df.empty:
         return pd.DataFrame(columns=cols)
-    ok = df[~df["is_transport"] & df["sent_at"].notna()]
+    used = ["variant", "repeat", "sent_at", "is_corrupted"]  # (the bins copy no more)
+    ok = df.loc[~df["is_transport"] & df["sent_at"].notna(), used]
     rows = []
     for (variant, _), g in ok.groupby(["variant", "repeat"], sort=False):
         t = g["sent_at"].astype(float) - float(g["sent_at"].min())

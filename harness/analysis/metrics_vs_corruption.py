@@ -50,7 +50,8 @@ def binned(
         return pd.DataFrame(columns=COLUMNS)
     if "repeat" not in m:
         m = m.assign(repeat=0)
-    ok = turns[~turns["is_transport"] & turns["sent_at"].notna()]
+    used = ["variant", "repeat", "sent_at", "is_corrupted"]  # (the bins copy no more)
+    ok = turns.loc[~turns["is_transport"] & turns["sent_at"].notna(), used]
     rows: list[dict[str, Any]] = []
     for (variant, repeat), g in ok.groupby(["variant", "repeat"], sort=False):
         start = float(g["sent_at"].min())
@@ -65,6 +66,7 @@ def binned(
             mt = mine["t"].astype(float)
         mbin = np.clip(np.digitize(mt, edges) - 1, 0, bins - 1)
         inside = ((mt >= 0) & (mt <= end)).to_numpy()
+        present = set(mine["name"])
         for b in range(bins):
             sel = g[which == b]
             if not len(sel):
@@ -76,7 +78,7 @@ def binned(
             here = mine[(mbin == b) & inside]
             for name in watched:
                 values = here.loc[here["name"] == name, "value"]
-                if name in set(mine["name"]):
+                if name in present:
                     mean = float(values.mean()) if len(values) else math.nan
                     rows.append({**base, "metric": name, "value": mean})
     return pd.DataFrame(rows, columns=COLUMNS)

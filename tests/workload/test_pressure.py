@@ -273,6 +273,21 @@ def test_live_context_and_pressure_from_turns() -> None:
     assert 0.3 < summary["pressure_mean"] < 0.8
 
 
+def test_live_context_does_not_depend_on_the_rows_order() -> None:
+    """The sessions' turns in any order in the file (workers write them as they finish):
+    the same live context, a session's turns taken in the order they were sent."""
+    from harness.analysis.livecontext import live_context_frame
+    from harness.analysis.summary import prepare
+
+    rows = [_turn(s, t, 100.0 + 2 * t + s / 10, 300 + 200 * t + 7 * s) for s in range(5)
+            for t in range(4)]  # fmt: skip
+    ordered = live_context_frame(prepare(pd.DataFrame(rows)))
+    shuffled = live_context_frame(prepare(pd.DataFrame(rows[::-1][3:] + rows[::-1][:3])))
+    pd.testing.assert_frame_equal(ordered, shuffled)
+    assert ordered["live_tokens"].iloc[-1] == 0
+    assert ordered["live_tokens"].max() == sum(900 + 7 * s for s in range(5))  # last prompts
+
+
 def test_report_shows_pressure_and_cached_share(tmp_path: Path) -> None:
     from harness.report.build import write_report
 
