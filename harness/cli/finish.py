@@ -23,9 +23,10 @@ from harness.cli.gates import apply_gates, print_failure_line, print_replays, re
 from harness.drive.session import EXHAUSTED
 from harness.errors import EXIT_GATE, EXIT_INFRA, EXIT_OK, EXIT_USAGE
 from harness.labels import server_failure
+from harness.record import safejson
 from harness.record.outcomes import death_line
 from harness.record.rundir import SESSIONS_FILE, TURNS_FILE, RunDir
-from harness.record.turns import iter_turns
+from harness.record.turns import jsonl_rows
 from harness.run import stopsignals
 from harness.run.execute import VariantOutcome
 from harness.run.options import RunOptions
@@ -161,7 +162,9 @@ def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
     exhausted: dict[str, int] = {}
     if spent:  # (turns.jsonl read only then: a long run's is hundreds of MB)
         last_failed: dict[tuple[str, int, int], bool] = {}
-        for rec in iter_turns(run_dir / TURNS_FILE):
+        for _, rec in jsonl_rows(run_dir / TURNS_FILE, safejson.loads):
+            if not isinstance(rec, dict):
+                continue
             key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
             last_failed[key] = server_failure(rec.get("transport_error"))
         for key in spent:
