@@ -96,7 +96,7 @@ LEXICON_CORRUPT = [
     "The committee met on Tuesday to review the budget and agreed to postpone the vote until "
     "the audiqtors had finished their report on the spending.",
     "Our grandmother kept a small garden behind the house where she grew tomatoes, beans and "
-    "a few rows of strawberries every sumbumer for the whole neighbourhood.",
+    "a few rows of strawberries for the whole commupanity every summer.",
     "To reset the router, hold the button on the back for ten seconds and wait for the "
     "lights to blink, then reconnect your devirtces and try again.",
 ]
@@ -165,3 +165,15 @@ def test_other_script_inside_a_latin_word() -> None:
     assert stray.other_script("service", "服务")
     assert not stray.other_script("service", "r")
     assert not stray.other_script("servicio", "ó")  # (Latin-1: one of Latin's own letters)
+
+
+def test_the_lexicon_reads_no_quoted_name() -> None:
+    """A name in backticks or quotes is a name of a thing, not a word of prose."""
+    fitted = model.load()
+    text = (
+        "To fix the circular import, move the imports of getattrs and of the other helper "
+        "into the functions that use them, then run the tests again."
+    )
+    assert [w for _, w, _, _ in stray.lexicon_cut(text, fitted.words)[0]] == ["getattrs"]
+    for quoted in ("`getattrs`", '"getattrs"', "'getattrs'"):
+        assert stray.lexicon_cut(text.replace("getattrs", quoted), fitted.words)[0] == []

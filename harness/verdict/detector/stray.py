@@ -68,12 +68,13 @@ COMMON_SHORT = 4.0
 SPLIT = 2.5
 #: Fewer lower-case words of 4+ letters than this: too little prose to tell its language.
 MIN_PROSE = 4
-#: At most this share of the text's other lower-case words of 4+ letters rare (a text in
-#: another language has many: ``solicitud`` becomes ``solid``).
-MAX_RARE = 0.15
+#: At most this share of the text's other lower-case words of 4+ letters uncommon in
+#: English (a text in another language has many: ``solicitud`` becomes ``solid``).
+UNCOMMON = 2.5
+MAX_RARE = 0.25
 #: One word cut open is enough when English never writes it and its repaired word has this
 #: many letters.
-LONE_WORD = 6
+LONE_WORD = 7
 
 _TOKEN = re.compile(r"\S+")
 #: A token's core: from its first letter to its last (quotes, brackets, marks around it off).
@@ -335,6 +336,8 @@ def lexicon_cut(text: str, wm: WordModel) -> tuple[list[tuple[int, str, str, str
     own = Counter(w.lower() for w in _WORD.findall(text))
     out: list[tuple[int, str, str, str]] = []
     for i in which:
+        if not 0 < i < len(toks) - 1 or _QUOTED.search(toks[i][1]):
+            continue  # (the first and the last word: a window's edges cut words open)
         c = _core(toks[i][1], wm)
         if c is None or not _lower_word(c[1]) or own[c[1]] != 1:
             continue
@@ -348,12 +351,14 @@ def lexicon_cut(text: str, wm: WordModel) -> tuple[list[tuple[int, str, str, str
     if not out:
         return [], 1.0
     prose = [w for w in _WORD.findall(text) if len(w) >= MIN_OWN and w.isalpha() and w.islower()]
-    rare = sum(lexicon.zipf(w) < RARE for w in prose) - len(out)
+    rare = sum(lexicon.zipf(w) < UNCOMMON for w in prose) - len(out)
     left = len(prose) - len(out)
     return out, (max(rare, 0) / left if left >= MIN_PROSE else 1.0)
 
 
 _HEX = re.compile(r"[0-9a-f]+")
+#: A name quoted: in backticks or quotes (``separatevars``).
+_QUOTED = re.compile("[`\"'\u2018\u2019\u201c\u201d]")
 
 
 def _lower_word(core: str) -> bool:
@@ -416,7 +421,7 @@ def _derived(core: str) -> bool:
     ``stringifying``, ``operationalizes``): English makes new words so."""
     stems = [core[len(a) :] for a in _PREFIX if core.startswith(a)]
     stems += [core[: -len(a)] for a in _SUFFIX if core.endswith(a)]
-    return any(len(w) >= MIN_OWN and lexicon.zipf(w) >= SPLIT for w in stems)
+    return any(len(w) >= MIN_OWN and lexicon.zipf(w) >= RARE for w in stems)
 
 
 def _repair(core: str) -> tuple[str, str, int] | None:
