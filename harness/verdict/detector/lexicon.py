@@ -5,7 +5,7 @@ The fitted word model (``fitted.wordmodel``) was counted on documentation and co
 the language, so it is asked of a lexicon counted on the language at large (wordfreq: web
 text, subtitles, books, news, Wikipedia; 321,000 English words).
 
-The lexicon is imported and read the first time a text has a word to ask about (about 0.3 s
+The lexicon is imported and read the first time a text has a word to ask about (about 0.4 s
 and 60 MB, once a process): ``harness --help`` and text whose words the word model knows
 never load it.
 """

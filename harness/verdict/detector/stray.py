@@ -20,6 +20,11 @@ words the model knows (``MAX_UNKNOWN``), one of them written with a 4-gram that 
 almost never writes where the piece joins it (``JUNCTION_BITS``). A piece of another writing
 system inside a Latin word (``serv服务ice``) is evidence on its own.
 
+The word model was counted on documentation and knows little ordinary English, so a second
+reading (``lexicon_events``) asks an English lexicon (``lexicon.zipf``): a lower-case word
+English does not write that becomes a common word when a piece is taken out of its middle
+(``peofople``), two close together or one English never writes, in English prose.
+
 ``text.score_fitted`` reads this after the fitted decision called a text clean: a text with
 such words is salad, at the threshold, with the signal ``stray_tokens`` (the number of words).
 """
