@@ -97,6 +97,9 @@ LEXICON_CORRUPT = [
     "the audiqtors had finished their report on the spending.",
     "Our grandmother kept a small garden behind the house where she grew tomatoes, beans and "
     "a few rows of strawberries for the whole commupanity every summer.",
+    # one word cut open alone, with a junction clean text almost never writes
+    "The moon orbits the earth and its gravity pulls on the ocejkans, which causes the tides "
+    "to rise and fall twice a day along most coasts.",
     "To reset the router, hold the button on the back for ten seconds and wait for the "
     "lights to blink, then reconnect your devirtces and try again.",
 ]
@@ -130,7 +133,7 @@ LEXICON_HEALTHY = [
 @pytest.mark.parametrize("text", LEXICON_CORRUPT)
 def test_the_lexicon_repairs_words_cut_open(text: str) -> None:
     fitted = model.load()
-    assert stray.lexicon_events(text, fitted.words)
+    assert stray.lexicon_events(text, fitted.words, fitted.chars)
     found = score_text(text)
     assert found.label == TOKEN_SALAD
     assert classify_turn(text, source="server").corrupted
@@ -139,7 +142,7 @@ def test_the_lexicon_repairs_words_cut_open(text: str) -> None:
 @pytest.mark.parametrize("text", LEXICON_HEALTHY)
 def test_the_lexicon_leaves_healthy_look_alikes(text: str) -> None:
     fitted = model.load()
-    assert stray.lexicon_events(text, fitted.words) == []
+    assert stray.lexicon_events(text, fitted.words, fitted.chars) == []
     assert "stray_tokens" not in score_text(text).signals
 
 

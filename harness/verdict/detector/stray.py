@@ -80,6 +80,8 @@ MAX_RARE = 0.25
 #: One word cut open is enough when English never writes it and its repaired word has this
 #: many letters.
 LONE_WORD = 7
+#: ... or when it writes a 4-gram this improbable (bits of the character model).
+LONE_BITS = 12.0
 
 _TOKEN = re.compile(r"\S+")
 #: A token's core: from its first letter to its last (quotes, brackets, marks around it off).
@@ -268,14 +270,15 @@ def events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
     else the lexicon's (``lexicon_events``); none in a text over ``MAX_CHARS``."""
     if len(text) > MAX_CHARS:
         return []
-    return model_events(text, wm, cm) or lexicon_events(text, wm)
+    return model_events(text, wm, cm) or lexicon_events(text, wm, cm)
 
 
-def lexicon_events(text: str, wm: WordModel) -> list[int]:
+def lexicon_events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
     """Where the lexicon sees stray pieces (``lexicon_cut``), in text whose other words
     are English (at most ``MAX_RARE`` of them rare): each word cut open that has another
-    within ``SPAN`` characters, or one word that English never writes (not in the lexicon
-    at all) repaired into a common word of ``LONE_WORD`` letters."""
+    within ``SPAN`` characters, or one alone that English never writes (not in the lexicon
+    at all) repaired into a common word of ``LONE_WORD`` letters, or that writes a 4-gram
+    of ``LONE_BITS`` of surprisal."""
     found, rare = lexicon_cut(text, wm)
     if not found or rare > MAX_RARE:
         return []
@@ -285,6 +288,7 @@ def lexicon_events(text: str, wm: WordModel) -> list[int]:
         for p, core, word, _piece in found
         if int((np.abs(pos - p) <= SPAN).sum()) >= MIN_WORDS
         or (len(word) >= LONE_WORD and lexicon.zipf(core) == 0.0)
+        or _junction([core], cm) >= LONE_BITS
     ]
 
 
