@@ -34,14 +34,15 @@ DETECTOR_BASIS = "structural+suspect"
 #: neither fit nor tuned on (docs/detector.md, "Held out: real turns recorded by LLM
 #: libraries"): rate, 95% Wilson interval, what was measured.
 DETECTOR_FALSE_ALARMS: dict[str, Any] = {
-    "rate": 0.0036,
-    "ci": [0.0018, 0.0070],
+    "rate": 0.0040,
+    "ci": [0.0021, 0.0076],
     "turns": 2236,
-    "data": "8 of 2,236 real healthy turns of nine held-out sources (the HTTP cassettes of "
+    "data": "9 of 2,236 real healthy turns of nine held-out sources (the HTTP cassettes of "
     "LLM libraries' test suites: crewai, mirascope, langchain, magentic, chatlas, langsmith "
     "and three instrumentation projects; over 80 models; at most 0.60% a source with over "
     "100 turns): the seven of set 1 had their alarm classes read before the later detector "
-    "changes (0.55% before them, 0.40% after), the two of set 2 had not (0 of 230); "
+    "changes (0.55% before them, 0.45% after: one of them added by the lexicon's stray-token "
+    "reading), the two of set 2 had not (0 of 230); "
     "0.08% on the development set: docs/detector.md, 'Where it stands'",
 }
 

@@ -74,15 +74,83 @@ def test_a_word_cut_open_is_repaired_to_the_word() -> None:
     assert ("authentbrication", "authentication") in words
 
 
-def test_one_word_cut_open_by_the_same_script_is_not_enough() -> None:
-    """A lone repaired word of the same script is what hash collisions and rare words give:
-    it takes two close together."""
+def test_one_word_cut_open_by_the_same_script_is_not_enough_for_the_word_model() -> None:
+    """A lone repaired word of the same script is what hash collisions and rare words give
+    the word model: its reading takes two close together."""
     fitted = model.load()
     one = (
         "I looked at the configuration file and the deployment script. The problem is in the "
         "authentbrication step, which runs before the network is ready."
     )
-    assert stray.events(one, fitted.words, fitted.chars) == []
+    assert stray.model_events(one, fitted.words, fitted.chars) == []
+
+
+# Ordinary English prose with pieces of other words inside its words: what the lexicon reads.
+LEXICON_CORRUPT = [
+    # two words cut open, close together
+    "The bridge was closed for three weeks while the crews replaced the rusted cablutes and "
+    "repainted the raimelings along the walkway.",
+    "Before you plant the seeds, soak them overnight, then press them into moist sonkail "
+    "about a centimeter deep and keep the tray in a wamrirm place.",
+    # one word that English never writes, repaired into a long common word
+    "The committee met on Tuesday to review the budget and agreed to postpone the vote until "
+    "the audiqtors had finished their report on the spending.",
+    "Our grandmother kept a small garden behind the house where she grew tomatoes, beans and "
+    "a few rows of strawberries for the whole commupanity every summer.",
+    # one word cut open alone, with a junction clean text almost never writes
+    "The moon orbits the earth and its gravity pulls on the ocejkans, which causes the tides "
+    "to rise and fall twice a day along most coasts.",
+    "To reset the router, hold the button on the back for ten seconds and wait for the "
+    "lights to blink, then reconnect your devirtces and try again.",
+]
+
+LEXICON_HEALTHY = [
+    # rare real words, written once each
+    "The archivist catalogued the palimpsests, the incunabula and a few marginalia that the "
+    "monks had left in the scriptorium before the abbey was dissolved.",
+    "The recipe calls for a roux, a bouquet garni and a splash of vermouth; deglaze the pan "
+    "and let the sauce reduce until it coats the back of a spoon.",
+    # jargon, lower-case tool names and derived words
+    "I ran kubectl rollout restart, then checked the nginx logs and the sqlalchemy pool; the "
+    "healthcheck passed after the redeployment and the autoscaler settled.",
+    "The refactor unmerges the two caches, stringifies the keys and deduplicates the entries "
+    "before the serializer writes them out.",
+    # prose in other languages
+    "Para terminar la solicitud necesito confirmar la dirección de envío, el número de "
+    "contacto y si prefieres recibir las notificaciones por correo electrónico.",
+    "Il faut vérifier les paramètres de connexion et redémarrer le service avant de relancer "
+    "les tests automatisés sur la branche principale.",
+    "Precisamos verificar as configurações do servidor e reiniciar o serviço antes de "
+    "executar novamente os testes automatizados na ramificação principal.",
+    # typos the user wrote, quoted back
+    'You asked about "recieve" and "seperate": both are misspelled, the right forms are '
+    '"receive" and "separate", and the rest of your message reads fine.',
+    # code
+    "def lerp(a, b, t):\n    return a + (b - a) * t\n\nprint(lerp(0, 10, 0.25))  # 2.5",
+]
+
+
+@pytest.mark.parametrize("text", LEXICON_CORRUPT)
+def test_the_lexicon_repairs_words_cut_open(text: str) -> None:
+    fitted = model.load()
+    assert stray.lexicon_events(text, fitted.words, fitted.chars)
+    found = score_text(text)
+    assert found.label == TOKEN_SALAD
+    assert classify_turn(text, source="server").corrupted
+
+
+@pytest.mark.parametrize("text", LEXICON_HEALTHY)
+def test_the_lexicon_leaves_healthy_look_alikes(text: str) -> None:
+    fitted = model.load()
+    assert stray.lexicon_events(text, fitted.words, fitted.chars) == []
+    assert "stray_tokens" not in score_text(text).signals
+
+
+def test_the_lexicon_names_the_repaired_word() -> None:
+    fitted = model.load()
+    found = {(w, r) for _, w, r, _ in stray.lexicon_cut(LEXICON_CORRUPT[0], fitted.words)[0]}
+    # (the most common word a piece taken out makes: ``rings`` is more common than ``railings``)
+    assert found == {("cablutes", "cables"), ("raimelings", "rings")}
 
 
 def test_a_word_written_several_times_is_a_word_of_the_text() -> None:
@@ -100,3 +168,15 @@ def test_other_script_inside_a_latin_word() -> None:
     assert stray.other_script("service", "服务")
     assert not stray.other_script("service", "r")
     assert not stray.other_script("servicio", "ó")  # (Latin-1: one of Latin's own letters)
+
+
+def test_the_lexicon_reads_no_quoted_name() -> None:
+    """A name in backticks or quotes is a name of a thing, not a word of prose."""
+    fitted = model.load()
+    text = (
+        "To fix the circular import, move the imports of getattrs and of the other helper "
+        "into the functions that use them, then run the tests again."
+    )
+    assert [w for _, w, _, _ in stray.lexicon_cut(text, fitted.words)[0]] == ["getattrs"]
+    for quoted in ("`getattrs`", '"getattrs"', "'getattrs'"):
+        assert stray.lexicon_cut(text.replace("getattrs", quoted), fitted.words)[0] == []

@@ -20,6 +20,11 @@ words the model knows (``MAX_UNKNOWN``), one of them written with a 4-gram that 
 almost never writes where the piece joins it (``JUNCTION_BITS``). A piece of another writing
 system inside a Latin word (``serv服务ice``) is evidence on its own.
 
+The word model was counted on documentation and knows little ordinary English, so a second
+reading (``lexicon_events``) asks an English lexicon (``lexicon.zipf``): a lower-case word
+English does not write that becomes a common word when a piece is taken out of its middle
+(``peofople``), two close together or one English never writes, in English prose.
+
 ``text.score_fitted`` reads this after the fitted decision called a text clean: a text with
 such words is salad, at the threshold, with the signal ``stray_tokens`` (the number of words).
 """
@@ -32,6 +37,7 @@ from collections import Counter
 import numpy as np
 import numpy.typing as npt
 
+from harness.verdict.detector import lexicon
 from harness.verdict.detector.fitted.charmodel import CharModel, codes
 from harness.verdict.detector.fitted.wordmodel import WordModel, word_chars, words
 
@@ -56,6 +62,26 @@ JUNCTION_BITS = 10.0
 #: Longer texts are not read (the cost grows with the unknown words; a fault's stray
 #: tokens in a long answer are left to the other signals).
 MAX_CHARS = 6000
+
+#: The lexicon's reading (``lexicon_cut``): a word the language writes less often than this
+#: (Zipf frequency: log10 of its uses a billion words) is rare ...
+RARE = 1.5
+#: ... one it writes this often is common (a word of ``MIN_OWN`` letters: ``COMMON_SHORT``) ...
+COMMON = 3.0
+COMMON_SHORT = 4.0
+#: ... and a word whose two parts are written this often is a compound.
+SPLIT = 2.5
+#: Fewer lower-case words of 4+ letters than this: too little prose to tell its language.
+MIN_PROSE = 4
+#: At most this share of the text's other lower-case words of 4+ letters uncommon in
+#: English (a text in another language has many: ``solicitud`` becomes ``solid``).
+UNCOMMON = 2.5
+MAX_RARE = 0.25
+#: One word cut open is enough when English never writes it and its repaired word has this
+#: many letters.
+LONE_WORD = 7
+#: ... or when it writes a 4-gram this improbable (bits of the character model).
+LONE_BITS = 12.0
 
 _TOKEN = re.compile(r"\S+")
 #: A token's core: from its first letter to its last (quotes, brackets, marks around it off).
@@ -240,12 +266,38 @@ def unknown_share(text: str, wm: WordModel, cut: int = 0) -> float:
 
 
 def events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
-    """Where stray pieces sit in ``text``: the offset of each word cut open that has at
-    least ``MIN_WORDS - 1`` others within ``SPAN`` characters, in text whose other words
-    the word model knows (at most ``MAX_UNKNOWN`` of them unknown: in a language or a
-    jargon it knows little, a rare word is repaired into a known one by chance)."""
+    """Where stray pieces sit in ``text``: the word model's reading (``model_events``),
+    else the lexicon's (``lexicon_events``); none in a text over ``MAX_CHARS``."""
     if len(text) > MAX_CHARS:
         return []
+    return model_events(text, wm, cm) or lexicon_events(text, wm, cm)
+
+
+def lexicon_events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
+    """Where the lexicon sees stray pieces (``lexicon_cut``), in text whose other words
+    are English (at most ``MAX_RARE`` of them rare): each word cut open that has another
+    within ``SPAN`` characters, or one alone that English never writes (not in the lexicon
+    at all) repaired into a common word of ``LONE_WORD`` letters, or that writes a 4-gram
+    of ``LONE_BITS`` of surprisal."""
+    found, rare = lexicon_cut(text, wm)
+    if not found or rare > MAX_RARE:
+        return []
+    pos = np.array([p for p, *_ in found])
+    return [
+        p
+        for p, core, word, _piece in found
+        if int((np.abs(pos - p) <= SPAN).sum()) >= MIN_WORDS
+        or (len(word) >= LONE_WORD and lexicon.zipf(core) == 0.0)
+        or _junction([core], cm) >= LONE_BITS
+    ]
+
+
+def model_events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
+    """Where the word model sees stray pieces: the offset of each word cut open
+    (``repaired``) that has at least ``MIN_WORDS - 1`` others within ``SPAN`` characters,
+    in text whose other words the word model knows (at most ``MAX_UNKNOWN`` of them
+    unknown: in a language or a jargon it knows little, a rare word is repaired into a
+    known one by chance)."""
     at, total, unknown = _unseen_at(text, wm)
     if not at.size or _share(unknown, total, at.size) > MAX_UNKNOWN:
         return []  # (the share falls with the words cut open, at most one per unknown)
@@ -275,6 +327,130 @@ def events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
     return near
 
 
+def lexicon_cut(text: str, wm: WordModel) -> tuple[list[tuple[int, str, str, str]], float]:
+    """The words of prose in ``text`` that the English lexicon does not write (``RARE``)
+    and that become a common word (``COMMON``) when a piece of 1 to ``MAX_PIECE`` characters
+    is taken out of their middle: ``(offset of the piece, the word, the repaired word, the
+    piece)``; and the share of the text's other lower-case words of 4+ letters that the
+    lexicon calls rare (1.0 when under ``MIN_PROSE`` are left: too little to tell the
+    language). Only words the fitted word model does not know are asked (the lexicon is
+    loaded then); lower-case words of letters and digits only, written once, that are no
+    compound of two words (``lockfile``) and no hexadecimal number."""
+    at = _unseen_at(text, wm)[0]
+    if not at.size:
+        return [], 1.0
+    toks = [(m.start(), m.group(0)) for m in _TOKEN.finditer(text)]
+    starts = np.array([p for p, _ in toks], dtype=np.int64)
+    which = np.unique(starts.searchsorted(at, side="right") - 1).tolist()
+    own = Counter(w.lower() for w in _WORD.findall(text))
+    out: list[tuple[int, str, str, str]] = []
+    for i in which:
+        if not 0 < i < len(toks) - 1 or _QUOTED.search(toks[i][1]):
+            continue  # (the first and the last word: a window's edges cut words open)
+        c = _core(toks[i][1], wm)
+        if c is None or not _lower_word(c[1]) or own[c[1]] != 1:
+            continue
+        core = c[1]
+        if lexicon.zipf(core) >= RARE or _compound(core) or _derived(core):
+            continue
+        fix = _repair(core)
+        if fix is not None:
+            word, piece, at_piece = fix
+            out.append((toks[i][0] + c[0] + at_piece, core, word, piece))
+    if not out:
+        return [], 1.0
+    prose = [w for w in _WORD.findall(text) if len(w) >= MIN_OWN and w.isalpha() and w.islower()]
+    rare = sum(lexicon.zipf(w) < UNCOMMON for w in prose) - len(out)
+    left = len(prose) - len(out)
+    return out, (max(rare, 0) / left if left >= MIN_PROSE else 1.0)
+
+
+_HEX = re.compile(r"[0-9a-f]+")
+#: A name quoted: in backticks or quotes (``separatevars``).
+_QUOTED = re.compile("[`\"'\u2018\u2019\u201c\u201d]")
+
+
+def _lower_word(core: str) -> bool:
+    return core.isalnum() and core == core.lower() and not _HEX.fullmatch(core)
+
+
+def _compound(core: str) -> bool:
+    """Two words of 3+ letters written together (``lockfile``, ``runbooks``)."""
+    return any(
+        lexicon.zipf(core[:j]) >= SPLIT and lexicon.zipf(core[j:]) >= SPLIT
+        for j in range(3, len(core) - 2)
+    )
+
+
+_PREFIX = [
+    "un",
+    "re",
+    "non",
+    "pre",
+    "de",
+    "dis",
+    "mis",
+    "over",
+    "under",
+    "sub",
+    "super",
+    "multi",
+    "inter",
+    "auto",
+    "co",
+]
+_SUFFIX = [
+    "s",
+    "es",
+    "ed",
+    "ing",
+    "er",
+    "ers",
+    "ly",
+    "able",
+    "ize",
+    "izes",
+    "ized",
+    "izing",
+    "ization",
+    "ify",
+    "ifying",
+    "ified",
+    "ness",
+    "ment",
+    "ments",
+    "less",
+    "ful",
+    "ally",
+]
+
+
+def _derived(core: str) -> bool:
+    """A word made of a common one with a prefix or a suffix (``unmerged``,
+    ``stringifying``, ``operationalizes``): English makes new words so."""
+    stems = [core[len(a) :] for a in _PREFIX if core.startswith(a)]
+    stems += [core[: -len(a)] for a in _SUFFIX if core.endswith(a)]
+    return any(len(w) >= MIN_OWN and lexicon.zipf(w) >= RARE for w in stems)
+
+
+def _repair(core: str) -> tuple[str, str, int] | None:
+    """The most common word that ``core`` becomes with a piece taken out of its middle
+    (the first and the last character stay), the piece and where it starts; None if none
+    is common."""
+    best: tuple[float, str, str, int] | None = None
+    for size in range(1, MAX_PIECE + 1):
+        for s in range(1, len(core) - size):
+            word = core[:s] + core[s + size :]
+            if len(word) < MIN_OWN or size > len(word) or not word.isalpha():
+                continue
+            z = lexicon.zipf(word)
+            if z >= (COMMON if len(word) > MIN_OWN else COMMON_SHORT) and (
+                best is None or z > best[0]
+            ):
+                best = (z, word, core[s : s + size], s)
+    return None if best is None else best[1:]
+
+
 def _junction(cores: list[str], cm: CharModel) -> float:
     """The most improbable 4-gram of the words cut open, in bits (the character model's
     surprisal, a space before and after each word)."""
@@ -294,6 +470,9 @@ __all__ = [
     "MIN_WORDS",
     "SPAN",
     "events",
+    "lexicon_cut",
+    "lexicon_events",
+    "model_events",
     "other_script",
     "repaired",
     "unknown_share",
