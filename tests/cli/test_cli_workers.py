@@ -91,8 +91,8 @@ def test_two_workers_write_the_same_run_as_one(tmp_path: Path) -> None:
     assert me["turns"] == sb["variants"][0]["turns"]
     assert len(me["per_worker"]) == 2
     assert json.loads((b / "run.json").read_text())["workers"] == 2
-    # requests in flight count both workers: more than one worker's share of 5
-    assert max(r["inflight"] for r in read_turns(b / "turns.jsonl")) > 5
+    # (that the in-flight count is both workers' is tests/pool/test_workers.py's, on a
+    # simulator slow enough for the requests to overlap: at --speed 60 it hangs on timing)
 
 
 @pytest.mark.slow
