@@ -358,11 +358,12 @@ def _add_followup_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--judge-concurrency",
         type=_positive_int,
-        default=8,
+        default=1,
         metavar="N",
         help="the judge's scores in flight at once on the idle server (the first one alone: a "
         "server that cannot score is told once); a score beside others that the rule could "
-        "confirm is scored again alone (docs/judge.md); 1: one at a time",
+        "confirm is scored again alone (docs/judge.md); 1 (the default): one at a time, for "
+        "a server whose scores may move with what runs beside them",
     )
     g.add_argument(
         "--reference-sessions",

@@ -120,7 +120,7 @@ class AfterLoad:
     #: can score (the confirmed tier of the verdict); "off": the text detector alone
     judge: Literal["auto", "off"] = "auto"
     judge_sample: float = 0.1  # the share of passed turns (of kept transcripts) also judged
-    judge_concurrency: int = 8  # --judge-concurrency: the judge's scores in flight at once
+    judge_concurrency: int = 1  # --judge-concurrency: the judge's scores in flight at once
     scoring_api: str = "auto"  # auto | sglang | vllm | llamacpp (client.scoring)
     canary: bool = False  # score the canary probes alone, under load, alone (run.canary)
     canary_rate: float = 1.0  # canary requests a second during the load
