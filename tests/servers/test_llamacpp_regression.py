@@ -4,9 +4,11 @@ fixed by PR 12310), in the xllamacpp 0.1.11 wheel (b4933) and not in 0.1.12 (b50
 With 2 slots, a q8_0 KV cache and flash attention, llama.cpp defragments its cache as the
 sessions' cells are freed and refilled; the buggy CPU copy writes 32 times the bytes of each
 move, over other cells of the cache (corrupted answers) or past its end (the server dies):
-which one a run meets turns on where the moves land. Both wheels come from the package
-registry (27 MB each, installed once into the harness's cache); the model is the tests'
-SmolLM2-135M; the target file and the scenario are the shipped ones, with 12 sessions.
+which one a run meets turns on where the moves land (or, a third outcome, the damaged cache
+writes bytes that are no UTF-8, which the server cannot encode: it fails the streams). Both
+wheels come from the package registry (27 MB each, installed once into the harness's cache);
+the model is the tests' SmolLM2-135M; the target file and the scenario are the shipped ones,
+with 12 sessions.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
+from harness.record.turns import read_turns
 from harness.servers.llamacpp import default_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,11 +52,20 @@ def test_the_old_build_corrupts_or_dies_and_the_fixed_one_is_clean(tmp_path: Pat
     assert fixed["transport_errors"] == 0
     deaths = {d["variant"]: d for d in summary.get("server_deaths", [])}
     assert "llamacpp=0.1.12" not in deaths
+    broken = [r["transport_error"] for r in read_turns(out / "turns.jsonl")
+              if r["variant"] == "llamacpp=0.1.11" and r.get("transport_error")]  # fmt: skip
     if "llamacpp=0.1.11" in deaths:  # the moves ran past the cache: the server died
         assert done.returncode == 3
         assert deaths["llamacpp=0.1.11"]["signal"] in SIGNALS
         assert "killed by SIG" in result["error"]
         assert "**Server crash:** llamacpp=0.1.11" in (out / "report.md").read_text()
+    elif done.returncode == 3:  # the damaged cache wrote bytes that are no UTF-8: the server
+        # cannot encode them and fails the stream, so the sessions run out of attempts
+        [line] = [x for x in done.stderr.splitlines() if "cannot judge" in x]
+        assert "llamacpp=0.1.11" in line
+        assert "llamacpp=0.1.12" not in line
+        assert broken
+        assert all("invalid UTF-8" in e for e in broken), broken
     else:  # they landed in the cache: corrupted answers, significantly more than 0.1.12's
         assert done.returncode == 0
         [session] = [c for c in summary["comparisons"] if c["unit"] == "session"]
