@@ -22,7 +22,7 @@ from typing import Any
 from harness.cli.gates import apply_gates, print_failure_line, print_replays, report_build
 from harness.drive.session import EXHAUSTED
 from harness.errors import EXIT_GATE, EXIT_INFRA, EXIT_OK, EXIT_USAGE
-from harness.labels import server_failure
+from harness.labels import is_corrupted, server_failure
 from harness.record import safejson
 from harness.record.outcomes import death_line
 from harness.record.rundir import SESSIONS_FILE, TURNS_FILE, RunDir
@@ -166,7 +166,11 @@ def unjudged_variants(summary: Any, run_dir: Path) -> list[str]:
             if not isinstance(rec, dict):
                 continue
             key = (rec.get("variant", ""), rec.get("repeat", 0), rec.get("session", -1))
-            last_failed[key] = server_failure(rec.get("transport_error"))
+            # a send the server failed because its output was no text is corrupted
+            # (verdict.turn.failure_verdict), not a transport failure
+            last_failed[key] = server_failure(rec.get("transport_error")) and not is_corrupted(
+                str(rec.get("label") or "")
+            )
         for key in spent:
             if last_failed.get(key):
                 exhausted[key[0]] = exhausted.get(key[0], 0) + 1

@@ -513,10 +513,11 @@ class Session:
     async def _attempts(self, turn: int) -> tuple[TurnOutput, Verdict] | None:
         """Send one turn until it comes back usable: transport failures are retried with
         backoff (or the server's Retry-After), corrupted answers re-sent (``--on-corruption
-        retry``); None when the attempts run out. Every send is its own row (``attempt``
-        counts the rows: a send the server dropped unanswered and that was sent again is
-        one, within the same try). ``ServerWatch`` ends the variant when its server refuses
-        the requests or stopped answering."""
+        retry``), a failure in which the server says its output was no text among them (a
+        corrupted answer, not a transport failure); None when the attempts run out. Every
+        send is its own row (``attempt`` counts the rows: a send the server dropped
+        unanswered and that was sent again is one, within the same try). ``ServerWatch`` ends
+        the variant when its server refuses the requests or stopped answering."""
         sh = self.shared
         attempt = 0
         for tried in range(sh.scenario.max_attempts):
@@ -524,7 +525,7 @@ class Session:
             attempt = record["attempt"] + 1
             if sh.watch is not None:
                 sh.watch.check(out.failure)
-            if out.failure is not None:
+            if out.failure is not None and not verdict.corrupted:
                 if tried + 1 < sh.scenario.max_attempts:
                     await asyncio.sleep(retry_delay(out.failure, sh.retry_delay_s * (2**tried)))
                 continue

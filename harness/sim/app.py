@@ -159,6 +159,14 @@ class SimApp:
                 {INJECTED_HEADER: fault.label},
                 media_type="application/json",
             )
+        if fault is not None and fault.kind == transport.UNENCODABLE and not fields["stream"]:
+            log.debug("injected %s", fault.label)
+            return Response(
+                transport.unencodable_body(int(fault.at * 400)),
+                500,
+                {INJECTED_HEADER: fault.label},
+                media_type="application/json",
+            )
         in_flight = await engine.admit(prepared[0])  # waits for a slot and room for its KV
         tokens = 0
         gen: Generation | None = None
@@ -246,13 +254,14 @@ class SimApp:
         at: int = -1,
         ids: bool = False,
     ) -> AsyncIterator[bytes]:
-        """The SSE events; an ``error_event`` or ``bad_json`` fault replaces output event ``at``
-        (the finish event when ``at`` is past the last delta). With ``ids`` the finish event
-        carries the generated tokens' ids (``token_ids``, as vLLM's events carry theirs)."""
+        """The SSE events; an ``error_event``, ``unencodable`` or ``bad_json`` fault replaces
+        output event ``at`` (the finish event when ``at`` is past the last delta). With ``ids``
+        the finish event carries the generated tokens' ids (``token_ids``, as vLLM's events
+        carry theirs)."""
         engine, model, created = self.engine, self.config.model, int(time.time())
         latency = engine.latency
         spoil = fault.kind if fault is not None else ""
-        if spoil not in ("error_event", "bad_json"):
+        if spoil not in ("error_event", "bad_json", transport.UNENCODABLE):
             spoil = ""
         await asyncio.sleep(latency.ttft(gen.prompt_tokens - gen.cached_tokens))
         yield openai.chunk(rid, created, model, {"role": "assistant", "content": ""})
@@ -268,8 +277,12 @@ class SimApp:
                 await asyncio.sleep(latency.per_token(engine.running) * tokens)
                 event = openai.chunk(rid, created, model, delta)
             if i == at and spoil:
-                if spoil == "error_event":
-                    yield transport.error_event()
+                if spoil in ("error_event", transport.UNENCODABLE):
+                    yield (
+                        transport.error_event()
+                        if spoil == "error_event"
+                        else transport.unencodable_event(i * self.chunk_chars)
+                    )
                     yield openai.DONE
                     return
                 event = transport.broken(event)

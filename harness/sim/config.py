@@ -15,7 +15,7 @@ HICACHE = ("on", "off")
 TOPK = ("v1", "v2")
 FAULT_KINDS = ("salad", "soup", "envelope", "json", "schema", "repetition", "debris")
 #: Transport faults, named like their knobs (``<kind>_rate``); see transport.py.
-TRANSPORT_KINDS = ("error", "disconnect", "stall", "error_event", "bad_json")
+TRANSPORT_KINDS = ("error", "disconnect", "stall", "error_event", "bad_json", "unencodable")
 #: the server's tool-call parser: "on" parses the calls into ``tool_calls``; "off" leaves the
 #: model's raw markup in ``content`` (a server whose parser is missing or fails)
 TOOL_PARSER = ("on", "off")
@@ -44,7 +44,9 @@ class SimConfig:
     Transport faults (transport.py) are drawn per request, seeded like the corruption faults:
     ``error_rate`` (HTTP 500/503), ``disconnect_rate`` (connection closed mid-response),
     ``stall_rate`` (no byte for ``stall_seconds`` mid-response), ``error_event_rate`` (an SSE
-    error event; streamed requests only), ``bad_json_rate`` (an invalid JSON body or event).
+    error event; streamed requests only), ``bad_json_rate`` (an invalid JSON body or event),
+    ``unencodable_rate`` (the output's bytes are no UTF-8 and the server says so, as llama.cpp
+    does: an error event mid-stream, HTTP 500 otherwise; corruption, not a transport fault).
     ``crash_after`` ends the process abruptly on the chat request after that many;
     ``slow_start`` makes the health endpoints answer 503 for that many seconds; with
     ``api_key`` set every endpoint but health and metrics needs it as a bearer token.
@@ -83,6 +85,7 @@ class SimConfig:
     stall_seconds: float = 600.0
     error_event_rate: float = 0.0
     bad_json_rate: float = 0.0
+    unencodable_rate: float = 0.0
     crash_after: int | None = None
     slow_start: float = 0.0
     cache_report: bool = True
@@ -110,6 +113,7 @@ class SimConfig:
             ("stall", self.stall_rate),
             ("error_event", self.error_event_rate),
             ("bad_json", self.bad_json_rate),
+            ("unencodable", self.unencodable_rate),
         )
 
     def __post_init__(self) -> None:

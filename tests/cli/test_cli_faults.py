@@ -266,3 +266,59 @@ def test_unreachable_endpoint_is_exit_3_naming_the_url(tmp_path: Path) -> None:
     assert len(errors) == 1, proc.stderr
     assert url in errors[0]
     assert "is the server up on that port?" in errors[0]
+
+
+# ------------------------------------------------ an output the server cannot encode
+
+
+def test_an_output_the_server_cannot_encode_is_corruption_not_a_transport_failure(
+    tmp_path: Path,
+) -> None:
+    # as llama.cpp when a damaged cache makes it generate bytes that are no UTF-8: its JSON
+    # encoder refuses them and it fails the stream, saying so. Each send is a corrupted turn
+    # (re-sent as --on-corruption says, without a transport failure's backoff), and sessions
+    # that run out of attempts on them are a finding, not a variant that "cannot judge"
+    factors = """
+[factors.server.unencodable]
+args = ["--unencodable-rate", "1"]
+[factors.server.clean]
+args = []
+"""
+    target = target_file(tmp_path, factors)
+    out, seed = tmp_path / "run", "616263"
+    proc = harness(
+        "run", "--target", str(target), "--ab", "server=unencodable,clean", "--sessions", "4",
+        "--turns", "3", "--max-context", "12000", "--speed", "100", "--seed", seed,
+        "--out", str(out), "--no-progress", "--judge", "off",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # (3, "cannot judge", when they were transport)
+    assert "cannot judge" not in proc.stderr
+    turns = read_turns(out / "turns.jsonl")
+    bad = [t for t in turns if t["variant"] == "server=unencodable"]
+    assert len(bad) == 12  # the default --on-corruption retry: three sends a session
+    for t in bad:
+        assert t["label"] == L.TOKEN_SALAD
+        assert t["corrupted"]
+        assert t["tier"] == "structural"
+        assert "invalid UTF-8 byte" in t["transport_error"]
+        assert t["sim_injected"] == "unencodable"
+    outcomes = {o["label"]: o for o in json.loads((out / "outcomes.json").read_text())}
+    assert outcomes["server=unencodable"]["ended"] == {"attempts exhausted": 4}
+    summary = json.loads((out / "summary.json").read_text())
+    variants = {v["label"]: v for v in summary["variants"]}
+    assert variants["server=unencodable"]["corrupted_sessions"] == 4
+    assert variants["server=unencodable"]["transport_errors"] == 0
+    assert variants["server=unencodable"]["sim_recall"] == 1.0
+    assert variants["server=clean"]["corrupted_sessions"] == 0
+    assert sim_processes(f"--seed {seed}") == []
+    # with --on-corruption stop, the first send ends the session
+    out2 = tmp_path / "stop"
+    proc = harness(
+        "run", "--target", str(target), "--ab", "server=unencodable", "--sessions", "2",
+        "--turns", "3", "--speed", "100", "--seed", seed, "--out", str(out2), "--no-progress",
+        "--judge", "off", "--on-corruption", "stop",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert len(read_turns(out2 / "turns.jsonl")) == 2
+    outcomes = json.loads((out2 / "outcomes.json").read_text())
+    assert outcomes[0]["ended"] == {"corrupted": 2}

@@ -262,6 +262,7 @@ def test_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIM_TEST_KEY", "sk-flag-secret")
     argv = ["--error-rate", "0.1", "--disconnect-rate", "0.2", "--stall-rate", "0.05"]
     argv += ["--stall-seconds", "3", "--error-event-rate", "0.1", "--bad-json-rate", "0.15"]
+    argv += ["--unencodable-rate", "0.05"]
     argv += ["--crash-after", "40", "--slow-start", "2.5", "--api-key-env", "SIM_TEST_KEY"]
     config = config_from_args(build_parser().parse_args(argv))
     rates = dict(config.transport_rates)
@@ -272,6 +273,7 @@ def test_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
         "stall": 0.05,
         "error_event": 0.1,
         "bad_json": 0.15,
+        "unencodable": 0.05,
     }
     assert (config.stall_seconds, config.crash_after, config.slow_start) == (3.0, 40, 2.5)
     assert config.api_key == "sk-flag-secret"
@@ -307,3 +309,22 @@ def test_bad_flag_values_are_refused() -> None:
     for argv in (["--error-rate", "2"], ["--crash-after", "-3"], ["--slow-start", "x"]):
         with pytest.raises(SystemExit):
             parser.parse_args(argv)
+
+
+def test_unencodable_output_fails_as_llamacpp_does(make_sim: Callable[..., str]) -> None:
+    url = make_sim(unencodable_rate=1.0)
+    with httpx.Client(base_url=url) as client:
+        streamed = client.post("/v1/chat/completions", json=body(True))
+        plain = client.post("/v1/chat/completions", json=body(False, "plain"))
+    # streamed: real events, then the encoder's complaint as an error event, then [DONE]
+    assert streamed.status_code == 200
+    assert streamed.headers["x-sim-injected"] == "unencodable"  # corruption, not transport
+    docs = events(streamed.text)
+    assert docs[-1] == b"[DONE]"
+    assert "choices" in orjson.loads(docs[0])
+    message = orjson.loads(docs[-2])["error"]["message"]
+    assert message.startswith("[json.exception.type_error.316] invalid UTF-8 byte at index ")
+    # not streamed: HTTP 500 with the same words
+    assert plain.status_code == 500
+    assert plain.headers["x-sim-injected"] == "unencodable"
+    assert "invalid UTF-8 byte" in plain.json()["error"]["message"]
