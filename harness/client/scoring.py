@@ -15,7 +15,13 @@ server gives them. One adapter per server shape:
   prefill. A grammar of the literal text instead lets the sampler pick another tokenization
   of the same text (`` they`` as `` the`` + ``y``), so it is not used. The returned ids are
   checked against the given ones; a mismatch is ``ScoringMismatch`` (skipped, never
-  approximated).
+  approximated). Two kinds of token cannot be forced by a grammar there (the server answers
+  HTTP 500, "Unexpected empty grammar stack"): a byte token that is no whole UTF-8 character
+  (``/tokenize`` gives its piece as a list of bytes) and a control token (an end of turn, which
+  ends the generation). A continuation with such tokens is scored in segments around them:
+  each run of forceable tokens after everything before it (the unforceable ones in the
+  prompt), so every token scored is scored exactly, and the ones skipped are said
+  (``Scored.skipped``); at most ``MAX_SEGMENTS`` segments, else ``ScoringFailed``.
 
 The simulator speaks the SGLang and the vLLM shapes, so both adapters run against a real
 loopback server in the tests. Token ids come from the server's own tokenizer (``tokenize``,
@@ -24,6 +30,7 @@ loopback server in the tests. Token ids come from the server's own tokenizer (``
 
 from __future__ import annotations
 
+import re
 import time
 from array import array
 from collections.abc import Mapping, Sequence
@@ -39,6 +46,11 @@ from harness.record import safejson
 ScoringApi = Literal["sglang", "vllm", "llamacpp"]
 SCORING_APIS: tuple[ScoringApi, ...] = ("sglang", "vllm", "llamacpp")
 INJECTED_HEADER = "x-sim-injected"
+#: llama.cpp: the most segments a continuation is scored in around tokens it cannot force
+MAX_SEGMENTS = 16
+#: the shape of a control token's text (``<|im_end|>``, ``<｜end▁of▁sentence｜>``, ``</s>``,
+#: ``[INST]``): such a piece is checked with the tokenizer (``parse_special`` off)
+_CONTROL_SHAPE = re.compile(r"^(?:<[^\s<>]{1,40}>|\[/?[A-Z_]{2,20}\])$")
 _JSON = {"content-type": "application/json"}
 
 
@@ -61,6 +73,9 @@ class Scored:
     cached_tokens: int | None
     injected: str | None  # the simulator's ground truth for the request (x-sim-injected)
     latency_s: float
+    #: positions of the continuation the server could not score (llama.cpp: tokens its
+    #: grammar cannot force); ``ids``, ``logprobs`` and ``top`` hold the others, in order
+    skipped: tuple[int, ...] = ()
 
 
 def gbnf_tokens(ids: Sequence[int]) -> str:
@@ -180,7 +195,12 @@ class Scorer:
         elif self.api == "vllm":
             lps, top, cached, resp = await self._vllm(prompt_ids, cont_ids, top_k)
         else:
-            lps, top, cached, resp = await self._llamacpp(prompt_ids, cont_ids, cont_text, top_k)
+            try:
+                lps, top, cached, resp = await self._llamacpp(prompt_ids, cont_ids, top_k)
+            except ScoringFailed as exc:
+                if "grammar" not in str(exc):
+                    raise
+                return await self._llamacpp_segments(prompt_ids, cont_ids, top_k, t0)
         return Scored(
             tuple(int(i) for i in cont_ids), tuple(lps), tuple(top) if top_k else None, cached,
             resp.headers.get(INJECTED_HEADER), time.perf_counter() - t0,
@@ -245,8 +265,77 @@ class Scorer:
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         return lps, top, cached if isinstance(cached, int) else None, resp
 
+    async def _unforceable(self, cont_ids: Sequence[int]) -> set[int]:
+        """Positions of ``cont_ids`` that llama.cpp's grammar cannot force: byte tokens that
+        are no whole character, control tokens. Read from the tokenizer's pieces of the
+        continuation's text; ``ScoringFailed`` when that text does not tokenize back to the
+        same ids (then no segment can be placed for sure)."""
+        data, _ = await self._post("/detokenize", {"tokens": list(cont_ids)})
+        text = data.get("content") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise ScoringFailed("/detokenize: no content in the answer")
+        body = {"content": text, "add_special": False, "with_pieces": True}
+        data, _ = await self._post("/tokenize", body)
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list) or [
+            t.get("id") if isinstance(t, dict) else None for t in tokens
+        ] != list(cont_ids):
+            raise ScoringFailed(
+                "the text holds tokens llama.cpp's grammar cannot force, and it does not "
+                "tokenize back to the same ids to score around them"
+            )
+        out, control = set(), {}
+        for j, t in enumerate(tokens):
+            piece = t.get("piece")
+            if not isinstance(piece, str):
+                out.add(j)  # (a list of bytes: no whole UTF-8 character)
+            elif _CONTROL_SHAPE.match(piece):
+                if piece not in control:
+                    plain = {"content": piece, "add_special": False, "parse_special": False}
+                    got, _ = await self._post("/tokenize", plain)
+                    control[piece] = _ids(got.get("tokens")) != [t.get("id")]
+                if control[piece]:
+                    out.add(j)
+        return out
+
+    async def _llamacpp_segments(
+        self, prompt_ids: Sequence[int], cont_ids: Sequence[int], top_k: int, t0: float
+    ) -> Scored:
+        """``cont_ids`` scored in runs around the tokens the grammar cannot force."""
+        skip = await self._unforceable(cont_ids)
+        if not skip:
+            raise ScoringFailed("/completion: the grammar refused a token that looks forceable")
+        runs: list[tuple[int, int]] = []
+        for j in range(len(cont_ids)):
+            if j in skip:
+                continue
+            if runs and runs[-1][1] == j:
+                runs[-1] = (runs[-1][0], j + 1)
+            else:
+                runs.append((j, j + 1))
+        if len(runs) > MAX_SEGMENTS:
+            raise ScoringFailed(
+                f"{len(skip)} tokens llama.cpp's grammar cannot force split the text into "
+                f"{len(runs)} segments (at most {MAX_SEGMENTS} are scored)"
+            )
+        ids: list[int] = []
+        lps: list[float] = []
+        top: list[dict[int, float]] = []
+        injected = None
+        for a, b in runs:
+            head = [*prompt_ids, *cont_ids[:a]]
+            got_lps, got_top, _, resp = await self._llamacpp(head, cont_ids[a:b], top_k)
+            ids += cont_ids[a:b]
+            lps += got_lps
+            top += got_top
+            injected = injected or resp.headers.get(INJECTED_HEADER)
+        return Scored(
+            tuple(int(i) for i in ids), tuple(lps), tuple(top) if top_k else None, None,
+            injected, time.perf_counter() - t0, tuple(sorted(skip)),
+        )  # fmt: skip
+
     async def _llamacpp(
-        self, prompt_ids: Sequence[int], cont_ids: Sequence[int], cont_text: str, top_k: int
+        self, prompt_ids: Sequence[int], cont_ids: Sequence[int], top_k: int
     ) -> tuple[list[float], list[dict[int, float]], int | None, httpx.Response]:
         body = {
             "prompt": list(prompt_ids),

@@ -1,6 +1,7 @@
 """Teacher-forced scoring on the real llama.cpp server (SmolLM2-135M, CPU): the token-id
-grammar route gives the same logprobs as unconstrained one-token steps, and a text it cannot
-force is refused, never approximated. Skips without xllamacpp or the model."""
+grammar route gives the same logprobs as unconstrained one-token steps, and tokens it cannot
+force are scored around (never approximated): the rest exactly, the skipped ones said. Skips
+without xllamacpp or the model."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import httpx
 import pytest
 
 from harness.client.scoring import Scorer, ScoringFailed, detect_api
-from harness.dialects import dsml
-from harness.dialects.base import ToolCall
 from tests.servers.test_llamacpp import Launched, _need_engine, launch, stop
 
 PROMPT = "The river rose through the night, and by morning the fields were"
@@ -32,12 +31,16 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
             stop(srv)
 
 
-def _free_step(url: str, ids: list[int], want: int) -> float:
-    """log P(want | ids) from one unconstrained step (the top 100 alternatives)."""
+def _free_step(url: str, ids: list[int], want: int, partial_ok: bool = False) -> float | None:
+    """log P(want | ids) from one unconstrained step (the top 100 alternatives); with
+    ``partial_ok``, None where the step's token was a byte of an unfinished character (the
+    server then holds back its probabilities)."""
     body = {"prompt": ids, "n_predict": 1, "n_probs": 100, "temperature": 0,
             "cache_prompt": False}  # fmt: skip
     resp = httpx.post(url + "/completion", json=body, timeout=120)
     resp.raise_for_status()
+    if partial_ok and "completion_probabilities" not in resp.json():
+        return None
     top = {
         t["id"]: t["logprob"] for t in resp.json()["completion_probabilities"][0]["top_logprobs"]
     }
@@ -64,14 +67,40 @@ def test_grammar_of_token_ids_scores_faithfully(llama: Launched, tmp_path: Path)
         assert a[i] == pytest.approx(_free_step(url, head + cont[:i], cont[i]), abs=1e-3)
 
 
-def test_text_the_grammar_cannot_force_is_refused(llama: Launched) -> None:
-    block = dsml.encode_block([ToolCall("run_shell", {"command": "ls"})], "v4")
+def test_tokens_the_grammar_cannot_force_are_scored_around(llama: Launched) -> None:
+    # a full-width bar is three byte tokens, none a whole character, and an end of turn ends
+    # the generation: llama.cpp's grammar forces neither (HTTP 500). The text is scored in
+    # runs around them, every token scored exactly, the ones skipped said
+    text = " The sign read \uff5cexit\uff5c in blue.<|im_end|>\nThen the farmers left the ridge."
+    many = " a\uff5c" * 20
+    url = llama.base_url
 
-    async def go() -> None:
-        async with Scorer(llama.base_url, "llamacpp") as scorer:
-            head = await scorer.tokenize("Run it.\n\n")
-            cont = await scorer.tokenize(block)  # the full-width bars are byte tokens
-            with pytest.raises(ScoringFailed):
-                await scorer.score(head, cont, block)
+    async def go() -> tuple[list[int], list[int], object, list[int]]:
+        async with Scorer(url, "llamacpp") as scorer:
+            head = await scorer.tokenize(PROMPT)
+            cont = await scorer.tokenize(text)
+            got = await scorer.score(head, cont, text, top_k=1)
+            with pytest.raises(ScoringFailed, match="segments"):
+                await scorer.score(head, await scorer.tokenize(many), many)
+            return head, cont, got, await scorer.tokenize("<|im_end|>")
 
-    asyncio.run(go())
+    head, cont, got, [end] = asyncio.run(go())
+    skipped = set(got.skipped)  # type: ignore[attr-defined]
+    bars = [j for j, t in enumerate(cont) if j in skipped and t != end]
+    assert len(bars) == 6  # two bars of three bytes
+    assert [j for j, t in enumerate(cont) if t == end] == [j for j in skipped if cont[j] == end]
+    scored = [j for j in range(len(cont)) if j not in skipped]
+    assert list(got.ids) == [cont[j] for j in scored]  # type: ignore[attr-defined]
+    assert len(got.logprobs) == len(got.top) == len(scored)  # type: ignore[attr-defined]
+    # the tokens right after a skipped run, scored after the true bytes before them (where
+    # the model's own next step is a byte token, the server holds back that step's
+    # probabilities, so those positions cannot be checked this way)
+    after = [j for j in scored if j - 1 in skipped]
+    checked = 0
+    for j in after:
+        want = _free_step(url, head + cont[:j], cont[j], partial_ok=True)
+        if want is not None:
+            k = scored.index(j)
+            assert got.logprobs[k] == pytest.approx(want, abs=1e-3)  # type: ignore[attr-defined]
+            checked += 1
+    assert checked >= 2
