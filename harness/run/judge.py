@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.judge import ABS_FLOOR, decide, window_nll
-from harness.client.scoring import Scorer, ScoringFailed, ScoringMismatch, detect_api
+from harness.analysis.judge import ABS_FLOOR, GAP_FLOOR, decide, greedy_gaps, window_nll
+from harness.client.scoring import Scored, Scorer, ScoringFailed, ScoringMismatch, detect_api
 from harness.record.rundir import JUDGE_FILE, TRANSCRIPTS_FILE
 from harness.record.transcripts import Transcript, load_transcripts
 from harness.record.turns import JsonlAppender
@@ -148,13 +148,15 @@ async def _score(scorer: Scorer, item: Judged, base: Mapping[str, Any]
     """One judged turn scored: (its row, why the scoring failed where it did: a server that
     cannot score says so on its first request)."""
     t, seq, key, reply = item
-    record = _record(key, t.rows[seq].get("response") or {}, base)
+    response = t.rows[seq].get("response") or {}
+    record = _record(key, response, base)
     body = t.body(seq)
+    greedy = greedy_checkable(body, response)
     try:
         ids, start = await scorer.chat_ids(body["messages"], body.get("tools"), reply)
         if start < 1 or start >= len(ids):
             raise ScoringFailed("the rendered output is empty")
-        got = await scorer.score(ids[:start], ids[start:], "")
+        got = await scorer.score(ids[:start], ids[start:], "", top_k=1 if greedy else 0)
     except ScoringMismatch as exc:
         record["error"] = f"mismatch: {exc}"
     except ScoringFailed as exc:
@@ -163,7 +165,66 @@ async def _score(scorer: Scorer, item: Judged, base: Mapping[str, Any]
     else:
         mean, worst = window_nll(got.logprobs)
         record.update(judge_nll=mean, judge_nll_worst=worst, tokens=len(got.ids))
+        if greedy and got.top is not None:
+            gap, retokenized = await _greedy_gap(scorer, got)
+            if gap is not None:
+                record["judge_gap"] = round(gap, 4)
+            if retokenized:
+                record["gap_retokenized"] = retokenized
+        if got.skipped:
+            record["unscored_tokens"] = len(got.skipped)
     return record, None
+
+
+#: the most gaps above the floor checked for a re-tokenized word in one turn
+RETOKENIZED_MAX = 4
+
+
+async def _greedy_gap(scorer: Scorer, got: Scored) -> tuple[float | None, int]:
+    """(the gap that counts, how many above the floor the model's first choice explained).
+    The gaps above the floor are walked in text order; one is explained when the first
+    choice's text begins the text from there on (the model wrote the same word in other
+    pieces than the tokenizer cuts it into now), or when it lies within the next two tokens
+    of the same word after such a one (the pieces after a re-cut word are read after another
+    context than the model wrote them after). The first one not explained is the gap; with
+    all explained, the largest below the floor. None: it cannot be told (the server cannot
+    detokenize, or more than ``RETOKENIZED_MAX`` explained ones)."""
+    assert got.top is not None
+    gaps = greedy_gaps(got.logprobs, got.top)
+    over = sorted((j, gap, first) for gap, j, first in gaps if gap > GAP_FLOOR)
+    explained, last = 0, -10
+    try:
+        for j, gap, first in over:
+            if explained >= RETOKENIZED_MAX:
+                return None, explained
+            piece = await scorer.detokenize([first])
+            rest = await scorer.detokenize(got.ids[j:])
+            if piece and rest.startswith(piece):
+                explained, last = explained + 1, j
+                continue
+            if j - last <= 2:
+                between = await scorer.detokenize(got.ids[last : j + 1])
+                if not any(c.isspace() for c in between[1:]):  # (one word)
+                    explained += 1
+                    continue
+            return gap, explained
+    except ScoringFailed:
+        return None, explained
+    return max((gap for gap, _, _ in gaps if gap <= GAP_FLOOR), default=0.0), explained
+
+
+def greedy_checkable(body: Mapping[str, Any], response: Mapping[str, Any]) -> bool:
+    """Whether the judge's greedy check applies to a turn (analysis.judge): a greedy request
+    whose output renders as it was generated (content only, no reasoning apart)."""
+    temperature = body.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        return False
+    return (
+        temperature == 0
+        and bool(response.get("content"))
+        and not response.get("tool_calls")
+        and not response.get("reasoning")
+    )
 
 
 def _line(record: Mapping[str, Any]) -> bytes:
@@ -175,20 +236,21 @@ async def _lanes(
     base: Mapping[str, Any],
 ) -> int:  # fmt: skip
     """Score ``todo`` with up to ``lanes`` requests in flight, each row appended as it
-    finishes. A score made beside others whose worst window is above the rule's floor (one
-    the rule could confirm) is held and scored again alone when the lanes are done: what the
-    judge hunts is a fault that needs concurrency, and its own requests beside each other
-    could meet it; the row is the lone score (``beside_nll_worst``: the score beside)."""
+    finishes. A score made beside others whose worst window is above the rule's floor, or
+    whose greedy gap is above its floor (one the rule could confirm), is held and scored
+    again alone when the lanes are done: what the judge hunts is a fault that needs
+    concurrency, and its own requests beside each other could meet it; the row is the lone
+    score (``beside_nll_worst``, ``beside_gap``: the score beside)."""
     n = 0
-    held: list[tuple[Judged, float]] = []
+    held: list[tuple[Judged, float, float]] = []
 
     async def lane() -> None:
         nonlocal n
         for item in todo:  # (one iterator shared: each lane takes the next turn)
             record, _ = await _score(scorer, item, base)
-            worst = record.get("judge_nll_worst")
-            if lanes > 1 and worst is not None and worst > ABS_FLOOR:
-                held.append((item, worst))
+            worst, gap = record.get("judge_nll_worst"), record.get("judge_gap") or 0.0
+            if lanes > 1 and worst is not None and (worst > ABS_FLOOR or gap > GAP_FLOOR):
+                held.append((item, float(worst), float(gap)))
                 continue
             out.append(_line(record))
             n += 1
@@ -201,10 +263,12 @@ async def _lanes(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-    for item, beside in held:
+    for item, beside, beside_gap in held:
         record, _ = await _score(scorer, item, base)
         if record.get("judge_nll_worst") is not None:
             record["beside_nll_worst"] = beside
+            if "judge_gap" in record:
+                record["beside_gap"] = beside_gap
         out.append(_line(record))
         n += 1
     return n

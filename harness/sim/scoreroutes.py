@@ -37,6 +37,7 @@ from harness.sim.scoring import (
     answer_start,
     chat_tokens,
     detokenize,
+    rank_of,
     score_ids,
     tokenize,
     top_alternatives,
@@ -72,6 +73,8 @@ class ScoringRoutes:
         return [
             Route("/v1/tokenize", self.tokenize, methods=["POST"]),
             Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/v1/detokenize", self.detokenize, methods=["POST"]),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
         ]
 
     async def tokenize(self, request: Request) -> Response:
@@ -99,6 +102,22 @@ class ScoringRoutes:
         else:
             return _bad("send 'prompt' (a string) or 'messages' (a list)")
         return _json({"tokens": ids, "count": len(ids), "max_model_len": 1 << 20})
+
+    async def detokenize(self, request: Request) -> Response:
+        """Ids back to text: ``{"tokens": [...]}`` -> ``{"prompt": text}`` (vLLM's name) and
+        ``"text"`` (SGLang's)."""
+        if not self.sim.config.scoring:
+            return _not_found()
+        try:
+            payload = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            return _bad(str(exc))
+        ids = payload.get("tokens") if isinstance(payload, dict) else None
+        if not valid_ids(ids):
+            return _bad("send 'tokens': a list of token ids from /tokenize")
+        assert isinstance(ids, list)
+        text = detokenize(ids)
+        return _json({"prompt": text, "text": text})
 
     def _reference(self, ids: list[int]) -> list[int] | None:
         """The ids of the answer the model gave the conversation ``ids`` ends with an
@@ -196,7 +215,8 @@ class ScoringRoutes:
         entries: list[dict[str, Any] | None] = [None]
         for j, lp in enumerate(lps):
             pos = 1 + j
-            entry = {str(ids[pos]): {"logprob": lp, "rank": 1, "decoded_token": None}}
+            rank = rank_of(ids[pos], pos, lp)
+            entry = {str(ids[pos]): {"logprob": lp, "rank": rank, "decoded_token": None}}
             for rank, (alt, alt_lp) in enumerate(top_alternatives(ids[pos], pos, lp, k), 1):
                 entry.setdefault(str(alt), {"logprob": alt_lp, "rank": rank,
                                             "decoded_token": None})  # fmt: skip

@@ -175,7 +175,10 @@ def score_ids(
     """Logprobs of ``ids[start:]`` (``start`` >= 1); ``reference``: the model's own answer
     after ``ids[:answer_start]`` when known (aligned against the tokens from there on)."""
     cont = ids[start:]
-    mask = expected_mask(cont, reference)
+    # the answer aligned from where it starts: the prompt's tokens before it (the vLLM shape
+    # scores them too) are no gap in the answer
+    at = max(start, answer_start(ids) or start) if reference is not None else start
+    mask = [None] * (at - start) + expected_mask(ids[at:], reference)
     out = []
     for j, tid in enumerate(cont):
         pos = start + j
@@ -187,14 +190,23 @@ def score_ids(
 
 
 def top_alternatives(tid: int, pos: int, lp: float, k: int) -> list[tuple[int, float]]:
-    """The top-k: the token itself and k-1 others sharing the rest of the mass."""
+    """The model's top-k at a position whose token ``tid`` has logprob ``lp``: the token
+    itself and others sharing the rest of the mass (halving), the k likeliest. A token the
+    model would not write (``lp`` low) is not among them: its first choice is another one,
+    as a real model's top-k says (SGLang's ``input_top_logprobs``)."""
     rest = max(1.0 - math.exp(lp), 1e-12)
     alts = [(tid, lp)]
-    for j in range(max(k - 1, 0)):
+    for j in range(k):
         other = (3 << 24) | int(_unit(tid, pos, j) * 0xFFFFFF)
         alts.append((other, math.log(rest * 0.5 ** (j + 1))))
     alts.sort(key=lambda a: -a[1])
-    return alts[:k] if k else []
+    return alts[:k]
+
+
+def rank_of(tid: int, pos: int, lp: float) -> int:
+    """The token's rank in the model's distribution there (1: its first choice)."""
+    alts = top_alternatives(tid, pos, lp, 64)
+    return next((i for i, (a, _) in enumerate(alts, 1) if a == tid), 65)
 
 
 def answer_start(ids: Sequence[int]) -> int | None:

@@ -52,14 +52,19 @@ def _chat(url: str) -> dict[str, Any]:
 
 async def _score_reply(
     url: str, api: Any, reply: dict[str, Any]
-) -> tuple[list[float], list[int], int]:
+) -> tuple[list[float], list[int], int, list[float]]:
+    """(logprobs, ids, where the reply starts, each token's gap below the model's first
+    choice in nats)."""
     async with Scorer(url, api) as scorer:
         ids, start = await scorer.chat_ids(MESSAGES, TOOLS, reply)
         got = await scorer.score(ids[:start], ids[start:], "", top_k=3)
     assert got.ids == tuple(ids[start:])
     assert got.top is not None
-    assert all(tid in t for tid, t in zip(got.ids, got.top, strict=True))
-    return list(got.logprobs), ids, start
+    assert all(len(t) >= 3 for t in got.top)
+    if api == "vllm":  # vLLM's entry holds the token given beside the top-k
+        assert all(tid in t for tid, t in zip(got.ids, got.top, strict=True))
+    gaps = [max(t.values()) - lp for t, lp in zip(got.top, got.logprobs, strict=True)]
+    return list(got.logprobs), ids, start, gaps
 
 
 def test_tokenizer_round_trips_text_and_special_tokens() -> None:
@@ -76,17 +81,19 @@ def test_own_answer_is_likely_and_a_changed_argument_is_not(
     url = make_sim(index_k="fp8")
     reply = _chat(url)
     assert reply["tool_calls"], reply
-    own, ids, start = asyncio.run(_score_reply(url, api, reply))
+    own, ids, start, own_gaps = asyncio.run(_score_reply(url, api, reply))
     assert len(own) == len(ids) - start > 5
     assert sum(own) / len(own) > -0.5  # the model's own answer: likely
+    assert max(own_gaps) == 0.0  # every token its first choice
     changed = {**reply, "tool_calls": [dict(reply["tool_calls"][0])]}
     fn = dict(changed["tool_calls"][0]["function"])
     fn["arguments"] = '{"command": "echo \\"repro\\""}'
     changed["tool_calls"][0]["function"] = fn
-    other, _, _ = asyncio.run(_score_reply(url, api, changed))
+    other, _, _, other_gaps = asyncio.run(_score_reply(url, api, changed))
     assert min(other) < -4.0  # tokens it would not write: unlikely
+    assert max(other_gaps) > 3.0  # and far below its first choice there
     # the same text scored twice alone: the same values but for the alone noise
-    again, _, _ = asyncio.run(_score_reply(url, api, reply))
+    again, _, _, _ = asyncio.run(_score_reply(url, api, reply))
     assert max(abs(a - b) for a, b in zip(own, again, strict=True)) < 1e-2
 
 

@@ -48,8 +48,17 @@ async def test_judge_confirms_what_the_simulator_injected(
     clean = [t for t in scored if t["sim_injected"] == "none"]
     assert len(clean) > 100
     assert not [t for t in clean if t["judge_confirmed"]]
+    # the greedy check: measured on the greedy turns written as content only (a tool call
+    # is re-rendered by the template), on here (the simulator's healthy answers are its first
+    # choices), and what it confirms was injected too (asserted above for every confirmed)
+    gapped = [t for t in turns if "judge_gap" in t]
+    assert gapped
+    assert not [t for t in gapped if t.get("tool_calls")]
     [v] = write_report(tmp_path)["variants"]
     j = v["judge"]
+    assert j["greedy"]["on"] is True
+    assert j["greedy"]["flagged_checked"] > 0
+    assert "| on (" in (tmp_path / "report.md").read_text()
     assert j["sim_precision"] == 1.0
     assert j["sim_false_positives"] == 0
     assert 0 < v["confirmed_session_corruption_rate"] <= v["session_corruption_rate"]
@@ -82,6 +91,45 @@ def test_window_nll_and_threshold() -> None:
     assert rule.threshold([0.3, 0.31, 0.29, 0.3, 0.32, 5.0]) == rule.ABS_FLOOR
     wide = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     assert rule.threshold(wide) > 6.0
+
+
+def test_greedy_gap_and_the_greedy_check() -> None:
+    top = [{1: -0.1}, {2: -0.2}, {3: -0.5}, {4: -0.1}]
+    # the token given, against the model's first choice; the last token left out (a length
+    # cut may have re-tokenized it)
+    assert rule.greedy_gap([-0.1, -0.2, -6.5, -9.0], top) == pytest.approx(6.0)
+    assert rule.greedy_gap([-0.1, -0.2, -0.5, -9.0], top) == 0.0
+
+    def row(variant: str, flagged: bool, worst: float, gap: float | None) -> dict[str, Any]:
+        out = {"variant": variant, "flagged": flagged, "judge_nll": worst / 2,
+               "judge_nll_worst": worst, "session": 0}  # fmt: skip
+        return {**out, "judge_gap": gap} if gap is not None else out
+
+    healthy = [row("v", False, 0.5 + i / 100, 0.0) for i in range(30)]
+    loop = row("v", True, 0.6, 6.0)  # probable to the window rule, not the model's choice
+    own_loop = row("v", True, 0.6, 0.4)  # the model's own greedy loop: every token its first
+    tools = row("v", True, 0.6, None)  # a tool call: no greedy check
+    # a server whose scoring does not reproduce its greedy decode: the check is off there
+    off = [row("w", False, 0.5, 5.0 if i % 3 == 0 else 0.0) for i in range(30)]
+    w_loop = row("w", True, 0.6, 6.0)
+    scored, limits = rule.decide([*healthy, loop, own_loop, tools, *off, w_loop])
+    by_key = {(r["variant"], r["flagged"], r.get("judge_gap")): r for r in scored}
+    assert limits["v"] == rule.ABS_FLOOR
+    assert by_key[("v", True, 6.0)]["judge_confirmed"] is True
+    assert by_key[("v", True, 6.0)]["judge_by"] == "greedy"
+    assert by_key[("v", True, 0.4)]["judge_confirmed"] is False
+    assert by_key[("v", True, None)]["judge_confirmed"] is False
+    assert by_key[("w", True, 6.0)]["judge_confirmed"] is False
+    block = rule.variant_judge([r for r in scored if r["variant"] == "v"], limits["v"], 1)
+    assert block["greedy"] == {"on": True, "floor_nats": rule.GAP_FLOOR, "reference": 30,
+                               "reference_over": 0, "flagged_checked": 2,
+                               "flagged_confirmed": 1}  # fmt: skip
+    block = rule.variant_judge([r for r in scored if r["variant"] == "w"], limits["w"], 1)
+    assert block["greedy"]["on"] is False
+    assert block["greedy"]["reference_over"] == 10
+    # too few healthy turns measured to know: off
+    assert rule.greedy_check([0.0] * (rule.GAP_REFERENCE_MIN - 1)) is False
+    assert rule.greedy_check([0.0] * 40 + [5.0]) is True  # one above: no evidence of a share
 
 
 def _chat(url: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -217,11 +265,14 @@ async def test_judge_lanes_rescore_alone_what_the_rule_could_confirm(
     rows = _rows(tmp_path / "j" / JUDGE_FILE)
     held = [r for r in rows if "beside_nll_worst" in r]
     assert held
-    assert all(r["beside_nll_worst"] > rule.ABS_FLOOR for r in held)
+    assert all(
+        r["beside_nll_worst"] > rule.ABS_FLOOR or r.get("beside_gap", 0.0) > rule.GAP_FLOOR
+        for r in held
+    )
     assert rows[-len(held) :] == held  # written after the lanes
     assert set(sent.beside[-3 * len(held) :]) == {1}  # (tokenize twice, score) each alone
     for r in rows[1:]:  # (the first is scored alone before the lanes open)
-        if r.get("judge_nll_worst", 0) > rule.ABS_FLOOR:
+        if r.get("judge_nll_worst", 0) > rule.ABS_FLOOR or r.get("judge_gap", 0) > rule.GAP_FLOOR:
             assert "beside_nll_worst" in r
     clean = [r for r in rule.decide(rows)[0] if r["sim_injected"] == "none"]
     assert clean
