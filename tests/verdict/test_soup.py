@@ -9,7 +9,15 @@ import pytest
 from harness.verdict import classify_turn
 from harness.verdict.detector import soup
 from harness.verdict.detector.fitted import model
+from harness.verdict.detector.fitted.charmodel import CharModel
+from harness.verdict.detector.fitted.wordmodel import WordModel
 from harness.verdict.detector.text import TOKEN_SALAD, score_text
+
+
+def _models() -> tuple[CharModel, WordModel]:
+    fitted = model.load()
+    return fitted.chars, fitted.words
+
 
 _PROSE = (
     "Bread rises because yeast eats the sugars in the flour and gives off carbon dioxide. "
@@ -95,7 +103,7 @@ HEALTHY = [
 @pytest.mark.parametrize(("prose", "tail"), CORRUPT)
 def test_soup_after_prose_is_salad(prose: str, tail: str) -> None:
     text = prose + " " + tail
-    assert soup.tail(text, model.load().chars) == len(prose) + 1
+    assert soup.tail(text, *_models()) == len(prose) + 1
     found = score_text(text)
     assert found.label == TOKEN_SALAD
     assert found.offset is not None
@@ -106,13 +114,13 @@ def test_soup_after_prose_is_salad(prose: str, tail: str) -> None:
 @pytest.mark.parametrize("prose", [p for p, _ in CORRUPT])
 def test_the_prose_alone_is_clean(prose: str) -> None:
     text = prose + " the loaf."
-    assert soup.tail(text, model.load().chars) is None
+    assert soup.tail(text, *_models()) is None
     assert not classify_turn(text, source="server").corrupted
 
 
 @pytest.mark.parametrize("text", HEALTHY)
 def test_healthy_look_alikes_have_no_soup_tail(text: str) -> None:
-    assert soup.tail(text, model.load().chars) is None
+    assert soup.tail(text, *_models()) is None
     assert "soup_tail" not in score_text(text).signals
 
 
@@ -127,13 +135,13 @@ def test_healthy_look_alikes_have_no_soup_tail(text: str) -> None:
 def test_the_same_soup_shown_as_code_is_no_tail(where: str) -> None:
     prose, tail = CORRUPT[0]
     text = prose + " " + where.format(tail=tail)
-    assert soup.tail(text, model.load().chars) is None
+    assert soup.tail(text, *_models()) is None
 
 
 def test_soup_after_a_colon_is_shown_not_read() -> None:
     # what follows a colon is a value on show (a key, a password, a line of code)
     text = _PROSE + "kneaded, as follows: Z7}q'Lr!x(Vd>m#2wK^e%Pb~`tS@"
-    assert soup.tail(text, model.load().chars) is None
+    assert soup.tail(text, *_models()) is None
 
 
 def test_soup_after_prose_in_another_language_is_left_alone() -> None:
@@ -143,7 +151,7 @@ def test_soup_after_prose_in_another_language_is_left_alone() -> None:
         "consultar los cupos disponibles para la semana siguiente en el hospital "
         "waterkn'ead aof glutenforming thoveness rbreadaste"
     )
-    assert soup.tail(text, model.load().chars) is None
+    assert soup.tail(text, *_models()) is None
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,8 @@ import re
 import numpy as np
 
 from harness.verdict.detector import lexicon, stray
-from harness.verdict.detector.fitted.charmodel import CharModel
+from harness.verdict.detector.fitted.charmodel import CharModel, codes
+from harness.verdict.detector.fitted.wordmodel import WordModel, words
 
 #: A noise run: this many characters at least, and this many kinds of marks.
 NOISE_MIN = 20
@@ -72,8 +73,10 @@ SHORT_WORD = 4.0
 #: improbable (bits), is junk.
 LONG_UNKNOWN = 6
 JUNK_BITS = 12.0
-#: Texts longer than this are not read (the tail of a long answer is left to the others).
+#: Texts longer than this are not read (the tail of a long answer is left to the others) ...
 MAX_CHARS = 20000
+#: ... and of the others, the last this many characters.
+LOOK = 4000
 
 WORD_T, JUNK, NOISE, OTHER, ODD = 0, 1, 2, 3, 4
 
@@ -190,12 +193,16 @@ def kind(tok: str, cm: CharModel) -> int:
     return JUNK
 
 
-def tail(text: str, cm: CharModel) -> int | None:
-    """Where soup starts that runs to the end of fluent English prose, or None."""
+def tail(text: str, cm: CharModel, wm: WordModel) -> int | None:
+    """Where soup starts that runs to the end of fluent English prose, or None. (``wm``
+    answers first whether the text ends in two words: then the lexicon is not asked.)"""
     if len(text) > MAX_CHARS or not text.strip():
         return None
-    toks = list(_TOKEN.finditer(text))
-    if len(toks) < MIN_PROSE + 1:
+    # soup holds no fence: only what follows the last one can be a tail, and only the last
+    # LOOK characters are read (their first token may be cut: left out)
+    first = max(text.rfind("```"), text.rfind("~~~"), len(text) - LOOK)
+    toks = list(_TOKEN.finditer(text, max(first, 0)))[1 if first > 0 else 0 :]
+    if len(toks) < MIN_PROSE + 1 or _ends_in_words([t.group(0) for t in toks[-2:]], wm):
         return None
     kinds: list[int] = []
     junk = words = 0.0
@@ -228,11 +235,19 @@ def tail(text: str, cm: CharModel) -> int | None:
     if not _english([t.group(0) for t in toks[max(0, start - PROSE_SPAN) : start]], cm):
         return None
     at = toks[start].start()
-    if "```" in text[at:] or "~~~" in text[at:]:
-        return None
     if not _prose_at(text, at):
         return None
     return at
+
+
+def _ends_in_words(last: list[str], wm: WordModel) -> bool:
+    """Whether both tokens are words of letters, lower case or capitalised, that the fitted
+    word model knows (clean text uses them)."""
+    cores = [t.lstrip(_LEAD).rstrip(_TRAIL) for t in last]
+    if not all(c.isalpha() and c[1:].islower() for c in cores):
+        return False
+    h, _ = words(codes(" ".join(cores)))
+    return h.size == len(cores) and not wm.unseen(h)[0].any()
 
 
 def _english(before: list[str], cm: CharModel) -> bool:

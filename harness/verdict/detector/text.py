@@ -142,7 +142,7 @@ def _soup_tail(
 ) -> TextFinding | None:
     """A text the fitted decision calls clean that turns into soup after a word of fluent
     prose and never comes back (``soup.tail``): salad, at the threshold."""
-    at = soup.tail(work, fitted.chars)
+    at = soup.tail(work, fitted.chars, fitted.words)
     if at is None:
         return None
     return TextFinding(TOKEN_SALAD, THRESHOLD, at, {**signals, "soup_tail": 1.0})
