@@ -246,8 +246,20 @@ def _ends_in_words(last: list[str], wm: WordModel) -> bool:
     cores = [t.lstrip(_LEAD).rstrip(_TRAIL) for t in last]
     if not all(c.isalpha() and c[1:].islower() for c in cores):
         return False
-    h, _ = words(codes(" ".join(cores)))
-    return h.size == len(cores) and not wm.unseen(h)[0].any()
+    unsure = [c for c in cores if c not in _KNOWN]
+    if unsure:
+        if len(_KNOWN) > _KNOWN_MAX:
+            _KNOWN.clear()
+        h, _ = words(codes(" ".join(unsure)))
+        known = [False] * len(unsure) if h.size != len(unsure) else ~wm.unseen(h)[0].astype(bool)
+        _KNOWN.update(zip(unsure, (bool(k) for k in known), strict=True))
+    return all(_KNOWN[c] for c in cores)
+
+
+#: Whether the word model knows a word (the last words of texts repeat: ``done.``, ``file.``);
+#: one word model a process. Emptied past _KNOWN_MAX words.
+_KNOWN: dict[str, bool] = {}
+_KNOWN_MAX = 50_000
 
 
 def _english(before: list[str], cm: CharModel) -> bool:
