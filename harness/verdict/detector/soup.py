@@ -75,8 +75,12 @@ LONG_UNKNOWN = 6
 JUNK_BITS = 12.0
 #: Texts longer than this are not read (the tail of a long answer is left to the others) ...
 MAX_CHARS = 20000
-#: ... and of the others, the last this many characters.
+#: ... and of the others, the last this many characters, and a tail of this many tokens
+#: at most (corruptgen's are 1 to 40).
 LOOK = 4000
+MAX_TAIL = 64
+#: Soup ends with junk within its last this many tokens.
+BARE = 6
 
 WORD_T, JUNK, NOISE, OTHER, ODD = 0, 1, 2, 3, 4
 
@@ -148,10 +152,25 @@ def _unknown(w: str, cm: CharModel) -> bool:
 
 
 def kind(tok: str, cm: CharModel) -> int:
-    """What one token of prose is: ``WORD_T``, ``JUNK``, ``NOISE`` or ``OTHER``."""
+    """What one token of prose is: ``WORD_T``, ``JUNK``, ``NOISE``, ``ODD`` or ``OTHER``
+    (remembered: tokens repeat from text to text; one character model a process)."""
+    k = _KINDS.get(tok)
+    if k is None:
+        if len(_KINDS) > _KNOWN_MAX:
+            _KINDS.clear()
+        k = _KINDS[tok] = _kind(tok, cm)
+    return k
+
+
+_KINDS: dict[str, int] = {}
+
+
+def _kind(tok: str, cm: CharModel) -> int:
     if noise_run(tok):
         return NOISE
     core = tok.lstrip(_LEAD).rstrip(_TRAIL)
+    if core.isalpha() and max(core) < _NON_LATIN:
+        return _letters(core, cm)  # (most tokens: none of the marks below)
     if not core or not any(c.isalpha() for c in core):
         return WORD_T if core and _NUMBER.fullmatch(core) else OTHER
     if max(core) >= _NON_LATIN or _PLACE.search(core):
@@ -172,7 +191,11 @@ def kind(tok: str, cm: CharModel) -> int:
         if all(_word(p) or len(p) <= 2 for p in parts):
             return WORD_T
         return JUNK if any(p.islower() and _never(p) for p in parts) else ODD
-    w = parts[0]
+    return _letters(parts[0], cm)
+
+
+def _letters(w: str, cm: CharModel) -> int:
+    """What a token of Latin letters only is."""
     low, up, title = w.islower(), w.isupper(), w[:1].isupper() and w[1:].islower()
     if low or title or up:
         if _word(w):
@@ -184,7 +207,7 @@ def kind(tok: str, cm: CharModel) -> int:
             return JUNK
         return ODD if lexicon.zipf(w) < stray.RARE else OTHER
     humps = _HUMPS.findall(w)  # mixed case: a name whose pieces are words, or soup
-    if w[:1].islower() and len(humps[0]) == 1:
+    if humps and w[:1].islower() and len(humps[0]) == 1:
         humps = humps[1:]  # iPhone, eBay
     if _CAMEL.fullmatch(w):  # a name's shape: soup only with a piece no word has
         return JUNK if any(len(h) >= 4 and lexicon.zipf(h) < stray.RARE for h in humps) else OTHER
@@ -209,7 +232,7 @@ def tail(text: str, cm: CharModel, wm: WordModel) -> int | None:
     hard = 0
     start = -1
     noise = False
-    for i in range(len(toks) - 1, 0, -1):
+    for i in range(len(toks) - 1, max(0, len(toks) - 1 - MAX_TAIL), -1):
         k = kind(toks[i].group(0), cm)
         kinds.append(k)
         if k == WORD_T:
@@ -224,6 +247,8 @@ def tail(text: str, cm: CharModel, wm: WordModel) -> int | None:
                 start = i
         if len(kinds) == 2 and kinds == [WORD_T, WORD_T]:
             return None  # the text ends in words
+        if not junk and len(kinds) >= BARE:
+            return None  # nor does soup end in so many tokens none of which is junk
     if start < 1:
         return None
     while start > 0 and kind(toks[start - 1].group(0), cm) != WORD_T:
