@@ -16,29 +16,28 @@ odd token or a few capitals inside words, which identifiers have too.
   or all capitals), a number, a compound of such words (``short-lived``, ``it's``);
 * **junk**: letters glued to marks no word holds (``KAY,Anything``, ``}soles``), a digit
   inside letters (``blo3ck``), a capital after lower case where a piece is no word
-  (``OunterIWo``, ``namesThe``; ``findOrCreateRun`` is a name), a lower-case word of 6+
+  (``OunterIWo``, ``EquigoI``; ``findOrCreateRun`` is a name), a lower-case word of 6+
   letters that English never writes, no compound or derived word, written with a 4-gram the
   character model finds improbable (``thminationforma``), capitals that are no word
   (``GAMETH``);
+* **odd** (half a junk token): a word or a name English writes seldom (``Tleawh``, ``aof``);
 * a **noise run**: one token of ``NOISE_MIN``+ characters without a space, letters of both
-  cases, ``NOISE_MARKS``+ kinds of marks, brackets that do not pair up (a regex, JSON, a
-  minified line pair theirs), no URL;
-* anything else is neutral (names, paths, short unknown words, another language's words).
+  cases, ``NOISE_MARKS``+ kinds of marks, brackets that do not pair up (a regex, JSON,
+  markup, a minified line pair theirs), no URL, closing tag or quoted assignment;
+* anything else is neutral (names of things: paths, ``a.b``, ``a_b``, code spans; another
+  script).
 
-The tail is the longest run of tokens to the end that starts with junk and holds at most
-``MAX_WORDS`` words per junk token, with ``MIN_JUNK`` junk tokens or one noise run. It is
-soup when what comes before it is English prose: at least ``MIN_PROSE`` of the last
-``PROSE_SPAN`` tokens before it are words (``MIN_PROSE_SHARE`` of the words and junk), the
-token right before it is a word, and it is neither inside a code fence nor inside a code span
-or a quotation opened before it. Tables, lists, headings, code and another script's text
-around or in the tail leave it clean (the lines it spans are read as prose only).
+The tail runs from after the last word to the end, with ``MIN_JUNK`` junk tokens
+(``MIN_HARD`` of them not odd) and at most ``MAX_WORDS`` words per junk token, or one noise
+run. It is soup when what comes before it is English prose (``_english``), the word right
+before it does not end with a colon (what follows one is on show: a key, a password, a line
+of code), and it is neither inside a code fence nor inside a code span or a quotation opened
+on its line, nor on a table's or an indented line.
 """
 
 from __future__ import annotations
 
 import re
-
-import numpy as np
 
 from harness.verdict.detector import lexicon, stray
 from harness.verdict.detector.fitted.charmodel import CharModel, codes
@@ -304,16 +303,14 @@ def _english(before: list[str], cm: CharModel) -> bool:
 
 def _prose_at(text: str, at: int) -> bool:
     """Whether ``at`` is in prose: outside code fences, code spans and quotations opened
-    before it on its line, and not on a table's line."""
+    before it on its line, not on a table's line, a quoted one or an indented one."""
     head = text[:at]
     if head.count("```") % 2 or head.count("~~~") % 2:
         return False
     line = head[head.rfind("\n") + 1 :]
-    if line.count("`") % 2 or line.count('"') % 2 or line.lstrip().startswith(("|", ">")):
+    if line.count("`") % 2 or line.count('"') % 2 or line.lstrip().startswith(">"):
         return False
-    if line.startswith(("    ", "\t")):
-        return False
-    return not (np.frombuffer(line.encode("utf-8", "replace"), np.uint8) == 124).any()
+    return "|" not in line and not line.startswith(("    ", "\t"))
 
 
 __all__ = ["NOISE_MIN", "kind", "noise_run", "tail"]
