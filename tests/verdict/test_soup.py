@@ -165,6 +165,8 @@ def test_soup_after_prose_in_another_language_is_left_alone() -> None:
         ('class="note">Saved!</div>', False),  # markup
         ("dGhpcyBpcyBhIHRlc3Qgb2YgdGhlIGJhc2U2NA==", False),  # base64: few marks
         ("q7#Lm!2x$Vb", False),  # short
+        ("s%3AxK9_mQ2.vL7-pR4aBcD", False),  # a cookie's value: four kinds of marks
+        ("abc.DEF-ghi_JKL~mnopqrs", False),
     ],
 )
 def test_noise_run(token: str, noise: bool) -> None:

@@ -45,7 +45,7 @@ from harness.verdict.detector.fitted.wordmodel import WordModel, words
 
 #: A noise run: this many characters at least, and this many kinds of marks.
 NOISE_MIN = 20
-NOISE_MARKS = 4
+NOISE_MARKS = 5
 #: The tail holds at least this many junk tokens (or a noise run) ...
 MIN_JUNK = 3
 #: ... counting an odd token (a name English does not write, a short rare word) as this
