@@ -153,6 +153,8 @@ def _unknown(w: str, cm: CharModel) -> bool:
 def kind(tok: str, cm: CharModel) -> int:
     """What one token of prose is: ``WORD_T``, ``JUNK``, ``NOISE``, ``ODD`` or ``OTHER``
     (remembered: tokens repeat from text to text; one character model a process)."""
+    if len(tok) > _MEMO_CHARS:
+        return _kind(tok, cm)
     k = _KINDS.get(tok)
     if k is None:
         if len(_KINDS) > _KNOWN_MAX:
@@ -162,6 +164,7 @@ def kind(tok: str, cm: CharModel) -> int:
 
 
 _KINDS: dict[str, int] = {}
+_MEMO_CHARS = 64  # (longer tokens are read each time: a minified line is not kept)
 
 
 def _kind(tok: str, cm: CharModel) -> int:
