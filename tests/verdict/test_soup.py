@@ -39,6 +39,12 @@ CORRUPT = [
     (_PROSE + "mixed with", "waterkn'ead aof glutenthminationrb RBS-Cs ais oveNbakewh"),
     # pieces with marks and digits glued in
     (_PROSE + "left in", "ove3ns rest(ing bakeR,lo doughy:kne fl0ur"),
+    # the text's own words shuffled, some glued together, some with a piece written twice
+    (
+        _PROSE + "kneaded in",
+        "yeast gas the offcarbon sugars flour, when by network rises the stretchy isdough "
+        "which glutluten trapped the eatsflour gives inthe dioxide. forms mixed yeastthe when",
+    ),
 ]
 
 HEALTHY = [
@@ -94,6 +100,11 @@ HEALTHY = [
     "kasih atas bantuannya, semoga harimu menyenangkan selalu",
     "In Mandarin, a simple greeting you can use with your new colleagues is ni hao, and to "
     "thank someone you say xiexie nin, or duoxie",
+    # compounds and glued names of the text's own words, in sentences
+    "Delete the lock file and run the install again: the lockfile is rebuilt from the "
+    "manifest, and the runbooks describe how the file server and the build server share "
+    "the cache, so the fileserver and the buildserver never rebuild the same lockfile twice "
+    "after a release",
     # ordinary prose that ends in words
     "The main character of the story is a young girl named Xiomara who lives with her "
     "grandmother in a small village near the sea.",

@@ -38,6 +38,7 @@ on its line, nor on a table's or an indented line.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from harness.verdict.detector import lexicon, stray
 from harness.verdict.detector.fitted.charmodel import CharModel, codes
@@ -80,6 +81,12 @@ LOOK = 4000
 MAX_TAIL = 64
 #: Soup ends with junk within its last this many tokens.
 BARE = 6
+#: The text's own words shuffled and glued (``_shuffle_start``): a run of this many tokens
+#: at least, this share of them (and this many) glued or stuttered, of this many letters.
+SHUFFLE_TOKENS = 12
+SHUFFLE_SHARE = 0.2
+SHUFFLE_MIN = 4
+SHUFFLE_LEN = 5
 
 WORD_T, JUNK, NOISE, OTHER, ODD = 0, 1, 2, 3, 4
 
@@ -97,6 +104,8 @@ _PLACE = re.compile(r"://|@|^/|\w/\w|^[#$-]")
 _NAME = re.compile(r"\w\.\w|_\w|\(\)|`")
 _RUN = re.compile(r"[a-z]{8,}")
 _MARKS = re.compile(r"[^\w\s]")
+#: A piece of 3 letters written twice in a row inside a word (``helpslps``).
+_STUTTER = re.compile(r"([a-z]{3})\1")
 _PAIRS = {")": "(", "]": "[", "}": "{", ">": "<"}
 #: What a run of marks written on purpose holds: a URL, a closing tag, a value assigned
 #: in quotes (``class="note"``, ``PASSWORD='...'``).
@@ -218,17 +227,10 @@ def _letters(w: str, cm: CharModel) -> int:
     return JUNK
 
 
-def tail(text: str, cm: CharModel, wm: WordModel) -> int | None:
-    """Where soup starts that runs to the end of fluent English prose, or None. (``wm``
-    answers first whether the text ends in two words: then the lexicon is not asked.)"""
-    if len(text) > MAX_CHARS or not text.strip():
-        return None
-    # soup holds no fence: only what follows the last one can be a tail, and only the last
-    # LOOK characters are read (their first token may be cut: left out)
-    first = max(text.rfind("```"), text.rfind("~~~"), len(text) - LOOK)
-    toks = list(_TOKEN.finditer(text, max(first, 0)))[1 if first > 0 else 0 :]
-    if len(toks) < MIN_PROSE + 1 or _ends_in_words([t.group(0) for t in toks[-2:]], wm):
-        return None
+def _soup_start(toks: list[re.Match[str]], cm: CharModel, wm: WordModel) -> int:
+    """The first token of the longest run of junk to the end (``tail``), or -1."""
+    if _ends_in_words([t.group(0) for t in toks[-2:]], wm):
+        return -1
     kinds: list[int] = []
     junk = words = 0.0
     hard = 0
@@ -248,9 +250,66 @@ def tail(text: str, cm: CharModel, wm: WordModel) -> int | None:
             if words <= MAX_WORDS * junk and (junk >= MIN_JUNK and hard >= MIN_HARD or noise):
                 start = i
         if len(kinds) == 2 and kinds == [WORD_T, WORD_T]:
-            return None  # the text ends in words
+            return -1  # the text ends in words
         if not junk and len(kinds) >= BARE:
-            return None  # nor does soup end in so many tokens none of which is junk
+            return -1  # nor does soup end in so many tokens none of which is junk
+    return start
+
+
+def _shuffle_start(toks: list[re.Match[str]], wm: WordModel) -> int:
+    """The first token of a run to the end of ``SHUFFLE_TOKENS`` or more in which
+    ``SHUFFLE_SHARE`` of the tokens (and ``SHUFFLE_MIN``) are two words of the text glued
+    together (``isyou``, ``forletter``) or a word with a piece of it written twice
+    (``helpslps``), neither of them a word English writes: the text's own words shuffled
+    and glued. Read only when one of the last ``BARE`` tokens is a word of 5+ letters the
+    word model does not know; -1 when there is no such run."""
+    last = [_bare(t.group(0)) for t in toks[-BARE:]]
+    odd = [c for c in last if len(c) >= SHUFFLE_LEN and c.isascii() and c.isalpha()]
+    if not odd or all(_known(odd, wm)):
+        return -1
+    own = Counter(_bare(t.group(0)).lower() for t in toks)
+    glued, start = 0, -1
+    for i in range(len(toks) - 1, max(0, len(toks) - 1 - MAX_TAIL), -1):
+        glued += _shuffled(_bare(toks[i].group(0)), own)
+        n = len(toks) - i
+        if n >= SHUFFLE_TOKENS and glued >= SHUFFLE_MIN and glued >= SHUFFLE_SHARE * n:
+            start = i
+    return start
+
+
+def _bare(tok: str) -> str:
+    return tok.strip(_LEAD + _TRAIL)
+
+
+def _shuffled(core: str, own: Counter[str]) -> bool:
+    """Two words of the text glued, or a word with a piece written twice (``_STUTTER``):
+    letters only, 5 or more, a word English writes seldom."""
+    if len(core) < SHUFFLE_LEN or not (core.isascii() and core.isalpha()):
+        return False
+    if lexicon.zipf(core) >= stray.RARE:
+        return False
+    w = core.lower()
+    if _STUTTER.search(w):
+        return True
+    return any(
+        own[w[:j]] and own[w[j:]] and _word(w[:j]) and _word(w[j:]) for j in range(1, len(w))
+    )
+
+
+def tail(text: str, cm: CharModel, wm: WordModel) -> int | None:
+    """Where soup starts that runs to the end of fluent English prose, or None. (``wm``
+    answers first whether the text ends in two words: then the lexicon is not asked.)"""
+    if len(text) > MAX_CHARS or not text.strip():
+        return None
+    # soup holds no fence: only what follows the last one can be a tail, and only the last
+    # LOOK characters are read (their first token may be cut: left out)
+    first = max(text.rfind("```"), text.rfind("~~~"), len(text) - LOOK)
+    toks = list(_TOKEN.finditer(text, max(first, 0)))[1 if first > 0 else 0 :]
+    if len(toks) < MIN_PROSE + 1:
+        return None
+    start = _soup_start(toks, cm, wm)
+    if start < 1:
+        start = _shuffle_start(toks, wm)
     if start < 1:
         return None
     while start > 0 and kind(toks[start - 1].group(0), cm) != WORD_T:
@@ -273,6 +332,11 @@ def _ends_in_words(last: list[str], wm: WordModel) -> bool:
     cores = [t.lstrip(_LEAD).rstrip(_TRAIL) for t in last]
     if not all(c.isalpha() and c[1:].islower() for c in cores):
         return False
+    return all(_known(cores, wm))
+
+
+def _known(cores: list[str], wm: WordModel) -> list[bool]:
+    """Whether the word model knows each of ``cores`` (one word each)."""
     unsure = [c for c in cores if c not in _KNOWN]
     if unsure:
         if len(_KNOWN) > _KNOWN_MAX:
@@ -280,7 +344,7 @@ def _ends_in_words(last: list[str], wm: WordModel) -> bool:
         h, _ = words(codes(" ".join(unsure)))
         known = [False] * len(unsure) if h.size != len(unsure) else ~wm.unseen(h)[0].astype(bool)
         _KNOWN.update(zip(unsure, (bool(k) for k in known), strict=True))
-    return all(_KNOWN[c] for c in cores)
+    return [_KNOWN[c] for c in cores]
 
 
 #: Whether the word model knows a word (the last words of texts repeat: ``done.``, ``file.``);
