@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from harness.dialects import registry
+from harness.dialects.base import ToolCall
 from harness.verdict import classify_turn
 from harness.verdict.detector import soup
 from harness.verdict.detector.fitted import model
@@ -147,6 +149,16 @@ def test_the_same_soup_shown_as_code_is_no_tail(where: str) -> None:
     prose, tail = CORRUPT[0]
     text = prose + " " + where.format(tail=tail)
     assert soup.tail(text, *_models()) is None
+
+
+@pytest.mark.parametrize("name", sorted(set(registry.names()) - {"auto", "json", "none"}))
+def test_a_tool_call_after_prose_is_no_soup(name: str) -> None:
+    # the parsers judge the markup; its names and arguments glued to the prose are no soup
+    calls = [ToolCall("get_weather", {"city": "Tokyo", "units": "metric"})]
+    prose = "" if name.startswith("llama") else "Let me check the weather in the city for you."
+    text = registry.get(name).encode(prose, calls)
+    assert soup.tail(text, *_models()) is None
+    assert not classify_turn(text, source="raw", dialect=name).corrupted
 
 
 def test_soup_after_a_colon_is_shown_not_read() -> None:

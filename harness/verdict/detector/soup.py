@@ -43,6 +43,7 @@ from collections import Counter
 from harness.verdict.detector import lexicon, stray
 from harness.verdict.detector.fitted.charmodel import CharModel, codes
 from harness.verdict.detector.fitted.wordmodel import WordModel, words
+from harness.verdict.detector.masking import without_markup
 
 #: A noise run: this many characters at least, and this many kinds of marks.
 NOISE_MIN = 20
@@ -277,6 +278,14 @@ def _shuffle_start(toks: list[re.Match[str]], wm: WordModel) -> int:
     return start
 
 
+def _tool_markup(text: str) -> bool:
+    """Whether ``text`` holds tool-call markup of any dialect (``masking.without_markup``'s
+    spans besides inline code): the parsers judge it, and its names and arguments glued to
+    the prose are no soup."""
+    _, spans = without_markup(text)
+    return any(text[s] != "`" for s, _e in spans)
+
+
 def _bare(tok: str) -> str:
     return tok.strip(_LEAD + _TRAIL)
 
@@ -305,7 +314,7 @@ def tail(text: str, cm: CharModel, wm: WordModel) -> int | None:
     # LOOK characters are read (their first token may be cut: left out)
     first = max(text.rfind("```"), text.rfind("~~~"), len(text) - LOOK)
     toks = list(_TOKEN.finditer(text, max(first, 0)))[1 if first > 0 else 0 :]
-    if len(toks) < MIN_PROSE + 1:
+    if len(toks) < MIN_PROSE + 1 or _tool_markup(text):
         return None
     start = _soup_start(toks, cm, wm)
     if start < 1:
