@@ -32,7 +32,8 @@ The tail runs from after the last word to the end, with ``MIN_JUNK`` junk tokens
 run. It is soup when what comes before it is English prose (``_english``), the word right
 before it does not end with a colon (what follows one is on show: a key, a password, a line
 of code), and it is neither inside a code fence nor inside a code span or a quotation opened
-on its line, nor on a table's or an indented line.
+on its line, nor on a table's or an indented line, in a text without tool-call markup. The
+text's own words shuffled to the end are read apart (``_shuffle_start``).
 """
 
 from __future__ import annotations
