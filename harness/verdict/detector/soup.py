@@ -315,7 +315,7 @@ def tail(text: str, cm: CharModel, wm: WordModel) -> int | None:
     # LOOK characters are read (their first token may be cut: left out)
     first = max(text.rfind("```"), text.rfind("~~~"), len(text) - LOOK)
     toks = list(_TOKEN.finditer(text, max(first, 0)))[1 if first > 0 else 0 :]
-    if len(toks) < MIN_PROSE + 1 or _tool_markup(text):
+    if len(toks) < MIN_PROSE + 1:
         return None
     start = _soup_start(toks, cm, wm)
     if start < 1:
@@ -331,7 +331,7 @@ def tail(text: str, cm: CharModel, wm: WordModel) -> int | None:
     if not _english([t.group(0) for t in toks[max(0, start - PROSE_SPAN) : start]], cm):
         return None
     at = toks[start].start()
-    if not _prose_at(text, at):
+    if not _prose_at(text, at) or _tool_markup(text):
         return None
     return at
 
