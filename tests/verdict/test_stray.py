@@ -102,6 +102,10 @@ LEXICON_CORRUPT = [
     "to rise and fall twice a day along most coasts.",
     "To reset the router, hold the button on the back for ten seconds and wait for the "
     "lights to blink, then reconnect your devirtces and try again.",
+    # two words cut open by capitalised pieces of other words
+    "Knead the dough for ten minutes, let it rest in a warm place, and then shape the "
+    "loaves. BaWheking them for forty minutes gives a crust that is golden and a crumb "
+    "that is soft, and the kitchen smells of breTheaad for hours.",
 ]
 
 LEXICON_HEALTHY = [
@@ -125,6 +129,9 @@ LEXICON_HEALTHY = [
     # typos the user wrote, quoted back
     'You asked about "recieve" and "seperate": both are misspelled, the right forms are '
     '"receive" and "separate", and the rest of your message reads fine.',
+    # names of two words joined, one capital inside
+    "Specifically, the test that fails is in the TestQuerying class, and the same check in "
+    "the DeepSeek client passes; the YouTube and LinkedIn exports are unaffected.",
     # code
     "def lerp(a, b, t):\n    return a + (b - a) * t\n\nprint(lerp(0, 10, 0.25))  # 2.5",
 ]

@@ -96,15 +96,18 @@ _CAMEL = re.compile(r"[a-z][A-Z][a-z]{2}")
 _MARKS = re.compile(r"[^\w]+|\d+")
 
 
-def _core(tok: str, wm: WordModel) -> tuple[int, str] | None:
+def _core(tok: str, wm: WordModel, capital: bool = False) -> tuple[int, str] | None:
     """Where a token's core starts and the core, when it can be a word of prose cut open by
     a stray piece; None for short tokens, names of things (paths, identifiers, markup) and
-    tokens whose parts between marks are words (``short-lived``, ``condition.rhs``)."""
+    tokens whose parts between marks are words (``short-lived``, ``condition.rhs``).
+    ``capital``: a word with one capital inside (``_capital_inside``) is a word too."""
     m = _CORE.search(tok)
     if m is None:
         return None
     core = m.group(0)
-    if len(core) < MIN_OWN + 1 or _NOT_PROSE.search(core) or _CAMEL.search(core):
+    if len(core) < MIN_OWN + 1 or _NOT_PROSE.search(core):
+        return None
+    if _CAMEL.search(core) and not (capital and _capital_inside(core)):
         return None
     parts = [p for p in _MARKS.split(core) if len(p) >= 4]
     if len(parts) > 1 or (parts and parts[0] != core):
@@ -334,8 +337,9 @@ def lexicon_cut(text: str, wm: WordModel) -> tuple[list[tuple[int, str, str, str
     piece)``; and the share of the text's other lower-case words of 4+ letters that the
     lexicon calls rare (1.0 when under ``MIN_PROSE`` are left: too little to tell the
     language). Only words the fitted word model does not know are asked (the lexicon is
-    loaded then); lower-case words of letters and digits only, written once, that are no
-    compound of two words (``lockfile``) and no hexadecimal number."""
+    loaded then); lower-case words of letters and digits only, or words of letters with one
+    capitalised piece inside (``BaWheking``: the repair takes the capital out), written once,
+    that are no compound of two words (``lockfile``) and no hexadecimal number."""
     at = _unseen_at(text, wm)[0]
     if not at.size:
         return [], 1.0
@@ -347,14 +351,16 @@ def lexicon_cut(text: str, wm: WordModel) -> tuple[list[tuple[int, str, str, str
     for i in which:
         if not 0 < i < len(toks) - 1 or _QUOTED.search(toks[i][1]):
             continue  # (the first and the last word: a window's edges cut words open)
-        c = _core(toks[i][1], wm)
-        if c is None or not _lower_word(c[1]) or own[c[1]] != 1:
+        c = _core(toks[i][1], wm, capital=True)
+        if c is None or own[c[1].lower()] != 1:
+            continue
+        if not (_lower_word(c[1]) or _capital_inside(c[1])):
             continue
         core = c[1]
         if lexicon.zipf(core) >= RARE or _compound(core) or _derived(core):
             continue
         fix = _repair(core)
-        if fix is not None:
+        if fix is not None and fix[0][1:].islower():
             word, piece, at_piece = fix
             out.append((toks[i][0] + c[0] + at_piece, core, word, piece))
     if not out:
@@ -368,6 +374,24 @@ def lexicon_cut(text: str, wm: WordModel) -> tuple[list[tuple[int, str, str, str
 _HEX = re.compile(r"[0-9a-f]+")
 #: A name quoted: in backticks or quotes (``separatevars``).
 _QUOTED = re.compile("[`\"'\u2018\u2019\u201c\u201d]")
+
+
+#: A word with a capitalised piece inside (``BaWheking``, ``sixGoodteen``): lower case
+#: around one capital, the word's first letter aside; its parts before and after the
+#: capital are not both words.
+_CAPITAL_INSIDE = re.compile(r"[A-Za-z][a-z]*[a-z][A-Z][a-z]*[a-z]")
+
+
+def _capital_inside(core: str) -> bool:
+    """One capital inside a word of letters otherwise lower case (the first aside): a
+    capitalised piece of another word put in (its repair must take the capital out)."""
+    if not (core.isascii() and core.isalpha() and sum(c.isupper() for c in core[1:]) == 1):
+        return False
+    if _CAPITAL_INSIDE.fullmatch(core) is None:
+        return False
+    cap = next(i for i in range(1, len(core)) if core[i].isupper())
+    # two words joined (``TestQuerying``, ``sendMessage``) are a name, not a word cut open
+    return not (lexicon.zipf(core[:cap]) >= RARE and lexicon.zipf(core[cap:]) >= RARE)
 
 
 def _lower_word(core: str) -> bool:

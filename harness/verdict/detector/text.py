@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.verdict.detector import repeat, salad, scripts, stray
+from harness.verdict.detector import repeat, salad, scripts, soup, stray
 from harness.verdict.detector.chars import Chars
 from harness.verdict.detector.fitted import features, model
 from harness.verdict.detector.masking import Masked, mask, shared_markup
@@ -111,8 +111,10 @@ def score_fitted(text: str, context: str | None = None) -> TextFinding:
     signals["char_surprisal"] = round(float(x[_S4_W32]), 3)
     signals["p_corrupted"] = round(bad, 4)
     if bad < t:
-        return _stray_tokens(work, fitted, signals) or TextFinding(
-            None, round(score, 4), None, signals
+        return (
+            _stray_tokens(work, fitted, signals)
+            or _soup_tail(work, fitted, signals)
+            or TextFinding(None, round(score, 4), None, signals)
         )
     if found.label is not None:  # the rules' own reading of what they found
         label = found.label
@@ -133,6 +135,17 @@ def _stray_tokens(
     return TextFinding(
         TOKEN_SALAD, THRESHOLD, where[0], {**signals, "stray_tokens": float(len(where))}
     )
+
+
+def _soup_tail(
+    work: str, fitted: model.DetectorModel, signals: dict[str, float]
+) -> TextFinding | None:
+    """A text the fitted decision calls clean that turns into soup after a word of fluent
+    prose and never comes back (``soup.tail``): salad, at the threshold."""
+    at = soup.tail(work, fitted.chars, fitted.words)
+    if at is None:
+        return None
+    return TextFinding(TOKEN_SALAD, THRESHOLD, at, {**signals, "soup_tail": 1.0})
 
 
 def rules(text: str, context: str | None = None, *, unescaped: bool = False) -> TextFinding:
