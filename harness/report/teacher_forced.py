@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.analysis import canary_deviations as analysis  # noqa: E402
+from harness.analysis.judge import GAP_REFERENCE_MIN  # noqa: E402
 from harness.analysis.summary import fmt_pct  # noqa: E402
 from harness.report.tables import table_head  # noqa: E402
 
@@ -24,6 +25,9 @@ def _greedy(g: dict[str, Any] | None) -> str:
     """The greedy check's cell: off with why, or on with what it confirmed."""
     if not g:
         return "n/a"
+    if g["reference"] < GAP_REFERENCE_MIN:
+        return (f"off ({g['reference']} healthy greedy content-only turns measured, "
+                f"{GAP_REFERENCE_MIN} needed)")  # fmt: skip
     seen = f"{g['reference_over']} of {g['reference']} healthy above {g['floor_nats']:g}"
     if not g["on"]:
         return f"off ({seen})"
