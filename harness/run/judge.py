@@ -7,7 +7,9 @@ teacher-forced (``client.scoring``), ``--judge-concurrency`` of them in flight a
 first alone; a score beside others that the rule could confirm scored again alone). Each
 judged turn gets a row in ``judge.jsonl`` with its
 ``judge_nll`` (mean negative log-likelihood per token, and the worst window of
-``analysis.judge.WINDOW`` tokens); whether that is far above the model's own healthy outputs
+``analysis.judge.WINDOW`` tokens) and, for a greedy turn written as content only, its
+``judge_gap`` (the largest gap below the model's first choice, re-cut words explained:
+``analysis.judge``, the greedy check); whether that is far above the model's own healthy outputs
 of the same run is decided by ``analysis.judge`` once the variant's turns are all scored, and
 merged into ``turns.jsonl`` when the run ends (``judge_nll``, ``judge_confirmed``).
 
