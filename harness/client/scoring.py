@@ -21,7 +21,8 @@ server gives them. One adapter per server shape:
   ends the generation). A continuation with such tokens is scored in segments around them:
   each run of forceable tokens after everything before it (the unforceable ones in the
   prompt), so every token scored is scored exactly, and the ones skipped are said
-  (``Scored.skipped``); at most ``MAX_SEGMENTS`` segments, else ``ScoringFailed``.
+  (``Scored.skipped``); at most ``MAX_SEGMENTS`` segments, else ``ScoringMismatch`` (that text
+  is not scored; the server still can score).
 
 The simulator speaks the SGLang and the vLLM shapes, so both adapters run against a real
 loopback server in the tests. Token ids come from the server's own tokenizer (``tokenize``,
@@ -51,6 +52,8 @@ MAX_SEGMENTS = 16
 #: the shape of a control token's text (``<|im_end|>``, ``<｜end▁of▁sentence｜>``, ``</s>``,
 #: ``[INST]``): such a piece is checked with the tokenizer (``parse_special`` off)
 _CONTROL_SHAPE = re.compile(r"^(?:<[^\s<>]{1,40}>|\[/?[A-Z_]{2,20}\])$")
+#: llama.cpp's answer when its grammar cannot force a token of the continuation
+_GRAMMAR_REFUSED = re.compile(r"HTTP 500: .*grammar", re.DOTALL)
 _JSON = {"content-type": "application/json"}
 
 
@@ -59,8 +62,9 @@ class ScoringFailed(InfrastructureError):
 
 
 class ScoringMismatch(ScoringFailed):
-    """The server scored other tokens than the ones given (llama.cpp's grammar route chose
-    another tokenization): the text cannot be scored faithfully there."""
+    """The text cannot be scored faithfully there, though the server can score: llama.cpp's
+    grammar route chose another tokenization, or the tokens it cannot force cannot be scored
+    around (too many runs, a text that does not tokenize back to the same ids)."""
 
 
 @dataclass(frozen=True)
@@ -211,8 +215,10 @@ class Scorer:
         else:
             try:
                 lps, top, cached, resp = await self._llamacpp(prompt_ids, cont_ids, top_k)
+            except ScoringMismatch:
+                raise
             except ScoringFailed as exc:
-                if "grammar" not in str(exc):
+                if not _GRAMMAR_REFUSED.search(str(exc)):
                     raise
                 return await self._llamacpp_segments(prompt_ids, cont_ids, top_k, t0)
         return Scored(
@@ -291,7 +297,7 @@ class Scorer:
         if not isinstance(tokens, list) or [
             t.get("id") if isinstance(t, dict) else None for t in tokens
         ] != list(cont_ids):
-            raise ScoringFailed(
+            raise ScoringMismatch(
                 "the text holds tokens llama.cpp's grammar cannot force, and it does not "
                 "tokenize back to the same ids to score around them"
             )
@@ -315,7 +321,7 @@ class Scorer:
         """``cont_ids`` scored in runs around the tokens the grammar cannot force."""
         skip = await self._unforceable(cont_ids)
         if not skip:
-            raise ScoringFailed("/completion: the grammar refused a token that looks forceable")
+            raise ScoringMismatch("/completion: the grammar refused a token that looks forceable")
         runs: list[tuple[int, int]] = []
         for j in range(len(cont_ids)):
             if j in skip:
@@ -325,7 +331,7 @@ class Scorer:
             else:
                 runs.append((j, j + 1))
         if len(runs) > MAX_SEGMENTS:
-            raise ScoringFailed(
+            raise ScoringMismatch(
                 f"{len(skip)} tokens llama.cpp's grammar cannot force split the text into "
                 f"{len(runs)} segments (at most {MAX_SEGMENTS} are scored)"
             )

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.client.scoring import Scorer, ScoringFailed, detect_api
+from harness.client.scoring import Scorer, ScoringMismatch, detect_api
 from tests.servers.test_llamacpp import Launched, _need_engine, launch, stop
 
 PROMPT = "The river rose through the night, and by morning the fields were"
@@ -80,7 +80,7 @@ def test_tokens_the_grammar_cannot_force_are_scored_around(llama: Launched) -> N
             head = await scorer.tokenize(PROMPT)
             cont = await scorer.tokenize(text)
             got = await scorer.score(head, cont, text, top_k=1)
-            with pytest.raises(ScoringFailed, match="segments"):
+            with pytest.raises(ScoringMismatch, match="segments"):  # that text, not the server
                 await scorer.score(head, await scorer.tokenize(many), many)
             return head, cont, got, await scorer.tokenize("<|im_end|>")
 
