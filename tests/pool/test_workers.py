@@ -303,8 +303,10 @@ async def test_a_worker_that_dies_stops_the_variant(
         with pytest.raises(WorkerError, match="worker 1 of 2 exited"):
             await load
     rows = read_turns(path)
-    # the other worker was stopped: its turns in flight are recorded as cancelled
-    assert any(r["transport_error"] == "cancelled: the run was stopped" for r in rows)
+    # the other worker was stopped: its turns in flight are recorded as cancelled (one whose
+    # answer had come says it was stopped while the answer was classified)
+    stopped = "cancelled: the run was stopped"
+    assert any((r["transport_error"] or "").startswith(stopped) for r in rows)
     assert not _alive(other.pid)
     assert all(r["label"] in (L.OK_TOOL_CALL, L.OK_TEXT, L.TRANSPORT_ERROR) for r in rows)
 
