@@ -215,7 +215,7 @@ class ScoringRoutes:
         entries: list[dict[str, Any] | None] = [None]
         for j, lp in enumerate(lps):
             pos = 1 + j
-            rank = rank_of(ids[pos], pos, lp)
+            rank = rank_of(lp)
             entry = {str(ids[pos]): {"logprob": lp, "rank": rank, "decoded_token": None}}
             for rank, (alt, alt_lp) in enumerate(top_alternatives(ids[pos], pos, lp, k), 1):
                 entry.setdefault(str(alt), {"logprob": alt_lp, "rank": rank,

@@ -203,10 +203,11 @@ def top_alternatives(tid: int, pos: int, lp: float, k: int) -> list[tuple[int, f
     return alts[:k]
 
 
-def rank_of(tid: int, pos: int, lp: float) -> int:
-    """The token's rank in the model's distribution there (1: its first choice)."""
-    alts = top_alternatives(tid, pos, lp, 64)
-    return next((i for i, (a, _) in enumerate(alts, 1) if a == tid), 65)
+def rank_of(lp: float) -> int:
+    """The rank of a token of logprob ``lp`` among ``top_alternatives`` (1: the model's first
+    choice): one more than the others above it, the m-th of them at log(rest) - m ln 2."""
+    x = (math.log(max(1.0 - math.exp(lp), 1e-12)) - lp) / math.log(2)
+    return 1 + max(0, math.ceil(x) - 1)
 
 
 def answer_start(ids: Sequence[int]) -> int | None:
