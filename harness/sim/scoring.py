@@ -194,12 +194,16 @@ def top_alternatives(tid: int, pos: int, lp: float, k: int) -> list[tuple[int, f
     itself and others sharing the rest of the mass (halving), the k likeliest. A token the
     model would not write (``lp`` low) is not among them: its first choice is another one,
     as a real model's top-k says (SGLang's ``input_top_logprobs``)."""
-    rest = max(1.0 - math.exp(lp), 1e-12)
-    alts = [(tid, lp)]
-    for j in range(k):
-        other = (3 << 24) | int(_unit(tid, pos, j) * 0xFFFFFF)
-        alts.append((other, math.log(rest * 0.5 ** (j + 1))))
-    alts.sort(key=lambda a: -a[1])
+    if k <= 0:
+        return []
+    log_rest = math.log(max(1.0 - math.exp(lp), 1e-12))
+    # the others' logprobs fall by ln 2 each: only those that make the top k get an id
+    above = min(k, rank_of(lp) - 1)
+    alts = [((3 << 24) | int(_unit(tid, pos, j) * 0xFFFFFF), log_rest - (j + 1) * math.log(2))
+            for j in range(above)]  # fmt: skip
+    alts.append((tid, lp))
+    alts += [((3 << 24) | int(_unit(tid, pos, j) * 0xFFFFFF), log_rest - (j + 1) * math.log(2))
+             for j in range(above, k - 1)]  # fmt: skip
     return alts[:k]
 
 
