@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.analysis import judge as rule  # noqa: E402
 from harness.analysis.stats import wilson  # noqa: E402
 from harness.client.scoring import Scorer, ScoringFailed  # noqa: E402
-from harness.run.judge import _greedy_gap  # noqa: E402
+from harness.run.judge import unexplained_gap  # noqa: E402
 from tools.detector import corruptgen  # noqa: E402
 
 TOPICS = [
@@ -94,7 +94,7 @@ async def _score(scorer: Scorer, prompt: str, text: str) -> dict[str, Any]:
     try:
         ids, start = await scorer.chat_ids(messages, None, {"role": "assistant", "content": text})
         got = await scorer.score(ids[:start], ids[start:], text, top_k=1)
-        gap, retokenized = await _greedy_gap(scorer, got)
+        gap, retokenized = await unexplained_gap(scorer, got)
     except ScoringFailed as exc:
         return {"error": str(exc)[:200]}
     mean, worst = rule.window_nll(got.logprobs)

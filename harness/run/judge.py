@@ -168,7 +168,7 @@ async def _score(scorer: Scorer, item: Judged, base: Mapping[str, Any]
         mean, worst = window_nll(got.logprobs)
         record.update(judge_nll=mean, judge_nll_worst=worst, tokens=len(got.ids))
         if greedy and got.top is not None:
-            gap, retokenized = await _greedy_gap(scorer, got)
+            gap, retokenized = await unexplained_gap(scorer, got)
             if gap is not None:
                 record["judge_gap"] = round(gap, 4)
             if retokenized:
@@ -182,7 +182,7 @@ async def _score(scorer: Scorer, item: Judged, base: Mapping[str, Any]
 RETOKENIZED_MAX = 4
 
 
-async def _greedy_gap(scorer: Scorer, got: Scored) -> tuple[float | None, int]:
+async def unexplained_gap(scorer: Scorer, got: Scored) -> tuple[float | None, int]:
     """(the gap that counts, how many above the floor the model's first choice explained).
     The gaps above the floor are walked in text order; one is explained when the first
     choice's text begins the text from there on (the model wrote the same word in other

@@ -77,7 +77,9 @@ class ScoringRoutes:
             Route("/detokenize", self.detokenize, methods=["POST"]),
         ]
 
-    async def tokenize(self, request: Request) -> Response:
+    async def _payload(self, request: Request) -> dict[str, Any] | Response:
+        """The request's JSON object, or the response that refuses it (404 when the server
+        cannot score, 400 for a body that is no JSON object)."""
         if not self.sim.config.scoring:
             return _not_found()
         try:
@@ -86,6 +88,12 @@ class ScoringRoutes:
             return _bad(str(exc))
         if not isinstance(payload, dict):
             return _bad("the request body must be a JSON object")
+        return payload
+
+    async def tokenize(self, request: Request) -> Response:
+        payload = await self._payload(request)
+        if isinstance(payload, Response):
+            return payload
         messages = payload.get("messages")
         if isinstance(messages, list) and messages:
             try:
@@ -106,13 +114,10 @@ class ScoringRoutes:
     async def detokenize(self, request: Request) -> Response:
         """Ids back to text: ``{"tokens": [...]}`` -> ``{"prompt": text}`` (vLLM's name) and
         ``"text"`` (SGLang's)."""
-        if not self.sim.config.scoring:
-            return _not_found()
-        try:
-            payload = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            return _bad(str(exc))
-        ids = payload.get("tokens") if isinstance(payload, dict) else None
+        payload = await self._payload(request)
+        if isinstance(payload, Response):
+            return payload
+        ids = payload.get("tokens")
         if not valid_ids(ids):
             return _bad("send 'tokens': a list of token ids from /tokenize")
         assert isinstance(ids, list)

@@ -97,6 +97,20 @@ def test_own_answer_is_likely_and_a_changed_argument_is_not(
     assert max(abs(a - b) for a, b in zip(own, again, strict=True)) < 1e-2
 
 
+@pytest.mark.parametrize("api", ["sglang", "vllm"])
+def test_detokenize_gives_the_text_back(make_sim: Callable[..., str], api: str) -> None:
+    text = "héllo  wörld, `rm -rf /tmp/x` 🙂"
+
+    async def go() -> str:
+        async with Scorer(make_sim(index_k="fp8"), api) as scorer:  # type: ignore[arg-type]
+            return await scorer.detokenize(await scorer.tokenize(text))
+
+    assert asyncio.run(go()) == text
+    bad = httpx.post(make_sim(index_k="fp8") + "/detokenize", json={"tokens": "x"}, timeout=10)
+    assert bad.status_code == 400
+    assert "tokens" in bad.json()["error"]["message"]
+
+
 def test_sglang_and_vllm_shapes_agree(make_sim: Callable[..., str]) -> None:
     url = make_sim(index_k="fp8")
 
