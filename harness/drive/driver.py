@@ -203,7 +203,7 @@ class Progress:
 
 
 #: sessions started per pass of the event loop (``_drive``)
-START_PER_PASS = 16
+START_PER_PASS = 8
 
 # The cyclic garbage collector's thresholds while sessions run. At the default (700
 # allocations) 2,000 sessions spent 10-25% of the run's CPU in collections; with 20,000
@@ -220,6 +220,10 @@ def _fewer_collections() -> Iterator[None]:
         _gc_saved = gc.get_threshold()
         raised = (max(now, ours) for now, ours in zip(_gc_saved, GC_THRESHOLDS, strict=True))
         gc.set_threshold(*raised)
+        # what exists before the load (the modules, the scenario, the plans) is kept out of
+        # the oldest generation's collections, which otherwise walk all of it on the loop
+        # (20 ms at a time at 2,000 sessions: the loop's worst stalls)
+        gc.freeze()
     _gc_users += 1
     try:
         yield
@@ -227,6 +231,7 @@ def _fewer_collections() -> Iterator[None]:
         _gc_users -= 1
         if _gc_users == 0 and _gc_saved is not None:
             gc.set_threshold(*_gc_saved)
+            gc.unfreeze()
 
 
 @dataclass(frozen=True)
@@ -388,16 +393,9 @@ async def _drive(
 
     # sessions start a few per pass of the loop: building a session and its first request
     # takes a fraction of a millisecond, which 2,000 sessions starting in one pass made a
-    # stall of most of a second (the loop's lag, every time stamp late by as much)
-    starts = [asyncio.Event() for _ in range(-(-len(plans) // START_PER_PASS))]
-
-    async def starter() -> None:
-        for ev in starts:
-            ev.set()
-            await asyncio.sleep(0)  # the sessions it let go run in the next pass, alone
-
+    # stall of most of a second (the loop's lag, every time stamp late by as much); their
+    # tasks are made as they start too (4,000 tasks' first steps in one pass: 47 ms)
     async def one(i: int, plan: SessionPlan) -> None:
-        await starts[i // START_PER_PASS].wait()
         if options.ramp_up_s > 0 and len(plans) > 1:
             await asyncio.sleep(options.ramp_up_s * i / len(plans))
         async with gate if gate is not None else contextlib.nullcontext():
@@ -412,9 +410,22 @@ async def _drive(
         if hooks.on_session_end is not None:  # only sessions that ran to their end
             hooks.on_session_end(session.plan.index, session.ended)
 
-    tasks = [asyncio.ensure_future(one(i, plan)) for i, plan in enumerate(plans)]
-    tasks.append(asyncio.ensure_future(starter()))
+    tasks: list[asyncio.Future[None]] = []
+    failed = asyncio.Event()  # a session raised: stop starting the others
+
+    def watch(task: asyncio.Future[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            failed.set()
+
     try:
+        for k in range(0, len(plans), START_PER_PASS):
+            if failed.is_set():
+                break
+            for i in range(k, min(k + START_PER_PASS, len(plans))):
+                task = asyncio.ensure_future(one(i, plans[i]))
+                task.add_done_callback(watch)
+                tasks.append(task)
+            await asyncio.sleep(0)  # the sessions just made run in the next pass, alone
         await asyncio.gather(*tasks)
     except BaseException:
         # a session found the variant cannot go on (a HarnessError: the endpoint refuses the

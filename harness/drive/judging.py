@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 INLINE_CLASSIFY_CHARS = 32_000
 #: at most this many turns in one batch sent to a process
 BATCH_MAX = 64
+#: verdicts handed to their sessions per pass of the event loop (``Judge._release``)
+RELEASE_PER_PASS = 8
 #: the pipes' buffer to and from each process (the default is 64 KB; a turn's context alone
 #: is up to 8 KB)
 PIPE_BYTES = 1 << 20
@@ -156,6 +158,9 @@ def auto_processes(drivers: int = 1) -> int:
 
 
 READY = b"judge ready\n"
+#: added to a judging process's niceness: the scheduler runs the event loop that sends and
+#: times the requests before it (``judge_child``)
+JUDGE_NICENESS = 10
 _HEADER = 4  # a frame: its length (big-endian), then a pickle
 
 
@@ -199,6 +204,10 @@ class Judge:
         self.processes = max(0, processes)
         self._procs: list[_Process] = []
         self._pending: list[tuple[Ask, asyncio.Future[Verdict | Failed]]] = []
+        self._verdicts: collections.deque[
+            tuple[asyncio.Future[Verdict | Failed], Verdict | Failed]
+        ] = collections.deque()  # back from the processes, not yet handed over
+        self._releasing = False
         self._flushing = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._users = 0
@@ -395,9 +404,22 @@ class Judge:
             del buf[: _HEADER + n]
             part = proc.owed.popleft()
             self.judged += len(results)
-            for (_, fut), result in zip(part, results, strict=True):
-                if not fut.done():
-                    fut.set_result(result)
+            self._verdicts.extend(zip((fut for _, fut in part), results, strict=True))
+        if self._verdicts and not self._releasing:
+            self._release()
+
+    def _release(self) -> None:
+        """Hand ``RELEASE_PER_PASS`` verdicts to their sessions, the rest in the next passes:
+        each session goes on at once to its tools, its record and its next request, and a
+        batch of 64 of them in one pass held the loop (and every time stamp) for tens of ms."""
+        verdicts, loop = self._verdicts, self._loop
+        for _ in range(min(RELEASE_PER_PASS if loop else len(verdicts), len(verdicts))):
+            fut, result = verdicts.popleft()
+            if not fut.done():
+                fut.set_result(result)
+        self._releasing = bool(verdicts)
+        if loop is not None and verdicts:
+            loop.call_soon(self._release)
 
     def _died(self, proc: _Process, exc: BaseException) -> None:
         """A process is gone: what it owed is judged here, and so is everything after."""

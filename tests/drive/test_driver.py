@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,8 +12,8 @@ import pytest
 
 from harness import labels as L
 from harness.client.chat import ChatClient
-from harness.drive.driver import DriveOptions, Progress, drive
-from harness.drive.session import make_plans
+from harness.drive.driver import START_PER_PASS, DriveHooks, DriveOptions, Progress, drive
+from harness.drive.session import Session, SessionPlan, Shared, make_plans
 from harness.record.turns import TurnWriter, read_turns
 from harness.workload.scenario import load_scenario
 
@@ -162,3 +164,43 @@ async def test_a_session_that_hands_its_slot_on_keeps_no_encoded_history(
         assert all(s.messages == [] and len(s.encoded) == 0 for s in done)
     else:
         assert all(0 < len(s.encoded) <= len(s.messages) for s in done)  # (as last sent)
+
+
+async def test_sessions_start_a_few_per_pass_of_the_loop(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """2,000 sessions built (and their tasks made) in one pass held the loop, and every time
+    stamp, for most of a second: they start START_PER_PASS a pass."""
+    url = make_sim(index_k="fp8")
+    n = 6 * START_PER_PASS + 3
+    scenario = load_scenario().with_overrides(sessions=n, steps=1, max_turns=1)
+    loop = asyncio.get_running_loop()
+    passes = [0]
+    made: list[int] = []  # the pass each session was built in
+    tasks: list[int] = []  # the loop's tasks at each pass
+
+    def tick() -> None:
+        passes[0] += 1
+        tasks.append(len(asyncio.all_tasks(loop)))
+        if len(made) < n:
+            loop.call_soon(tick)
+
+    def make_session(plan: SessionPlan, shared: Shared) -> Session:
+        made.append(passes[0])
+        return Session(plan, shared)
+
+    client = ChatClient(url, model="m", request_timeout=20)
+    loop.call_soon(tick)
+    try:
+        with TurnWriter(tmp_path / "turns.jsonl") as writer:
+            await drive(
+                client, scenario, make_plans(scenario, n, seed=3), writer, BASE,
+                DriveOptions(concurrency=n), Progress(), DriveHooks(make_session=make_session),
+            )  # fmt: skip
+    finally:
+        await client.aclose()
+    assert len(made) == n
+    assert max(Counter(made).values()) <= START_PER_PASS
+    assert len(set(made)) >= n // START_PER_PASS
+    # their tasks too are made as they start, not all in the first pass
+    assert max(b - a for a, b in zip(tasks, tasks[1:], strict=False)) < n // 2

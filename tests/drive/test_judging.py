@@ -76,6 +76,48 @@ async def test_the_pool_gives_the_loop_s_verdicts() -> None:
     assert {v.label for v in inline} >= {L.OK_TEXT, L.OK_TOOL_CALL, L.TOKEN_SALAD, L.EMPTY}
 
 
+async def test_verdicts_reach_their_sessions_a_few_per_pass_of_the_loop() -> None:
+    # one process, one batch, one frame of 40 verdicts back: their sessions go on at most
+    # RELEASE_PER_PASS a pass (each sends its next request: 64 in one pass stalled the loop)
+    asks = (_asks() * 3)[:40]
+    judge = Judge(1)
+    await asyncio.to_thread(judge.wait_ready)
+    judge.attach()
+    loop = asyncio.get_running_loop()
+    futures: list[asyncio.Future[Any]] = []
+    seen: list[int] = []
+
+    def observe() -> None:  # once a pass: how many verdicts were handed over so far
+        seen.append(sum(f.done() for f in futures))
+        if seen[-1] < len(futures):
+            loop.call_soon(observe)
+
+    try:
+        futures = [asyncio.ensure_future(judge.classify(a)) for a in asks]
+        loop.call_soon(observe)
+        got = await asyncio.gather(*futures)
+    finally:
+        judge.close()
+    assert judge.batches == 1
+    assert got == [a.classify() for a in asks]
+    steps = [b - a for a, b in zip(seen, seen[1:], strict=False) if b > a]
+    assert len(asks) > judging.RELEASE_PER_PASS
+    assert max(steps) <= judging.RELEASE_PER_PASS
+    assert len(steps) >= len(asks) // judging.RELEASE_PER_PASS
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="niceness is POSIX")
+async def test_judging_processes_yield_the_core_to_the_loop() -> None:
+    judge = Judge(1)
+    await asyncio.to_thread(judge.wait_ready)
+    try:
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        theirs = os.getpriority(os.PRIO_PROCESS, judge.pids()[0])
+    finally:
+        judge.close()
+    assert theirs == min(19, mine + judging.JUDGE_NICENESS)
+
+
 def test_a_classifier_failure_is_its_turn_s_own() -> None:
     bad = Ask(3, "", [], None, None, "auto", "server", None)  # type: ignore[arg-type]
     good = _asks()[0]

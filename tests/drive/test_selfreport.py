@@ -148,6 +148,7 @@ async def test_drive_leaves_its_self_report(make_sim: Callable[..., str], tmp_pa
     finally:
         await client.aclose()
     assert gc.get_threshold() == thresholds  # raised while driving, restored after
+    assert gc.get_freeze_count() == 0  # what existed before was frozen while driving
     rows = read_turns(tmp_path / "turns.jsonl")
     me = progress.harness_self
     assert me is not None
