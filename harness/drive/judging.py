@@ -290,6 +290,7 @@ class Judge:
                 self._loop.remove_reader(proc.rfd)
                 self._loop.remove_writer(proc.wfd)
         self._loop = None
+        self._release()  # what is still held back goes at once (no pass of this loop to come)
 
     async def classify(self, ask: Ask) -> Verdict | Failed:
         """The verdict of one answer (or what the classifier raised)."""
