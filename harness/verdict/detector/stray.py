@@ -161,7 +161,11 @@ def _fits(word: str) -> bool:
     )
 
 
-def _unseen_at(text: str, wm: WordModel) -> tuple[npt.NDArray[np.int64], int, int]:
+#: ``_unseen_at``'s reading of one text: read once, it serves both readings (``events``).
+Unseen = tuple[npt.NDArray[np.int64], int, int]
+
+
+def _unseen_at(text: str, wm: WordModel) -> Unseen:
     """Where the words of 5+ characters that clean text does not use start; how many words
     of 4+ characters the text has, and how many of them clean text does not use."""
     cp = codes(text)
@@ -273,16 +277,19 @@ def events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
     else the lexicon's (``lexicon_events``); none in a text over ``MAX_CHARS``."""
     if len(text) > MAX_CHARS:
         return []
-    return model_events(text, wm, cm) or lexicon_events(text, wm, cm)
+    unseen = _unseen_at(text, wm)
+    return model_events(text, wm, cm, unseen) or lexicon_events(text, wm, cm, unseen)
 
 
-def lexicon_events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
+def lexicon_events(
+    text: str, wm: WordModel, cm: CharModel, unseen: Unseen | None = None
+) -> list[int]:
     """Where the lexicon sees stray pieces (``lexicon_cut``), in text whose other words
     are English (at most ``MAX_RARE`` of them rare): each word cut open that has another
     within ``SPAN`` characters, or one alone that English never writes (not in the lexicon
     at all) repaired into a common word of ``LONE_WORD`` letters, or that writes a 4-gram
-    of ``LONE_BITS`` of surprisal."""
-    found, rare = lexicon_cut(text, wm)
+    of ``LONE_BITS`` of surprisal. ``unseen``: ``_unseen_at``'s reading, when made."""
+    found, rare = lexicon_cut(text, wm, unseen)
     if not found or rare > MAX_RARE:
         return []
     pos = np.array([p for p, *_ in found])
@@ -295,13 +302,15 @@ def lexicon_events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
     ]
 
 
-def model_events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
+def model_events(
+    text: str, wm: WordModel, cm: CharModel, unseen: Unseen | None = None
+) -> list[int]:
     """Where the word model sees stray pieces: the offset of each word cut open
     (``repaired``) that has at least ``MIN_WORDS - 1`` others within ``SPAN`` characters,
     in text whose other words the word model knows (at most ``MAX_UNKNOWN`` of them
     unknown: in a language or a jargon it knows little, a rare word is repaired into a
-    known one by chance)."""
-    at, total, unknown = _unseen_at(text, wm)
+    known one by chance). ``unseen``: ``_unseen_at``'s reading, when made."""
+    at, total, unknown = unseen if unseen is not None else _unseen_at(text, wm)
     if not at.size or _share(unknown, total, at.size) > MAX_UNKNOWN:
         return []  # (the share falls with the words cut open, at most one per unknown)
     close = at.size >= MIN_WORDS and bool(
@@ -330,7 +339,9 @@ def model_events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
     return near
 
 
-def lexicon_cut(text: str, wm: WordModel) -> tuple[list[tuple[int, str, str, str]], float]:
+def lexicon_cut(
+    text: str, wm: WordModel, unseen: Unseen | None = None
+) -> tuple[list[tuple[int, str, str, str]], float]:
     """The words of prose in ``text`` that the English lexicon does not write (``RARE``)
     and that become a common word (``COMMON``) when a piece of 1 to ``MAX_PIECE`` characters
     is taken out of their middle: ``(offset of the piece, the word, the repaired word, the
@@ -339,8 +350,9 @@ def lexicon_cut(text: str, wm: WordModel) -> tuple[list[tuple[int, str, str, str
     language). Only words the fitted word model does not know are asked (the lexicon is
     loaded then); lower-case words of letters and digits only, or words of letters with one
     capitalised piece inside (``BaWheking``: the repair takes the capital out), written once,
-    that are no compound of two words (``lockfile``) and no hexadecimal number."""
-    at = _unseen_at(text, wm)[0]
+    that are no compound of two words (``lockfile``) and no hexadecimal number. ``unseen``:
+    ``_unseen_at``'s reading, when made."""
+    at = (unseen if unseen is not None else _unseen_at(text, wm))[0]
     if not at.size:
         return [], 1.0
     toks = [(m.start(), m.group(0)) for m in _TOKEN.finditer(text)]
