@@ -114,8 +114,33 @@ def has_markup(text: str) -> bool:
     return bool(_marks(text))
 
 
+#: The auto and fallback dialects ``_may_mark`` was derived from (a test keeps them so).
+GATED = (
+    "dsml", "hermes", "qwen3-coder", "gpt-oss", "glm45", "glm47", "kimi-k2", "deepseek-v3",
+    "deepseek-v31", "mistral", "mistral-v11", "llama3-json", "llama4-pythonic", "minimax-m2",
+    "json",
+)  # fmt: skip
+#: Every match of those dialects' markers (openers, fragments, calls) holds one of these
+#: characters: '<' (the tags), an ASCII or look-alike bar (DSML, DeepSeek, Kimi, Harmony),
+#: '[' or ']' (Mistral, Llama 4's call list), '{' (Llama 3's and the bare JSON call); or
+#: ``to=functions.`` in any case (Harmony's fragment). Fences are masked with NUL and an
+#: end-of-turn token is cut off, neither of which adds one.
+_MARK_CHARS = re.compile("[<|\\[\\]{\uff5c\u2016\u2223\u2502\u00a6]")
+_HARMONY_TO = re.compile(r"to=functions\.", re.IGNORECASE)
+
+
+def _may_mark(text: str) -> bool:
+    """False when no auto dialect can find markup in ``text`` (a C-speed scan in front of
+    fifteen markers, for the plain prose most texts are)."""
+    if _MARK_CHARS.search(text) is not None:
+        return True
+    return "=" in text and _HARMONY_TO.search(text) is not None
+
+
 def _marks(text: str) -> list[tuple[int, str]]:
     """(offset of the first markup, name) of the auto dialects present, earliest first."""
+    if not _may_mark(text):
+        return []
     for group in (_AUTO, _FALLBACK):
         marks = [(off, name) for name in group if (off := _auto_marker(name, text)) >= 0]
         if marks:

@@ -135,3 +135,22 @@ def test_auto_tells_versions_apart_by_their_layout(name: str, sibling: str) -> N
 def test_a_layout_that_does_not_tell_is_none(module: Any) -> None:
     assert module.layout("Checking.") is None
     assert module.layout("<tool_call>get_time") is None  # (no tag that tells)
+
+
+def test_the_markup_gate_covers_every_auto_dialect() -> None:
+    """The scan in front of the markers was derived from these dialects' patterns: a new
+    one (or a new fallback) needs its markers checked against it first."""
+    assert [*registry._AUTO, *registry._FALLBACK] == list(registry.GATED)
+
+
+@pytest.mark.parametrize("name", sorted(registry.GATED))
+def test_the_markup_gate_lets_every_marker_through(name: str) -> None:
+    """Each dialect's canonical turn, its broken shapes, and text without any of the gate's
+    characters: markers found only where the gate lets the text through."""
+    dialect = registry.get(name) if name != "dsml" else registry.get("dsml-v4")
+    content = "" if name.startswith("llama") else "Checking."
+    text = dialect.encode(content, [CALL]) if name != "json" else '{"name": "f", "x": {'
+    for t in [text, *_breaks(text), "Harmony to=FUNCTIONS.get", "plain prose = 2 (no tags)"]:
+        if dialect.first_marker(t) >= 0 or registry.has_markup(t):
+            assert registry._may_mark(t), t
+    assert not registry._may_mark("plain prose = 2 (no tags), a/b \\ c")
