@@ -206,6 +206,24 @@ def test_words_hash_alike_wherever_they_stand() -> None:
     assert wordmodel.words(charmodel.codes(" ,;  ")).__getitem__(0).size == 0
 
 
+WORDS_AT = [
+    ("The cat, the CAT! read_config 42 München; 東京は",
+     ["The", "cat", "the", "CAT", "read_config", "42", "München", "東京は"]),
+    ("  a b", ["a", "b"]),
+    (" ,;  ", []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "expected"), WORDS_AT)
+def test_words_at_says_where_each_word_starts(text: str, expected: list[str]) -> None:
+    cp = charmodel.codes(text)
+    h, starts, n = wordmodel.words_at(cp)
+    assert [text[s : s + k] for s, k in zip(starts.tolist(), n.tolist(), strict=True)] == expected
+    h2, n2 = wordmodel.words(cp)
+    assert h.tolist() == h2.tolist()
+    assert n.tolist() == n2.tolist()
+
+
 def test_word_model_marks_unused_words_and_pairs() -> None:
     wm = wordmodel.count([PROSE, PROSE], 12, 14)
     h, _ = wordmodel.words(charmodel.codes("the committee met on Tuesday"))

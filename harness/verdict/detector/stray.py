@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from harness.verdict.detector import lexicon
 from harness.verdict.detector.fitted.charmodel import CharModel, codes
-from harness.verdict.detector.fitted.wordmodel import WordModel, word_chars, words
+from harness.verdict.detector.fitted.wordmodel import WordModel, words, words_at
 
 #: A stray piece is 1 to this many characters (a token or two).
 MAX_PIECE = 8
@@ -168,13 +168,9 @@ Unseen = tuple[npt.NDArray[np.int64], int, int]
 def _unseen_at(text: str, wm: WordModel) -> Unseen:
     """Where the words of 5+ characters that clean text does not use start; how many words
     of 4+ characters the text has, and how many of them clean text does not use."""
-    cp = codes(text)
-    h, n = words(cp)
+    h, first, n = words_at(codes(text))
     if not h.size:
         return np.zeros(0, dtype=np.int64), 0, 0
-    w = np.zeros(cp.size + 2, dtype=np.int8)
-    w[1:-1] = word_chars(cp)
-    first = np.flatnonzero(w[1:] - w[:-1])[0::2]
     unseen = wm.unseen(h)[0] == 1
     long = n >= MIN_OWN
     at: npt.NDArray[np.int64] = first[unseen & (n >= MIN_OWN + 1)]

@@ -71,6 +71,14 @@ def words(
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.intp]]:
     """The hash of every word of ``cp`` (normalized code points) and its length (``wide``:
     whether any code point is 128 or more, when known)."""
+    h, _starts, lengths = words_at(cp, wide)
+    return h, lengths
+
+
+def words_at(
+    cp: npt.NDArray[np.uint32], wide: bool | None = None
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """``words`` with where each word starts: (hashes, starts, lengths)."""
     n = cp.size
     w = np.zeros(n + 2, dtype=np.int8)  # 1 on word characters, between two 0s
     if wide is None:
@@ -81,14 +89,15 @@ def words(
         _ASCII_WORD_I8.take(cp, out=w[1:-1])
     edge = np.flatnonzero(w[1:] - w[:-1])  # a word's start, its end (exclusive), ...
     if not edge.size:
-        return np.zeros(0, dtype=U32), np.zeros(0, dtype=np.intp)
+        none = np.zeros(0, dtype=np.intp)
+        return np.zeros(0, dtype=U32), none, none
     starts, ends = edge[0::2], edge[1::2]
     up, down = _powers(n)
     s = np.zeros(n + 1, dtype=U32)  # s[j]: the sum of c_i * M**-i for i < j
     np.cumsum(cp * down[:n], dtype=U32, out=s[1:])
     h = (s[ends] - s[starts]) * up[ends - 1]  # sum of c_j * M**(end - 1 - j)
     h *= _MIX1
-    return h, ends - starts
+    return h, starts, ends - starts
 
 
 def pairs(h: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
@@ -149,4 +158,4 @@ def count(texts: Iterable[str], bits1: int, bits2: int, least: int = 2) -> WordM
     return WordModel((n1 >= least).astype(np.uint8), (n2 >= least).astype(np.uint8))
 
 
-__all__ = ["WordModel", "count", "pairs", "word_chars", "words"]
+__all__ = ["WordModel", "count", "pairs", "word_chars", "words", "words_at"]
