@@ -392,3 +392,15 @@ def test_a_raw_call_turn_shown_in_a_code_block_is_content_not_salad() -> None:
     assert classify_turn(text, source="server").label == L.OK_TEXT
     broken = text.replace("</invoke>", "")  # not a well-formed turn: read as it is
     assert quoted_calls(broken) == []
+
+
+def test_text_words_reads_one_text_once() -> None:
+    text = "the committee met on Tuesday"
+    found = wordmodel.text_words(text)
+    expected = wordmodel.words_at(charmodel.codes(text))
+    assert [a.tolist() for a in found] == [a.tolist() for a in expected]
+    assert wordmodel.text_words("".join(list(text))) is found  # an equal text: kept
+    assert not found[0].flags.writeable  # shared: nobody writes into them
+    other = wordmodel.text_words("another text")
+    assert other is not found
+    assert other[2].tolist() == [7, 4]

@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from harness.verdict.detector import lexicon
 from harness.verdict.detector.fitted.charmodel import CharModel, codes
-from harness.verdict.detector.fitted.wordmodel import WordModel, words, words_at
+from harness.verdict.detector.fitted.wordmodel import WordModel, text_words, words
 
 #: A stray piece is 1 to this many characters (a token or two).
 MAX_PIECE = 8
@@ -168,7 +168,7 @@ Unseen = tuple[npt.NDArray[np.int64], int, int]
 def _unseen_at(text: str, wm: WordModel) -> Unseen:
     """Where the words of 5+ characters that clean text does not use start; how many words
     of 4+ characters the text has, and how many of them clean text does not use."""
-    h, first, n = words_at(codes(text))
+    h, first, n = text_words(text)
     if not h.size:
         return np.zeros(0, dtype=np.int64), 0, 0
     unseen = wm.unseen(h)[0] == 1

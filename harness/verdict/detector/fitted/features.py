@@ -30,8 +30,7 @@ import numpy.typing as npt
 from harness.verdict.detector import salad
 from harness.verdict.detector.fitted.charmodel import CharModel, Reading, codes
 from harness.verdict.detector.fitted.charweights import CharWeights
-from harness.verdict.detector.fitted.wordmodel import WordModel
-from harness.verdict.detector.fitted.wordmodel import words as word_hashes
+from harness.verdict.detector.fitted.wordmodel import WordModel, text_words
 from harness.verdict.detector.masking import original_offset, without_markup
 
 RULE_SIGNALS = (
@@ -205,7 +204,7 @@ def vector(
         x[k + 10] = int(c6[-1]) / m
         x[k + 11] = _worst(c6, m, 32)[0] / min(32, m)
     k += 12
-    wh, wlen = word_hashes(cp, wide)
+    wh, _starts, wlen = text_words(text, cp, wide)
     if wh.size:
         u1, u2 = wmodel.unseen(wh)
         m = wh.size

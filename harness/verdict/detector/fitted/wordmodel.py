@@ -100,6 +100,28 @@ def words_at(
     return h, starts, ends - starts
 
 
+#: The last text ``text_words`` read, and its words (read-only arrays).
+_LAST: list[tuple[str, tuple[npt.NDArray[np.uint32], npt.NDArray[np.intp], npt.NDArray[np.intp]]]]
+_LAST = []
+
+
+def text_words(
+    text: str, cp: npt.NDArray[np.uint32] | None = None, wide: bool | None = None
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """``words_at`` of ``text``'s normalized code points (``cp``, when already made), the
+    last text's kept: the fitted features and the stray-token reading hash one text's words
+    once. The arrays are read-only (they are shared)."""
+    if _LAST:
+        last, found = _LAST[0]
+        if last is text or last == text:
+            return found
+    found = words_at(codes(text) if cp is None else cp, wide)
+    for a in found:
+        a.flags.writeable = False
+    _LAST[:] = [(text, found)]
+    return found
+
+
 def pairs(h: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
     """The hash of every pair of neighbouring words (of ``words``' hashes)."""
     out: npt.NDArray[np.uint32] = (h[:-1] * _MIX2) ^ (h[1:] >> U32(7)) ^ h[1:]
@@ -158,4 +180,4 @@ def count(texts: Iterable[str], bits1: int, bits2: int, least: int = 2) -> WordM
     return WordModel((n1 >= least).astype(np.uint8), (n2 >= least).astype(np.uint8))
 
 
-__all__ = ["WordModel", "count", "pairs", "word_chars", "words", "words_at"]
+__all__ = ["WordModel", "count", "pairs", "text_words", "word_chars", "words", "words_at"]
