@@ -31,6 +31,7 @@ such words is salad, at the threshold, with the signal ``stray_tokens`` (the num
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 
@@ -96,11 +97,14 @@ _CAMEL = re.compile(r"[a-z][A-Z][a-z]{2}")
 _MARKS = re.compile(r"[^\w]+|\d+")
 
 
-def _core(tok: str, wm: WordModel, capital: bool = False) -> tuple[int, str] | None:
+def _core(
+    tok: str, wm: WordModel, capital: bool = False, known: dict[str, bool] | None = None
+) -> tuple[int, str] | None:
     """Where a token's core starts and the core, when it can be a word of prose cut open by
     a stray piece; None for short tokens, names of things (paths, identifiers, markup) and
     tokens whose parts between marks are words (``short-lived``, ``condition.rhs``).
-    ``capital``: a word with one capital inside (``_capital_inside``) is a word too."""
+    ``capital``: a word with one capital inside (``_capital_inside``) is a word too.
+    ``known``: the answers for the parts of cores asked before (core -> parts are words)."""
     m = _CORE.search(tok)
     if m is None:
         return None
@@ -109,12 +113,22 @@ def _core(tok: str, wm: WordModel, capital: bool = False) -> tuple[int, str] | N
         return None
     if _CAMEL.search(core) and not (capital and _capital_inside(core)):
         return None
+    words_in = known.get(core) if known is not None else None
+    if words_in is None:
+        words_in = _parts_are_words(core, wm)
+        if known is not None:
+            known[core] = words_in
+    return None if words_in else (m.start(), core)
+
+
+def _parts_are_words(core: str, wm: WordModel) -> bool:
+    """Whether ``core`` is made of parts between marks one of which clean text uses."""
     parts = [p for p in _MARKS.split(core) if len(p) >= 4]
     if len(parts) > 1 or (parts and parts[0] != core):
         h, _ = words(codes(" ".join(parts)))
         if h.size and not wm.unseen(h)[0].all():
-            return None
-    return m.start(), core
+            return True
+    return False
 
 
 _WORD = re.compile(r"[^\W_]+")
@@ -161,8 +175,34 @@ def _fits(word: str) -> bool:
     )
 
 
-#: ``_unseen_at``'s reading of one text: read once, it serves both readings (``events``).
+#: ``_unseen_at``'s reading of one text.
 Unseen = tuple[npt.NDArray[np.int64], int, int]
+
+
+class TextReading:
+    """What both readings of one text (``model_events``, ``lexicon_cut``) read, each made
+    once, when first asked (``events`` hands one to both): the unseen words
+    (``_unseen_at``), the text's tokens, which of them hold an unseen word, the text's own
+    words counted, and the answers of ``_core`` for the parts of the cores asked."""
+
+    def __init__(self, text: str, wm: WordModel) -> None:
+        self.text = text
+        self.wm = wm
+        self.known: dict[str, bool] = {}
+
+    @functools.cached_property
+    def unseen(self) -> Unseen:
+        return _unseen_at(self.text, self.wm)
+
+    @functools.cached_property
+    def tokens(self) -> tuple[list[tuple[int, str]], list[int], Counter[str]]:
+        """(every token and its offset, the indices of those holding an unseen word, the
+        text's words lower-cased and counted)."""
+        toks = [(m.start(), m.group(0)) for m in _TOKEN.finditer(self.text)]
+        starts = np.array([p for p, _ in toks], dtype=np.int64)
+        which = np.unique(starts.searchsorted(self.unseen[0], side="right") - 1).tolist()
+        own = Counter(w.lower() for w in _WORD.findall(self.text))
+        return toks, which, own
 
 
 def _unseen_at(text: str, wm: WordModel) -> Unseen:
@@ -183,27 +223,25 @@ def _share(unknown: int, total: int, cut: int) -> float:
 
 
 def repaired(
-    text: str, wm: WordModel, cm: CharModel, at: npt.NDArray[np.int64] | None = None
+    text: str, wm: WordModel, cm: CharModel, reading: TextReading | None = None
 ) -> list[tuple[int, str, str, str]]:
     """The words of ``text`` that are a known word with a piece put in: ``(offset of the
     piece, the word as written, the repaired word, the piece)``. The word as written is
     written once, unknown, and holds a 6-gram clean text never wrote. The repaired one is a
     word of the text itself (the piece 2+ characters from either end), or known to the word
     model, writing no unseen 6-gram, of ``MIN_WORD`` letters, and either of ``LONG_WORD``
-    or clean text uses a pair it makes with a neighbour."""
-    if at is None:
-        at = _unseen_at(text, wm)[0]
-    if at.size < 1:
+    or clean text uses a pair it makes with a neighbour. ``reading``: the text's, when
+    made."""
+    if reading is None:
+        reading = TextReading(text, wm)
+    if reading.unseen[0].size < 1:
         return []
-    toks = [(m.start(), m.group(0)) for m in _TOKEN.finditer(text)]
-    starts = np.array([p for p, _ in toks], dtype=np.int64)
-    which = np.unique(starts.searchsorted(at, side="right") - 1).tolist()
-    own = Counter(w.lower() for w in _WORD.findall(text))
+    toks, which, own = reading.tokens
     cands: list[tuple[int, int, str]] = []  # (token index, core offset, core)
     for i in which:
         if not 0 < i < len(toks) - 1:
             continue
-        c = _core(toks[i][1], wm)
+        c = _core(toks[i][1], wm, known=reading.known)
         if c is not None and own[_first_word(c[1]).lower()] == 1:
             cands.append((i, c[0], c[1]))
     if not cands:
@@ -273,19 +311,19 @@ def events(text: str, wm: WordModel, cm: CharModel) -> list[int]:
     else the lexicon's (``lexicon_events``); none in a text over ``MAX_CHARS``."""
     if len(text) > MAX_CHARS:
         return []
-    unseen = _unseen_at(text, wm)
-    return model_events(text, wm, cm, unseen) or lexicon_events(text, wm, cm, unseen)
+    reading = TextReading(text, wm)
+    return model_events(text, wm, cm, reading) or lexicon_events(text, wm, cm, reading)
 
 
 def lexicon_events(
-    text: str, wm: WordModel, cm: CharModel, unseen: Unseen | None = None
+    text: str, wm: WordModel, cm: CharModel, reading: TextReading | None = None
 ) -> list[int]:
     """Where the lexicon sees stray pieces (``lexicon_cut``), in text whose other words
     are English (at most ``MAX_RARE`` of them rare): each word cut open that has another
     within ``SPAN`` characters, or one alone that English never writes (not in the lexicon
     at all) repaired into a common word of ``LONE_WORD`` letters, or that writes a 4-gram
-    of ``LONE_BITS`` of surprisal. ``unseen``: ``_unseen_at``'s reading, when made."""
-    found, rare = lexicon_cut(text, wm, unseen)
+    of ``LONE_BITS`` of surprisal. ``reading``: the text's, when made."""
+    found, rare = lexicon_cut(text, wm, reading)
     if not found or rare > MAX_RARE:
         return []
     pos = np.array([p for p, *_ in found])
@@ -299,14 +337,16 @@ def lexicon_events(
 
 
 def model_events(
-    text: str, wm: WordModel, cm: CharModel, unseen: Unseen | None = None
+    text: str, wm: WordModel, cm: CharModel, reading: TextReading | None = None
 ) -> list[int]:
     """Where the word model sees stray pieces: the offset of each word cut open
     (``repaired``) that has at least ``MIN_WORDS - 1`` others within ``SPAN`` characters,
     in text whose other words the word model knows (at most ``MAX_UNKNOWN`` of them
     unknown: in a language or a jargon it knows little, a rare word is repaired into a
-    known one by chance). ``unseen``: ``_unseen_at``'s reading, when made."""
-    at, total, unknown = unseen if unseen is not None else _unseen_at(text, wm)
+    known one by chance). ``reading``: the text's, when made."""
+    if reading is None:
+        reading = TextReading(text, wm)
+    at, total, unknown = reading.unseen
     if not at.size or _share(unknown, total, at.size) > MAX_UNKNOWN:
         return []  # (the share falls with the words cut open, at most one per unknown)
     close = at.size >= MIN_WORDS and bool(
@@ -318,7 +358,7 @@ def model_events(
     alone: set[int] = set()
     seen: set[str] = set()
     cores: list[str] = []
-    for p, core, word, piece in repaired(text, wm, cm, at):
+    for p, core, word, piece in repaired(text, wm, cm, reading):
         name = _first_word(core).lower()
         if name not in seen:  # a word written twice is one word
             seen.add(name)
@@ -336,7 +376,7 @@ def model_events(
 
 
 def lexicon_cut(
-    text: str, wm: WordModel, unseen: Unseen | None = None
+    text: str, wm: WordModel, reading: TextReading | None = None
 ) -> tuple[list[tuple[int, str, str, str]], float]:
     """The words of prose in ``text`` that the English lexicon does not write (``RARE``)
     and that become a common word (``COMMON``) when a piece of 1 to ``MAX_PIECE`` characters
@@ -346,20 +386,18 @@ def lexicon_cut(
     language). Only words the fitted word model does not know are asked (the lexicon is
     loaded then); lower-case words of letters and digits only, or words of letters with one
     capitalised piece inside (``BaWheking``: the repair takes the capital out), written once,
-    that are no compound of two words (``lockfile``) and no hexadecimal number. ``unseen``:
-    ``_unseen_at``'s reading, when made."""
-    at = (unseen if unseen is not None else _unseen_at(text, wm))[0]
-    if not at.size:
+    that are no compound of two words (``lockfile``) and no hexadecimal number.
+    ``reading``: the text's, when made."""
+    if reading is None:
+        reading = TextReading(text, wm)
+    if not reading.unseen[0].size:
         return [], 1.0
-    toks = [(m.start(), m.group(0)) for m in _TOKEN.finditer(text)]
-    starts = np.array([p for p, _ in toks], dtype=np.int64)
-    which = np.unique(starts.searchsorted(at, side="right") - 1).tolist()
-    own = Counter(w.lower() for w in _WORD.findall(text))
+    toks, which, own = reading.tokens
     out: list[tuple[int, str, str, str]] = []
     for i in which:
         if not 0 < i < len(toks) - 1 or _QUOTED.search(toks[i][1]):
             continue  # (the first and the last word: a window's edges cut words open)
-        c = _core(toks[i][1], wm, capital=True)
+        c = _core(toks[i][1], wm, capital=True, known=reading.known)
         if c is None or own[c[1].lower()] != 1:
             continue
         if not (_lower_word(c[1]) or _capital_inside(c[1])):
@@ -501,6 +539,7 @@ __all__ = [
     "MAX_UNKNOWN",
     "MIN_WORDS",
     "SPAN",
+    "TextReading",
     "events",
     "lexicon_cut",
     "lexicon_events",
