@@ -194,6 +194,7 @@ def vector(
     cp = codes(orig, wide)
     where = 0
     h6 = u6 = c6 = u1 = None
+    contrast6 = contrast1 = 0.0  # the worst spot less the text's level (``_local``)
     if n >= 5:
         reading = model.read(cp)
         where = _char_features(reading, x, k + 1)
@@ -203,6 +204,7 @@ def vector(
         m = c6.size
         x[k + 10] = int(c6[-1]) / m
         x[k + 11] = _worst(c6, m, 32)[0] / min(32, m)
+        contrast6 = x[k + 11] - x[k + 10]
     k += 12
     wh, _starts, wlen = text_words(text, cp, wide)
     if wh.size:
@@ -211,6 +213,7 @@ def vector(
         c1 = u1.cumsum()
         x[k] = int(c1[-1]) / m
         x[k + 1] = _worst(c1, m, 8)[0] / min(8, m)
+        contrast1 = x[k + 1] - x[k]
         cl = wlen.cumsum()
         cc = (u1 * wlen).cumsum()
         if m > 8:
@@ -265,7 +268,7 @@ def vector(
     if "<" in text or "[" in text or "\uff5c" in text:
         x[k + 4] = min(sum(1 for _ in salad.special_tokens(text)), 5)
     k = _LOCAL
-    x[k : k + 5] = _local(text, c6, u1, wlen)
+    x[k : k + 5] = _local(text, contrast6, contrast1, u1, wlen)
     if n:
         x[k + 5], x[k + 6], x[k + 7] = weights.scores(orig, cp)
     return np.array(x), original_offset(where, removed) if removed else where
@@ -296,22 +299,21 @@ _LOCAL = NAMES.index("unseen6_contrast")
 
 def _local(
     text: str,
-    u6: npt.NDArray[np.integer] | None,
+    contrast6: float,
+    contrast1: float,
     u1: npt.NDArray[np.uint8] | None,
     wlen: npt.NDArray[np.intp] | None,
 ) -> list[float]:
     """How much the worst spot stands out of the text's own level (a corrupted span in a
     long text of code holds as many unseen 6-grams as the code's worst line, but far more
-    than its usual one), long unseen words, digits inside words (``blo3ck``) and how well
-    the text compresses (``u6``: cumulative unseen 6-grams, ``u1``: unseen words)."""
-    x = [0.0] * 5
-    if u6 is not None:
-        m = u6.size
-        x[0] = _worst(u6, m, 32)[0] / min(32, m) - int(u6[-1]) / m
+    than its usual one: ``contrast6``, the worst 32 6-grams' share of unseen ones less the
+    text's; ``contrast1``, the same of the worst 8 words, both read by ``vector``), long
+    unseen words, digits inside words (``blo3ck``) and how well the text compresses
+    (``u1``: unseen words)."""
+    x = [contrast6, 0.0, 0.0, 0.0, 0.0]
     if u1 is not None and wlen is not None:
         m = u1.size
-        c1 = u1.cumsum()
-        x[1] = _worst(c1, m, 8)[0] / min(8, m) - int(c1[-1]) / m
+        x[1] = contrast1
         x[2] = int(np.count_nonzero((wlen >= 12) & (u1 == 1))) / m
         if _DIGIT.search(text) is not None:
             x[3] = len(_DIGIT_IN_WORD.findall(text)) / m
