@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from harness.verdict.detector import lexicon
 from harness.verdict.detector.fitted.charmodel import CharModel, codes
-from harness.verdict.detector.fitted.wordmodel import WordModel, text_words, words
+from harness.verdict.detector.fitted.wordmodel import WordModel, text_words, words, words_at
 
 #: A stray piece is 1 to this many characters (a token or two).
 MAX_PIECE = 8
@@ -115,20 +115,35 @@ def _core(
         return None
     words_in = known.get(core) if known is not None else None
     if words_in is None:
-        words_in = _parts_are_words(core, wm)
+        words_in = _parts_are_words([core], wm)[core]
         if known is not None:
             known[core] = words_in
     return None if words_in else (m.start(), core)
 
 
-def _parts_are_words(core: str, wm: WordModel) -> bool:
-    """Whether ``core`` is made of parts between marks one of which clean text uses."""
-    parts = [p for p in _MARKS.split(core) if len(p) >= 4]
-    if len(parts) > 1 or (parts and parts[0] != core):
-        h, _ = words(codes(" ".join(parts)))
-        if h.size and not wm.unseen(h)[0].all():
-            return True
-    return False
+def _parts_are_words(cores: list[str], wm: WordModel) -> dict[str, bool]:
+    """For each core, whether it is made of parts between marks (of 4+ characters) one of
+    which clean text uses. The parts of all of them are hashed at once, a space between
+    two cores' parts: a word never spans one, and a word's hash does not depend on where
+    it stands (``wordmodel.words``)."""
+    out: dict[str, bool] = {}
+    asked: list[str] = []
+    pieces: list[str] = []
+    for core in cores:
+        if core in out:
+            continue
+        out[core] = False
+        parts = [p for p in _MARKS.split(core) if len(p) >= 4]
+        if len(parts) > 1 or (parts and parts[0] != core):
+            asked.append(core)
+            pieces.append(" ".join(parts))
+    if asked:
+        h, starts, _n = words_at(codes(" ".join(pieces)))
+        ends = np.cumsum([len(p) + 1 for p in pieces])  # past each piece and its space
+        owner = ends.searchsorted(starts, side="right")  # the piece each word is in
+        for k in np.unique(owner[wm.unseen(h)[0] == 0]).tolist():
+            out[asked[k]] = True
+    return out
 
 
 _WORD = re.compile(r"[^\W_]+")
@@ -183,12 +198,12 @@ class TextReading:
     """What both readings of one text (``model_events``, ``lexicon_cut``) read, each made
     once, when first asked (``events`` hands one to both): the unseen words
     (``_unseen_at``), the text's tokens, which of them hold an unseen word, the text's own
-    words counted, and the answers of ``_core`` for the parts of the cores asked."""
+    words counted, and whether the parts of the cores of those tokens are words (``_core``
+    asks it of them all at once)."""
 
     def __init__(self, text: str, wm: WordModel) -> None:
         self.text = text
         self.wm = wm
-        self.known: dict[str, bool] = {}
 
     @functools.cached_property
     def unseen(self) -> Unseen:
@@ -203,6 +218,19 @@ class TextReading:
         which = np.unique(starts.searchsorted(self.unseen[0], side="right") - 1).tolist()
         own = Counter(w.lower() for w in _WORD.findall(self.text))
         return toks, which, own
+
+    @functools.cached_property
+    def known(self) -> dict[str, bool]:
+        """``_parts_are_words`` of the cores ``_core`` can ask about: those of the tokens
+        holding an unseen word, but the first and the last, long enough and prose."""
+        toks, which, _own = self.tokens
+        cores = []
+        for i in which:
+            m = _CORE.search(toks[i][1]) if 0 < i < len(toks) - 1 else None
+            core = m.group(0) if m is not None else ""
+            if len(core) >= MIN_OWN + 1 and not _NOT_PROSE.search(core):
+                cores.append(core)
+        return _parts_are_words(cores, self.wm)
 
 
 def _unseen_at(text: str, wm: WordModel) -> Unseen:
