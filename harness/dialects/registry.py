@@ -208,7 +208,8 @@ def _auto(text: str, server_content: bool, tools: Tools) -> tuple[str, ParseResu
 
 #: Substrings one of which the markup of the dialects besides DSML and Hermes holds in its
 #: canonical or usual broken shapes: a text with none of them has none (``in`` runs at
-#: memory speed; DSML and Hermes texts hold none of them).
+#: memory speed). Hermes texts hold none of them; a DSML v4 block holds ``\uff5ctool`` (its
+#: ``<\uff5cDSML\uff5ctool_calls>``), so it is parsed by "auto" here too.
 _NEEDLES = (
     "<|", "|>", "<\uff5ctool", "\uff5ctool", "[TOOL_CALL", "TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
     "<function=", "</function>", "<parameter=", "</parameter>", "<arg_", "</arg_",
