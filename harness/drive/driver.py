@@ -202,8 +202,10 @@ class Progress:
                 v.sessions_done += 1
 
 
-#: sessions started per pass of the event loop (``_drive``)
-START_PER_PASS = 8
+#: sessions started per pass of the event loop (``_drive``): each pass of the start also runs
+#: the follow-ups of the sessions started just before, so 8 a pass made passes of 10-17 ms
+#: at 2,000 sessions (the loop's lag p99 20 ms), 2 a pass 3-5 ms (docs/performance.md)
+START_PER_PASS = 2
 
 # The cyclic garbage collector's thresholds while sessions run. At the default (700
 # allocations) 2,000 sessions spent 10-25% of the run's CPU in collections; with 20,000
