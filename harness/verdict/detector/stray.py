@@ -105,12 +105,10 @@ def _core(
     tokens whose parts between marks are words (``short-lived``, ``condition.rhs``).
     ``capital``: a word with one capital inside (``_capital_inside``) is a word too.
     ``known``: the answers for the parts of cores asked before (core -> parts are words)."""
-    m = _CORE.search(tok)
+    m = _prose_core(tok)
     if m is None:
         return None
     core = m.group(0)
-    if len(core) < MIN_OWN + 1 or _NOT_PROSE.search(core):
-        return None
     if _CAMEL.search(core) and not (capital and _capital_inside(core)):
         return None
     words_in = known.get(core) if known is not None else None
@@ -119,6 +117,15 @@ def _core(
         if known is not None:
             known[core] = words_in
     return None if words_in else (m.start(), core)
+
+
+def _prose_core(tok: str) -> re.Match[str] | None:
+    """A token's core, when it is long enough to be a word cut open and not a name of a
+    thing (``_core``'s first test, and the cores ``TextReading.known`` asks about)."""
+    m = _CORE.search(tok)
+    if m is None or len(m.group(0)) < MIN_OWN + 1 or _NOT_PROSE.search(m.group(0)):
+        return None
+    return m
 
 
 def _parts_are_words(cores: list[str], wm: WordModel) -> dict[str, bool]:
@@ -224,13 +231,8 @@ class TextReading:
         """``_parts_are_words`` of the cores ``_core`` can ask about: those of the tokens
         holding an unseen word, but the first and the last, long enough and prose."""
         toks, which, _own = self.tokens
-        cores = []
-        for i in which:
-            m = _CORE.search(toks[i][1]) if 0 < i < len(toks) - 1 else None
-            core = m.group(0) if m is not None else ""
-            if len(core) >= MIN_OWN + 1 and not _NOT_PROSE.search(core):
-                cores.append(core)
-        return _parts_are_words(cores, self.wm)
+        found = (_prose_core(toks[i][1]) for i in which if 0 < i < len(toks) - 1)
+        return _parts_are_words([m.group(0) for m in found if m is not None], self.wm)
 
 
 def _unseen_at(text: str, wm: WordModel) -> Unseen:
