@@ -32,11 +32,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import socket
 import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -277,6 +279,11 @@ def run_kind(kind: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _ratio(a: float, b: float) -> float:
+    """a / b; nan where b is 0 (a run too short for the 20 ms CPU samples)."""
+    return a / b if b else float("nan")
+
+
 def table(rows: list[dict[str, Any]], repeats: int) -> str:
     lines = [
         "| client (core 0) | requests/s | / aiohttp | loop CPU ms a request | aiohttp / it "
@@ -287,8 +294,8 @@ def table(rows: list[dict[str, Any]], repeats: int) -> str:
     for i, kind in enumerate(KINDS):
         mine = [rows[r * width + i] for r in range(repeats)]
         base = [rows[r * width] for r in range(repeats)]
-        rate = [m["rate"] / b["rate"] for m, b in zip(mine, base, strict=True)]
-        cpu = [b["loop_cpu_ms"] / m["loop_cpu_ms"] for m, b in zip(mine, base, strict=True)]
+        rate = [_ratio(m["rate"], b["rate"]) for m, b in zip(mine, base, strict=True)]
+        cpu = [_ratio(b["loop_cpu_ms"], m["loop_cpu_ms"]) for m, b in zip(mine, base, strict=True)]
 
         def med(xs: list[float]) -> float:
             return statistics.median(xs)
@@ -322,7 +329,7 @@ def main() -> None:
         sent = asyncio.run(replay(args.client, args.url, bodies, args.concurrency))
         print(json.dumps({"requests": sent}))
         return
-    path = args.bodies or Path(pw.tempfile.mkdtemp(prefix="floor-bodies-")) / "bodies.bin"
+    path = args.bodies or Path(tempfile.mkdtemp(prefix="floor-bodies-")) / "bodies.bin"
     if not path.exists():
         args.judges = args.judge_cores = None
         first = pw.run_harness(args, path)
@@ -340,7 +347,7 @@ def main() -> None:
                 )
     finally:
         if args.bodies is None:
-            pw.shutil.rmtree(path.parent, ignore_errors=True)
+            shutil.rmtree(path.parent, ignore_errors=True)
     print(table(rows, args.repeats))
 
 
