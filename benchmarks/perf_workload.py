@@ -279,37 +279,46 @@ def read_bodies(path: Path) -> list[bytes]:
     return bodies
 
 
-async def replay(url: str, bodies: list[bytes], concurrency: int) -> int:
-    """Send every body in order, ``concurrency`` in flight, reading each answer to its end.
+#: the headers the harness's chat requests carry (``ChatClient``), without a key
+BARE_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
 
-    Like with like: the harness's transport settings (``ChatClient``): the same pool size,
-    no per-host limit, no compression asked nor decompressed, no proxy lookup, the same
-    headers and connect timeouts, and the same read path (``iter_any``); only what the harness
-    does with the bytes is left out, and the read timeout (the harness watches each stream
-    with one timer: ``_ReadWatch``; the bare client has none, which only makes it faster)."""
+
+def bare_session(concurrency: int) -> Any:
+    """The bare client's aiohttp session, with the harness's transport settings
+    (``ChatClient``): the same pool size, no per-host limit, no compression asked nor
+    decompressed, no proxy lookup, the same connect timeouts; no read timeout (the harness
+    watches each stream with one timer, ``_ReadWatch``; the bare client has none, which only
+    makes it faster). Made in the running loop."""
     import aiohttp
 
     from harness.client import DEFAULT_REQUEST_TIMEOUT, connections_for
 
-    queue = iter(bodies)
-    done = 0
     connector = aiohttp.TCPConnector(limit=connections_for(concurrency), limit_per_host=0)
-    headers = {"content-type": "application/json", "accept-encoding": "identity"}
     timeout = aiohttp.ClientTimeout(
         total=None,
         connect=DEFAULT_REQUEST_TIMEOUT,
         sock_connect=10.0,
         sock_read=None,
     )
-    async with aiohttp.ClientSession(
+    return aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False, trust_env=False
-    ) as session:
+    )
+
+
+async def replay(url: str, bodies: list[bytes], concurrency: int) -> int:
+    """Send every body in order, ``concurrency`` in flight, reading each answer to its end.
+
+    Like with like: the harness's transport settings (``bare_session``), its headers and the
+    same read path (``iter_any``); only what the harness does with the bytes is left out."""
+    queue = iter(bodies)
+    done = 0
+    async with bare_session(concurrency) as session:
 
         async def one() -> None:
             nonlocal done
             for body in queue:
                 async with session.post(
-                    url + "/v1/chat/completions", data=body, headers=headers
+                    url + "/v1/chat/completions", data=body, headers=BARE_HEADERS
                 ) as resp:
                     async for _ in resp.content.iter_any():
                         pass

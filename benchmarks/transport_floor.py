@@ -7,7 +7,8 @@ The growing-context workload of ``perf_workload.py`` (its request bodies, record
 ``harness run``), replayed by four clients that do nothing with the answers, each on core 0
 against a fresh ``null_endpoint.py`` on core 1:
 
-- ``aiohttp``: the bare client of ``perf_workload.py`` (the harness's transport settings);
+- ``aiohttp``: the bare client of ``perf_workload.py`` (its session, the harness's transport
+  settings), keeping each answer and one time stamp a read, as the protocol client does;
 - ``protocol``: a bare ``asyncio.Protocol`` per connection, the request's head and body in one
   write, the response's head and chunked framing cut in ``data_received``, one time stamp a
   read;
@@ -223,19 +224,8 @@ async def _replay_protocol(url: str, bodies: Bodies, concurrency: int) -> int:
 
 
 async def _replay_aiohttp(url: str, bodies: Bodies, concurrency: int) -> int:
-    import aiohttp
-
-    from harness.client import DEFAULT_REQUEST_TIMEOUT, connections_for
-
-    connector = aiohttp.TCPConnector(limit=connections_for(concurrency), limit_per_host=0)
-    headers = {"content-type": "application/json", "accept-encoding": "identity"}
-    timeout = aiohttp.ClientTimeout(
-        total=None, connect=DEFAULT_REQUEST_TIMEOUT, sock_connect=10.0, sock_read=None
-    )
     done = 0
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, auto_decompress=False, trust_env=False
-    ) as session:
+    async with pw.bare_session(concurrency) as session:
 
         async def one() -> None:
             nonlocal done
@@ -245,7 +235,7 @@ async def _replay_aiohttp(url: str, bodies: Bodies, concurrency: int) -> int:
                 stamps: list[tuple[int, float]] = []
                 got = 0
                 async with session.post(
-                    url + "/v1/chat/completions", data=body, headers=headers
+                    url + "/v1/chat/completions", data=body, headers=pw.BARE_HEADERS
                 ) as resp:
                     async for chunk in resp.content.iter_any():
                         stamps.append((got, time.perf_counter()))
