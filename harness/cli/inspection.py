@@ -24,10 +24,10 @@ from harness.cli.gates import (
     report_build,
 )
 from harness.cli.limit_flags import limits_from
-from harness.client.scoring import Scorer, detect_api
+from harness.client.scoring import Scorer, ScoringFailed, detect_api
 from harness.errors import InfrastructureError, UsageError
-from harness.record.rundir import TURNS_FILE
-from harness.run.judge import judge_saved
+from harness.record.rundir import TURNS_FILE, RunDir
+from harness.run.judge import check_judges, judge_run_folder, judge_saved, judge_servers
 from harness.run.merge import merge_shards
 from harness.run.replay import ReplayOptions, format_replay, replay
 from harness.verdict.batch import classify_files, classify_stream
@@ -164,7 +164,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     report = report_build()
     check_gate_args(args)
+    servers: dict[str, str] = {}
+    if args.judge:  # (checked before anything is written)
+        meta = RunDir(args.shard_dirs[0]).read_meta()
+        labels = [str(v["label"]) for v in meta.get("variants") or []]
+        servers = judge_servers(args.judge, labels)
+        asyncio.run(check_judges(servers, meta))
     result = merge_shards(list(args.shard_dirs), args.out, args.shards)
+    judge_failed = None
+    if servers:
+
+        def say(line: str) -> None:
+            print(f"harness merge: {line}", file=sys.stderr, flush=True)
+
+        try:
+            asyncio.run(judge_run_folder(
+                args.out, servers, args.scoring_api, args.judge_concurrency, say
+            ))  # fmt: skip
+        except (OSError, InfrastructureError, ScoringFailed) as exc:
+            judge_failed = f"the judge stopped: {exc}; the merged turns are all in {args.out}"
     summary = report.write_report(args.out)
     print(report.format_table(summary))
     print(
@@ -180,4 +198,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     code = apply_gates(args, summary)
     for problem in result.problems():
         print(f"harness merge: {problem}", file=sys.stderr)
+    suspects = sum(v.get("suspect_turns") or 0 for v in summary.get("variants", ()))
+    if not servers and suspects:
+        print(f"harness merge: no shard judges: the rates count the text detector's {suspects} "
+              "suspect turns unconfirmed; --judge URL (an idle server of the run's model) "
+              "scores them as a run in one process does", file=sys.stderr)  # fmt: skip
+    if judge_failed is not None:
+        print(f"harness merge: error: {judge_failed}", file=sys.stderr)
+        return EXIT_INFRA
     return code if result.complete else EXIT_INFRA

@@ -141,6 +141,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="how many shards the run has (default: what the shards say); a missing one "
         "fails as infrastructure (exit 3)",
     )
+    mrg.add_argument(
+        "--judge",
+        action="append",
+        default=[],
+        metavar="[VARIANT=]URL",
+        help="score the merged run's flagged turns teacher-forced on this idle server of the "
+        "run's model, as a run in one process does after each variant's load (no shard "
+        "judges: the healthy reference is the whole variant's); a URL alone serves every "
+        "variant, VARIANT=URL one of them (repeat it); without it the rates rest on the text "
+        "detector alone",
+    )
+    mrg.add_argument(
+        "--judge-concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="the judge's scores in flight at once (default: the run's --judge-concurrency)",
+    )
+    mrg.add_argument(
+        "--scoring-api",
+        choices=("auto", "sglang", "vllm", "llamacpp"),
+        default="auto",
+        help="how the --judge server scores a given text (auto: from /server_info or /props)",
+    )
     add_gate_args(mrg)
 
     _add_replay_parser(sub)

@@ -27,16 +27,28 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.judge import ABS_FLOOR, GAP_FLOOR, decide, greedy_gaps, window_nll
+from harness.analysis.judge import (
+    ABS_FLOOR,
+    GAP_FLOOR,
+    decide,
+    greedy_gaps,
+    merge_into_turns,
+    window_nll,
+)
+from harness.argtypes import api_key_from_env
+from harness.client.door import list_models
 from harness.client.scoring import Scored, Scorer, ScoringFailed, ScoringMismatch, detect_api
-from harness.record.rundir import JUDGE_FILE, TRANSCRIPTS_FILE
+from harness.errors import InfrastructureError, UsageError
+from harness.record.rundir import JUDGE_FILE, TRANSCRIPTS_FILE, RunDir
 from harness.record.transcripts import Transcript, load_transcripts
 from harness.record.turns import JsonlAppender
 from harness.run.options import RunOptions
+from harness.target.readiness import WAIT_LONGER, EndpointTarget
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +322,19 @@ async def judge_turns(
         out.close()
 
 
+@dataclass(frozen=True)
+class JudgeServer:
+    """The server that scores and how: its URL, the scoring shape it speaks (auto: asked),
+    the run's model, its key, the request timeout, and the scores in flight at once."""
+
+    base_url: str
+    scoring_api: str
+    model: str
+    api_key: str | None
+    timeout: float
+    lanes: int
+
+
 async def judge_variant(
     opts: RunOptions,
     base_url: str,
@@ -324,27 +349,48 @@ async def judge_variant(
         announce(f"{variant}: the judge scores chat turns only; --api {opts.source.api} is not "
                  "judged")  # fmt: skip
         return
-    recorded = cannot_score(opts.out_dir, variant, repeat)
+    after, endpoint = opts.after, opts.endpoint
+    server = JudgeServer(base_url, after.scoring_api, model, endpoint.api_key,
+                         endpoint.request_timeout, after.judge_concurrency)  # fmt: skip
+    sample = (after.judge_sample, opts.source.seed)
+    await judge_part(server, opts.out_dir, run_id, (variant, repeat), sample, announce)
+
+
+async def judge_part(
+    server: JudgeServer,
+    run_dir: Path,
+    run_id: str,
+    part: tuple[str, int],
+    sample: tuple[float, int],
+    announce: Callable[[str], None],
+) -> int:
+    """Score (variant, repeat)'s flagged turns and its seeded ``sample`` (share, seed) of the
+    passed ones of ``run_dir``'s transcripts on ``server`` into judge.jsonl, what was already
+    scored there skipped; the rows written."""
+    variant, repeat = part
+    recorded = cannot_score(run_dir, variant, repeat)
     if recorded is not None:
         announce(f"{variant}: the judge is off: the server could not score a given text "
                  f"(recorded: {recorded})")  # fmt: skip
-        return
-    after, endpoint = opts.after, opts.endpoint
-    api = after.scoring_api if after.scoring_api != "auto" else await detect_api(base_url)
-    transcripts = load_transcripts(opts.out_dir / TRANSCRIPTS_FILE)
-    lanes, t0 = after.judge_concurrency, time.monotonic()
-    async with Scorer(base_url, api, model=model, api_key=endpoint.api_key,  # type: ignore[arg-type]
-                      timeout=endpoint.request_timeout, connections=lanes) as scorer:  # fmt: skip
+        return 0
+    api = server.scoring_api
+    if api == "auto":
+        api = await detect_api(server.base_url, server.api_key)
+    transcripts = load_transcripts(run_dir / TRANSCRIPTS_FILE)
+    lanes, t0 = server.lanes, time.monotonic()
+    async with Scorer(server.base_url, api, model=server.model,  # type: ignore[arg-type]
+                      api_key=server.api_key, timeout=server.timeout,
+                      connections=lanes) as scorer:  # fmt: skip
         n, why = await judge_turns(
-            scorer, transcripts, opts.out_dir / JUDGE_FILE, part=(variant, repeat),
-            share=after.judge_sample, seed=opts.source.seed, base={"run_id": run_id},
-            lanes=lanes,
+            scorer, transcripts, run_dir / JUDGE_FILE, part=part, share=sample[0],
+            seed=sample[1], base={"run_id": run_id}, lanes=lanes,
         )  # fmt: skip
     if why is not None:
         announce(f"{variant}: the judge is off: the server cannot score a given text ({why})")
     else:
         announce(f"{variant}: {n} turns scored teacher-forced by the judge in "
                  f"{time.monotonic() - t0:.1f} s ({lanes} at once)")  # fmt: skip
+    return n
 
 
 async def judge_saved(
@@ -399,3 +445,102 @@ async def judge_saved(
             out = {**out, "judge_error": errors[key]}
         result.append(out)
     return result, None
+
+
+def judge_servers(given: Sequence[str], labels: Sequence[str]) -> dict[str, str]:
+    """``--judge [VARIANT=]URL``, repeated: the judge's server of each variant. A URL alone
+    scores every variant not named with one of its own; a variant the run does not have, or
+    named twice, is a usage error."""
+    out: dict[str, str] = {}
+    default: str | None = None
+    for item in given:
+        name, eq, url = item.partition("=")
+        if not eq or "://" in name:  # (a URL alone; a URL's query may hold an '=')
+            if default is not None:
+                raise UsageError(f"--judge {item}: a URL for every variant is given twice "
+                                 f"({default}); name the variant: --judge VARIANT=URL")  # fmt: skip
+            default = item
+            continue
+        if name not in labels:
+            raise UsageError(f"--judge {item}: the run has no variant {name!r} "
+                             f"(its variants: {', '.join(labels)})")  # fmt: skip
+        if name in out:
+            raise UsageError(f"--judge: variant {name!r} is given two servers")
+        out[name] = url
+    for label in labels:
+        if default is not None:
+            out.setdefault(label, default)
+    return {label: url.rstrip("/") for label, url in out.items()}
+
+
+def _variant_model(meta: Mapping[str, Any], label: str) -> str:
+    dialects = meta.get("dialects") or {}
+    return str((dialects.get(label) or {}).get("model") or meta.get("model") or "")
+
+
+async def check_judges(servers: Mapping[str, str], meta: Mapping[str, Any]) -> None:
+    """Before anything is written: each judge server is up, speaks the OpenAI API, and serves
+    the model that wrote its variant's turns (the judge scores with that model)."""
+    args = meta.get("args") or {}
+    if args.get("api", "chat") != "chat":
+        raise UsageError(f"--judge: the judge scores chat turns only; this run used --api "
+                         f"{args.get('api')}")  # fmt: skip
+    key = api_key_from_env(str(args.get("api_key_env") or "OPENAI_API_KEY"))
+    for url in sorted(set(servers.values())):
+        try:
+            await EndpointTarget(url, api_key=key).start()
+        except (UsageError, InfrastructureError) as exc:  # (merge has no --ready-timeout)
+            said = str(exc).replace(f" ({WAIT_LONGER})", "")
+            raise type(exc)(f"--judge {url}: {said}") from None
+        cards = await list_models(url, api_key=key) or []
+        served = {str(c.get("id")) for c in cards if isinstance(c, dict)}
+        for label in (lb for lb, u in servers.items() if u == url):
+            model = _variant_model(meta, label)
+            if served and model and model not in served:
+                raise UsageError(
+                    f"--judge {url} serves {', '.join(sorted(served))}, but variant {label}'s "
+                    f"turns were written by {model}: the judge scores with the model that wrote "
+                    "them; give a server of that model"
+                )
+
+
+async def judge_run_folder(
+    run_dir: Path,
+    servers: Mapping[str, str],
+    scoring_api: str,
+    lanes: int | None,
+    announce: Callable[[str], None],
+) -> int:
+    """The judge a run in one process gives its variants after their load (``--judge
+    auto``), given to a finished run folder (the shards of a run merged: no shard judges,
+    since the healthy reference is the whole variant's): every (variant, repeat) with a
+    flagged turn is scored on its ``servers`` entry with the run's own sample share, seed,
+    key and timeout, and the verdicts written into turns.jsonl. The rows written."""
+    meta = RunDir(run_dir).read_meta()
+    args = meta.get("args") or {}
+    key = api_key_from_env(str(args.get("api_key_env") or "OPENAI_API_KEY"))
+    sample = (float(args.get("judge_sample", 0.1)), int(args.get("seed") or 0))
+    flagged = {
+        (v, r)
+        for (v, r, _session), t in load_transcripts(run_dir / TRANSCRIPTS_FILE).items()
+        if any((row.get("response") or {}).get("corrupted") for row in t.rows)
+    }
+    n = 0
+    try:
+        for part in ((str(o["variant"]), int(o.get("repeat", 0))) for o in meta.get("order") or []):
+            label = part[0]
+            if label not in servers:
+                announce(f"{label}: not judged (no --judge server for it)")
+                continue
+            if part not in flagged:
+                announce(f"{label}: no flagged turn to judge")
+                continue
+            server = JudgeServer(
+                servers[label], scoring_api, _variant_model(meta, label), key,
+                float(args.get("request_timeout") or 120.0),
+                lanes or int(args.get("judge_concurrency") or 1),
+            )  # fmt: skip
+            n += await judge_part(server, run_dir, str(meta.get("run_id")), part, sample, announce)
+    finally:  # (a judge cut short: the verdicts of what it scored are kept)
+        merge_into_turns(run_dir)
+    return n

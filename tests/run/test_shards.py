@@ -8,18 +8,26 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.analysis.confirm import row_key
 from harness.analysis.oracles import ORACLE_METRICS
+from harness.analysis.tiers import CONFIRMED_BASIS, DETECTOR_BASIS
 from harness.drive.permits import Permits
 from harness.drive.session import make_plans
 from harness.errors import UsageError
 from harness.pool.dealing import deal, family
-from harness.record.rundir import ORACLE_PASSKEY_ALONE_FILE, ORACLE_PASSKEY_FILE, ORACLE_REPLAY_FILE
-from harness.record.turns import read_rows
+from harness.record.rundir import (
+    JUDGE_FILE,
+    ORACLE_PASSKEY_ALONE_FILE,
+    ORACLE_PASSKEY_FILE,
+    ORACLE_REPLAY_FILE,
+    TURNS_FILE,
+)
+from harness.record.turns import read_rows, read_turns
 from harness.run.shard import (
     Shard,
     parse_shard,
@@ -28,6 +36,7 @@ from harness.run.shard import (
     wait_until,
 )
 from harness.workload.scenario import load_scenario
+from tests.run.test_replay import LOAD_SCALE
 from tests.standins.simtarget import SIM_FAULTS_TARGET, headline, stable_turns
 
 CLI = [sys.executable, "-m", "harness.cli"]
@@ -225,3 +234,65 @@ def test_shards_with_the_exact_oracles_merge_into_the_run_one_process_makes(
     md = (tmp_path / "merged" / "report.md").read_text()
     assert "## Replay alone (exact oracle)" in md
     assert "## Passkeys (exact oracle)" in md
+
+
+def test_merge_judges_the_merged_run_on_the_server_given(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """No shard judges (the judge's healthy reference is the whole variant's): ``harness
+    merge --judge URL`` scores the merged run's flagged turns teacher-forced, as one process
+    does after its load, and the headline then counts what the judge confirmed. A variant the
+    run does not have, or a server that is not there, is refused before anything is written."""
+    url = make_sim(fault_scale=LOAD_SCALE)  # (about one answer in five corrupted at 40 in flight)
+    common = ["--endpoint", url, "--sessions", "40", "--concurrency", "40", "--turns", "6",
+              "--max-context", "16000", "--seed", "3", "--no-progress",
+              "--workers", "1"]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [*CLI, "run", *common, "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}")],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in (1, 2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-3000:]
+    shards = [str(tmp_path / "s1"), str(tmp_path / "s2")]
+    assert not any((tmp_path / s / JUDGE_FILE).exists() for s in ("s1", "s2"))
+
+    plain = harness("merge", *shards, "-o", str(tmp_path / "plain"))
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    [v] = json.loads((tmp_path / "plain" / "summary.json").read_text())["variants"]
+    assert v["suspect_turns"] > 0  # the comparison has something to judge
+    assert v["headline_basis"] == DETECTOR_BASIS
+    assert "--judge URL" in plain.stderr  # what to do about it, said
+
+    judged = harness("merge", *shards, "-o", str(tmp_path / "judged"), "--judge", url)
+    assert judged.returncode == 0, judged.stderr[-3000:]
+    assert "turns scored teacher-forced by the judge" in judged.stderr
+    turns = read_turns(tmp_path / "judged" / TURNS_FILE)
+    flagged = [t for t in turns if t["corrupted"] and not t.get("structural")]
+    assert flagged
+    assert all("judge_nll" in t for t in flagged if t.get("content"))
+    rows = read_rows(tmp_path / "judged" / JUDGE_FILE)
+    assert {r["run_id"] for r in rows} == {turns[0]["run_id"]}
+    [w] = json.loads((tmp_path / "judged" / "summary.json").read_text())["variants"]
+    assert w["headline_basis"] == CONFIRMED_BASIS
+    assert w["judge"]["flagged_confirmed"] > 0
+    assert w["turns"] == v["turns"]
+    # what the judge confirmed was injected by the simulator (its ground truth)
+    confirmed = [t for t in turns if t.get("judge_confirmed")]
+    assert confirmed
+    assert all(t["sim_injected"] not in (None, "none") for t in confirmed)
+
+    unknown = harness("merge", *shards, "-o", str(tmp_path / "u"), "--judge", f"fp9={url}")
+    assert unknown.returncode == 2
+    assert "the run has no variant 'fp9'" in unknown.stderr
+    closed = harness("merge", *shards, "-o", str(tmp_path / "c"), "--judge", "http://127.0.0.1:9")
+    assert closed.returncode in (2, 3)
+    assert "--judge http://127.0.0.1:9" in closed.stderr
+    assert not (tmp_path / "u").exists()
+    assert not (tmp_path / "c").exists()
