@@ -106,7 +106,8 @@ def _classify_judged(args: argparse.Namespace) -> int:
             continue
         if isinstance(rec, dict):
             inputs[str(rec.get("id"))] = dict(rec)
-            rec.pop("messages", None)  # the judge's, not the classifier's
+            for judges in ("messages", "temperature"):  # the judge's, not the classifier's
+                rec.pop(judges, None)
             line = json.dumps(rec, ensure_ascii=False)
         lines.append(line)
     out = io.StringIO()

@@ -184,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--judge",
         metavar="URL",
         help="also score each output teacher-forced on a server of the same model, after its "
-        'prompt ("messages" + "tools", else "context"): judge_nll, judge_confirmed '
-        "(docs/judge.md)",
+        'prompt ("messages" + "tools", else "context"): judge_nll, judge_confirmed; a line '
+        'written at "temperature": 0 gets the greedy check too (judge_gap; docs/judge.md)',
     )
     cls.add_argument(
         "--scoring-api",

@@ -400,13 +400,17 @@ async def judge_saved(
     its prompt (``messages`` + ``tools`` rendered by the server's chat template, else the
     ``context`` text), and decide ``judge_confirmed`` with the run's rule, the lines the
     classifier passed as the healthy reference. (lines, why the server cannot score or None);
-    a line with no prompt is not judged."""
+    a line with no prompt is not judged. A line written greedily (``"temperature": 0``) as
+    text only gets the greedy check too (``judge_gap``), as a run's greedy turns do."""
     rows: list[dict[str, Any]] = []
     for out in labelled:
         src = inputs.get(str(out.get("id")))
         if src is None:
             continue
         row = {"variant": "classify", "id": out.get("id"), "flagged": bool(out.get("corrupted"))}
+        output = {"content": src.get("text"), "tool_calls": src.get("tool_calls"),
+                  "reasoning": src.get("reasoning")}  # fmt: skip
+        greedy = greedy_checkable(src, output)
         try:
             if isinstance(src.get("messages"), list):
                 reply = reply_message({"content": src.get("text"),
@@ -419,7 +423,10 @@ async def judge_saved(
                 continue
             if start < 1 or start >= len(ids):
                 raise ScoringFailed("the output is empty once rendered")
-            got = await scorer.score(ids[:start], ids[start:], str(src["text"]))
+            got = await scorer.score(
+                ids[:start], ids[start:], str(src["text"]), top_k=1 if greedy else 0
+            )
+            gap = await unexplained_gap(scorer, got) if greedy and got.top is not None else None
         except ScoringMismatch as exc:
             row["error"] = f"mismatch: {exc}"
         except ScoringFailed as exc:
@@ -429,6 +436,8 @@ async def judge_saved(
         else:
             mean, worst = window_nll(got.logprobs)
             row.update(judge_nll=mean, judge_nll_worst=worst)
+            if gap is not None and gap[0] is not None:
+                row["judge_gap"] = round(gap[0], 4)
         rows.append(row)
     scored, _ = decide(rows)
     by_id = {str(r["id"]): r for r in scored}
@@ -441,6 +450,7 @@ async def judge_saved(
             out = {**out, "judge_nll": round(r["judge_nll"], 6),
                    "judge_nll_worst": round(r["judge_nll_worst"], 6),
                    "judge_confirmed": r["judge_confirmed"]}  # fmt: skip
+            out.update({k: r[k] for k in ("judge_gap", "judge_by") if r.get(k) is not None})
         elif key in errors:
             out = {**out, "judge_error": errors[key]}
         result.append(out)

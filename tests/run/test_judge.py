@@ -132,8 +132,8 @@ def test_greedy_gap_and_the_greedy_check() -> None:
     assert rule.greedy_check([0.0] * 40 + [5.0]) is True  # one above: no evidence of a share
 
 
-def _chat(url: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    body = {"model": "m", "messages": messages, "stream": False, "seed": 5}
+def _chat(url: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    body = {"model": "m", "messages": messages, "stream": False, "seed": 5, **extra}
     resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=10)
     resp.raise_for_status()
     message: dict[str, Any] = resp.json()["choices"][0]["message"]
@@ -303,3 +303,36 @@ async def test_judge_lanes_on_a_server_that_cannot_score_send_one_request(
     [mark] = _rows(out / JUDGE_FILE)
     assert mark[CANNOT_SCORE] == why
     assert mark["session"] is None
+
+
+def test_classify_judge_greedy_check_on_saved_greedy_outputs(
+    make_sim: Callable[..., str], tmp_path: Path
+) -> None:
+    """Lines written at temperature 0 as text get the run's greedy check (``judge_gap``): a
+    word the model did not pick, in a healthy greedy answer, is far below its first choice;
+    the healthy answers' every token is that choice. (The simulator's scoring model is off
+    for the rest of an answer once a word differs, so its window rule confirms such a line
+    too; a line that only the greedy check confirms is ``decide``'s, tested above.)"""
+    url = make_sim(index_k="fp8")
+    lines = []
+    for i in range(rule.GAP_REFERENCE_MIN + 4):
+        messages = [{"role": "user", "content": f"Question {i}: summarise the report in a line."}]
+        answer = _chat(url, messages, temperature=0)
+        lines.append({"id": f"ok{i}", "text": answer.get("content") or "", "source": "server",
+                      "messages": messages, "temperature": 0})  # fmt: skip
+    words = lines[0]["text"].split()
+    assert len(words) > 12
+    swapped = " ".join(words[:10] + ["and"] + words[11:])  # one word the model did not pick
+    lines.append(dict(lines[0], id="swapped", text=swapped))
+    lines.append(dict(lines[1], id="sampled", text=swapped, temperature=0.7))  # no check
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert main(["classify", str(src), "-o", str(out), "--judge", url]) == 0
+    got = {r["id"]: r for r in _rows(out)}
+    healthy = [got[f"ok{i}"] for i in range(rule.GAP_REFERENCE_MIN + 4)]
+    assert [r["judge_gap"] for r in healthy] == [0.0] * len(healthy)
+    assert not [r for r in healthy if r["judge_confirmed"]]
+    assert got["swapped"]["judge_gap"] > rule.GAP_FLOOR
+    assert got["swapped"]["judge_confirmed"] is True
+    assert "judge_gap" not in got["sampled"]  # sampled at 0.7: no greedy check
+    assert got["sampled"]["judge_confirmed"] is True  # (the window rule's)
