@@ -13,13 +13,16 @@ from what there is.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
+from harness.record import safejson
 from harness.record.rundir import (
     METRICS_FILE,
     ORACLE_ALARMS_FILE,
@@ -34,7 +37,6 @@ from harness.record.rundir import (
     TURNS_FILE,
     RunDir,
 )
-from harness.record.turns import read_turns
 
 MERGE_FILE = "merge.json"
 #: the exact oracles' rows (each shard checks its own sessions on its own servers)
@@ -84,23 +86,69 @@ def _read_shard(path: Path) -> _Shard:
     return _Shard(path, meta, int(shard["index"]), int(shard["count"]), clock)
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def _iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     if not path.is_file():
-        return rows
+        return
     with open(path, "rb") as fh:
         for raw in fh:
-            if raw.strip():
+            try:
+                row = safejson.loads(raw) if raw.strip() else None
+            except json.JSONDecodeError:
+                continue  # a torn last line (a shard that died mid-write)
+            if isinstance(row, dict):
+                yield row
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return list(_iter_jsonl(path))
+
+
+def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]], *, empty: bool = False) -> None:
+    """The rows, one a line (no file when there is none, unless ``empty``)."""
+    fh = open(path, "wb") if empty else None  # noqa: SIM115 - closed below
+    try:
+        for r in rows:
+            if fh is None:
+                fh = open(path, "wb")  # noqa: SIM115 - opened at the first row, closed below
+            fh.write(safejson.dumps(r) + b"\n")
+    finally:
+        if fh is not None:
+            fh.close()
+
+
+def _merge_turns(
+    paths: list[Path], out: Path, run_id: str, key: Callable[[dict[str, Any]], Any]
+) -> int:
+    """Every turn of the shards' turns.jsonl files in one, in ``key``'s order (ties: in the
+    shards' order, then their lines'), with the merged run's id; the turns written. Only each
+    row's key and place are held (two passes over the files), so a merge of hundreds of
+    thousands of turns is not held in memory."""
+    places: list[tuple[Any, int, int]] = []
+    for n, path in enumerate(paths):
+        if not path.is_file():
+            continue
+        with open(path, "rb") as fh:
+            at = 0
+            for raw in fh:
+                start, at = at, at + len(raw)
                 try:
-                    rows.append(json.loads(raw))
+                    row = safejson.loads(raw) if raw.strip() else None
                 except json.JSONDecodeError:
                     continue  # a torn last line (a shard that died mid-write)
-    return rows
-
-
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+                if isinstance(row, dict):
+                    places.append((key(row), n, start))
+    places.sort()
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(p, "rb")) if p.is_file() else None for p in paths]
+        dst = stack.enter_context(open(out, "wb"))
+        for _key, n, start in places:
+            src = files[n]
+            assert src is not None
+            src.seek(start)
+            row = safejson.loads(src.readline())
+            row["run_id"] = run_id
+            dst.write(safejson.dumps(row) + b"\n")
+    return len(places)
 
 
 def _why_failed(shard: _Shard) -> str | None:
@@ -153,23 +201,17 @@ def merge_shards(dirs: list[Path], out: Path, expect: int | None = None) -> Merg
         where = order.get((r.get("variant"), r.get("repeat", 0)), len(order))
         return (where, r.get("session", 0), r.get("turn", 0), r.get("attempt", 0))
 
-    turns = [dict(r, run_id=run_id) for s in shards for r in read_turns(s.path / TURNS_FILE)]
-    turns.sort(key=turn_key)
-    _write_jsonl(out / TURNS_FILE, turns)
-    result.turns = len(turns)
+    result.turns = _merge_turns([s.path / TURNS_FILE for s in shards], out / TURNS_FILE,
+                                run_id, turn_key)  # fmt: skip
     sessions = [r for s in shards for r in _jsonl(s.path / SESSIONS_FILE)]
     sessions.sort(key=turn_key)
-    _write_jsonl(out / SESSIONS_FILE, sessions)
+    _write_jsonl(out / SESSIONS_FILE, sessions, empty=True)
     for name in (TRANSCRIPTS_FILE, METRICS_FILE, SELF_REPORT_FILE):
-        rows = [dict(r, shard=s.index) for s in shards for r in _jsonl(s.path / name)]
-        if rows:
-            _write_jsonl(out / name, rows)
+        _write_jsonl(out / name, (dict(r, shard=s.index) for s in shards
+                                  for r in _iter_jsonl(s.path / name)))  # fmt: skip
     for name in ORACLE_FILES:  # keyed by the plan's session ids: no two shards share one
-        rows = [
-            dict(r, run_id=run_id, shard=s.index) for s in shards for r in _jsonl(s.path / name)
-        ]
-        if rows:
-            _write_jsonl(out / name, rows)
+        _write_jsonl(out / name, (dict(r, run_id=run_id, shard=s.index) for s in shards
+                                  for r in _iter_jsonl(s.path / name)))  # fmt: skip
     _merge_outcomes(shards, out)
     for s in shards:
         logs = s.path / SERVERS_DIR
