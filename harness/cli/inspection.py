@@ -170,7 +170,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
         meta = RunDir(args.shard_dirs[0]).read_meta()
         labels = [str(v["label"]) for v in meta.get("variants") or []]
         servers = judge_servers(args.judge, labels)
-        asyncio.run(check_judges(servers, meta))
+        for warning in asyncio.run(check_judges(servers, meta)):
+            print(f"harness merge: warning: {warning}", file=sys.stderr)
     result = merge_shards(list(args.shard_dirs), args.out, args.shards)
     judge_failed = None
     if servers:

@@ -488,14 +488,18 @@ def _variant_model(meta: Mapping[str, Any], label: str) -> str:
     return str((dialects.get(label) or {}).get("model") or meta.get("model") or "")
 
 
-async def check_judges(servers: Mapping[str, str], meta: Mapping[str, Any]) -> None:
-    """Before anything is written: each judge server is up, speaks the OpenAI API, and serves
-    the model that wrote its variant's turns (the judge scores with that model)."""
+async def check_judges(servers: Mapping[str, str], meta: Mapping[str, Any]) -> list[str]:
+    """Before anything is written: each judge server is up and speaks the OpenAI API (else a
+    usage or infrastructure error); the warnings to say: a server that does not list the model
+    that wrote its variant's turns (the judge asks for that model: a server that serves
+    models by name refuses it, and the judge says it cannot score; one that ignores the name,
+    as llama.cpp does, scores with its own)."""
     args = meta.get("args") or {}
     if args.get("api", "chat") != "chat":
         raise UsageError(f"--judge: the judge scores chat turns only; this run used --api "
                          f"{args.get('api')}")  # fmt: skip
     key = api_key_from_env(str(args.get("api_key_env") or "OPENAI_API_KEY"))
+    warnings = []
     for url in sorted(set(servers.values())):
         try:
             await EndpointTarget(url, api_key=key).start()
@@ -507,11 +511,11 @@ async def check_judges(servers: Mapping[str, str], meta: Mapping[str, Any]) -> N
         for label in (lb for lb, u in servers.items() if u == url):
             model = _variant_model(meta, label)
             if served and model and model not in served:
-                raise UsageError(
-                    f"--judge {url} serves {', '.join(sorted(served))}, but variant {label}'s "
-                    f"turns were written by {model}: the judge scores with the model that wrote "
-                    "them; give a server of that model"
+                warnings.append(
+                    f"--judge {url} lists {', '.join(sorted(served))}, not {model}, the model "
+                    f"that wrote variant {label}'s turns: the judge must score with that model"
                 )
+    return warnings
 
 
 async def judge_run_folder(

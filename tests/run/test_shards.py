@@ -4,6 +4,7 @@ process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from harness.record.rundir import (
     TURNS_FILE,
 )
 from harness.record.turns import read_rows, read_turns
+from harness.run.judge import check_judges
 from harness.run.shard import (
     Shard,
     parse_shard,
@@ -296,3 +298,9 @@ def test_merge_judges_the_merged_run_on_the_server_given(
     assert "--judge http://127.0.0.1:9" in closed.stderr
     assert not (tmp_path / "u").exists()
     assert not (tmp_path / "c").exists()
+    # a server that does not list the run's model: said, not refused (llama.cpp ignores it)
+    meta = json.loads((tmp_path / "s1" / "run.json").read_text())
+    assert asyncio.run(check_judges({"default": url}, meta)) == []
+    other = {**meta, "model": "other/model", "dialects": {}}
+    [warned] = asyncio.run(check_judges({"default": url}, other))
+    assert "not other/model" in warned
