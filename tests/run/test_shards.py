@@ -38,7 +38,6 @@ from harness.run.shard import (
     wait_until,
 )
 from harness.workload.scenario import load_scenario
-from tests.run.test_replay import LOAD_SCALE
 from tests.standins.simtarget import SIM_FAULTS_TARGET, headline, stable_turns
 
 CLI = [sys.executable, "-m", "harness.cli"]
@@ -245,7 +244,7 @@ def test_merge_judges_the_merged_run_on_the_server_given(
     merge --judge URL`` scores the merged run's flagged turns teacher-forced, as one process
     does after its load, and the headline then counts what the judge confirmed. A variant the
     run does not have, or a server that is not there, is refused before anything is written."""
-    url = make_sim(fault_scale=LOAD_SCALE)  # (about one answer in five corrupted at 40 in flight)
+    url = make_sim(fault_rate=0.15)  # (about 20 suspects of the text detector in 240 turns)
     common = ["--endpoint", url, "--sessions", "40", "--concurrency", "40", "--turns", "6",
               "--max-context", "16000", "--seed", "3", "--no-progress",
               "--workers", "1"]  # fmt: skip
