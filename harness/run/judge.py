@@ -541,13 +541,16 @@ async def judge_run_folder(
     }
     n = 0
     try:
-        for part in ((str(o["variant"]), int(o.get("repeat", 0))) for o in meta.get("order") or []):
+        parts = [(str(o["variant"]), int(o.get("repeat", 0))) for o in meta.get("order") or []]
+        repeats = len({r for _, r in parts}) > 1
+        for part in parts:
             label = part[0]
+            name = label + (f" (repeat {part[1] + 1})" if repeats else "")
             if label not in servers:
-                announce(f"{label}: not judged (no --judge server for it)")
+                announce(f"{name}: not judged (no --judge server for it)")
                 continue
             if part not in flagged:
-                announce(f"{label}: no flagged turn to judge")
+                announce(f"{name}: no flagged turn to judge")
                 continue
             server = JudgeServer(
                 servers[label], scoring_api, _variant_model(meta, label), key,
