@@ -275,9 +275,9 @@ def test_merge_judges_the_merged_run_on_the_server_given(
     assert judged.returncode == 0, judged.stderr[-3000:]
     assert "turns scored teacher-forced by the judge" in judged.stderr
     turns = read_turns(tmp_path / "judged" / TURNS_FILE)
-    flagged = [t for t in turns if t["corrupted"] and not t.get("structural")]
-    assert flagged
-    assert all("judge_nll" in t for t in flagged if t.get("content"))
+    suspects = [t for t in turns if t["tier"] == "suspect"]
+    assert len(suspects) == v["suspect_turns"]
+    assert all("judge_nll" in t for t in suspects)  # every suspect scored
     rows = read_rows(tmp_path / "judged" / JUDGE_FILE)
     assert {r["run_id"] for r in rows} == {turns[0]["run_id"]}
     [w] = json.loads((tmp_path / "judged" / "summary.json").read_text())["variants"]
