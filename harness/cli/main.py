@@ -149,8 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="score the merged run's flagged turns teacher-forced on this idle server of the "
         "run's model, as a run in one process does after each variant's load (no shard "
         "judges: the healthy reference is the whole variant's); a URL alone serves every "
-        "variant, VARIANT=URL one of them (repeat it); without it the rates rest on the text "
-        "detector alone",
+        "variant, VARIANT=URL one of them (repeat it; e.g. index_k=bf16=http://gpu2:30000); "
+        "without it the rates rest on the text detector alone",
     )
     mrg.add_argument(
         "--judge-concurrency",

@@ -48,7 +48,7 @@ from harness.record.rundir import JUDGE_FILE, TRANSCRIPTS_FILE, RunDir
 from harness.record.transcripts import Transcript, load_transcripts
 from harness.record.turns import JsonlAppender
 from harness.run.options import RunOptions
-from harness.target.readiness import WAIT_LONGER, EndpointTarget
+from harness.target.readiness import WAIT_LONGER, EndpointTarget, normalize_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -464,23 +464,34 @@ def judge_servers(given: Sequence[str], labels: Sequence[str]) -> dict[str, str]
     out: dict[str, str] = {}
     default: str | None = None
     for item in given:
-        name, eq, url = item.partition("=")
-        if not eq or "://" in name:  # (a URL alone; a URL's query may hold an '=')
+        # a variant's label holds '=' itself (index_k=fp8): the last one before the URL's
+        # scheme ends it; with no '=' there, it is a URL alone (whose query may hold one)
+        head = item[: item.find("://")] if "://" in item else item
+        if "=" not in head:
             if default is not None:
                 raise UsageError(f"--judge {item}: a URL for every variant is given twice "
                                  f"({default}); name the variant: --judge VARIANT=URL")  # fmt: skip
-            default = item
+            default = _judge_url(item)
             continue
+        name = head[: head.rfind("=")]
         if name not in labels:
             raise UsageError(f"--judge {item}: the run has no variant {name!r} "
                              f"(its variants: {', '.join(labels)})")  # fmt: skip
         if name in out:
             raise UsageError(f"--judge: variant {name!r} is given two servers")
-        out[name] = url
+        out[name] = _judge_url(item[len(name) + 1 :])
     for label in labels:
         if default is not None:
             out.setdefault(label, default)
-    return {label: url.rstrip("/") for label, url in out.items()}
+    return out
+
+
+def _judge_url(url: str) -> str:
+    """A server's base URL as ``--endpoint`` takes it (``HOST:PORT``, ``.../v1``...)."""
+    try:
+        return normalize_endpoint(url)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--endpoint", "--judge", 1)) from None
 
 
 def _variant_model(meta: Mapping[str, Any], label: str) -> str:

@@ -29,7 +29,7 @@ from harness.record.rundir import (
     TURNS_FILE,
 )
 from harness.record.turns import read_rows, read_turns
-from harness.run.judge import check_judges
+from harness.run.judge import check_judges, judge_servers
 from harness.run.shard import (
     Shard,
     parse_shard,
@@ -303,3 +303,24 @@ def test_merge_judges_the_merged_run_on_the_server_given(
     other = {**meta, "model": "other/model", "dialects": {}}
     [warned] = asyncio.run(check_judges({"default": url}, other))
     assert "not other/model" in warned
+
+
+def test_merge_judge_servers_by_variant() -> None:
+    """``--judge [VARIANT=]URL``: a URL alone for every variant not named, a variant's label
+    holding '=' itself, the forms ``--endpoint`` takes; what cannot be meant is refused."""
+    labels = ["index_k=fp8", "index_k=bf16"]
+    assert judge_servers(["http://h:30000/v1"], labels) == {
+        "index_k=fp8": "http://h:30000", "index_k=bf16": "http://h:30000"
+    }  # fmt: skip
+    assert judge_servers(["index_k=bf16=h2:30001", "http://h:30000/?a=b"], labels) == {
+        "index_k=fp8": "http://h:30000", "index_k=bf16": "http://h2:30001"
+    }  # fmt: skip
+    assert judge_servers(["index_k=fp8=http://a:1"], labels) == {"index_k=fp8": "http://a:1"}
+    for given, message in (
+        (["index_k=fp9=http://a:1"], "no variant 'index_k=fp9'"),
+        (["http://a:1", "http://b:2"], "given twice"),
+        (["index_k=fp8=http://a:1", "index_k=fp8=http://b:2"], "two servers"),
+        (["index_k=fp8=ftp://a:1"], "--judge"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            judge_servers(given, labels)
