@@ -332,3 +332,29 @@ def test_a_lone_surrogate_reaches_every_writer_as_its_escape(tmp_path: Path) -> 
 
     tidy = pd.read_parquet(run / "turns.parquet")
     assert tidy["tool_calls"].str.contains("\\\\ud800src", regex=False).any()
+
+
+def test_shards_with_a_lone_surrogate_merge(tmp_path: Path) -> None:
+    """A lone surrogate in a shard's turns (written as its escape) is carried into the merged
+    turns.jsonl as its escape: the merge once wrote the rows as UTF-8 text and stopped on it."""
+    from tests.report.test_report import make_run, turn
+
+    lone = "\ud800"
+    for i in (1, 2):
+        run = make_run(tmp_path / f"s{i}", [
+            turn("k=a", i, "token_salad", f"fine so far {lone} then salad"), turn("k=a", 10 + i),
+        ])  # fmt: skip
+        meta = {"run_id": f"s{i}", "plan_id": "p", "shard": {"index": i, "count": 2},
+                "finished": {"exit_code": 0}, "order": [{"variant": "k=a", "repeat": 0}],
+                "variants": [{"label": "k=a", "factors": {"k": "a"}}]}  # fmt: skip
+        (run / "run.json").write_text(json.dumps(meta), "utf-8")
+    out = tmp_path / "merged"
+    done = harness("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "-o", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    rows = read_turns(out / "turns.jsonl")
+    assert [(r["session"], r["run_id"]) for r in rows] == [
+        (1, "s1-merged"), (2, "s1-merged"), (11, "s1-merged"), (12, "s1-merged")
+    ]  # fmt: skip
+    assert rows[0]["content"] == f"fine so far {lone} then salad"
+    (out / "turns.jsonl").read_bytes().decode("ascii")  # the escape, not a lone surrogate
