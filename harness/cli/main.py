@@ -23,7 +23,7 @@ from harness.argtypes import positive_int as _positive_int
 from harness.cli.bisect import add_bisect_parser, cmd_bisect, split_run_args
 from harness.cli.gates import EXIT_USAGE, add_gate_args, print_failure_line
 from harness.cli.limit_flags import add_limit_args
-from harness.cli.run_options import add_run_command_args
+from harness.cli.run_options import add_run_command_args, add_scoring_api
 from harness.client import DEFAULT_REQUEST_TIMEOUT
 from harness.errors import EXIT_SIGINT, EnvironmentFailure, HarnessError
 
@@ -158,12 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the judge's scores in flight at once (default: the run's --judge-concurrency)",
     )
-    mrg.add_argument(
-        "--scoring-api",
-        choices=("auto", "sglang", "vllm", "llamacpp"),
-        default="auto",
-        help="how the --judge server scores a given text (auto: from /server_info or /props)",
-    )
+    add_scoring_api(mrg, "the --judge server")
     add_gate_args(mrg)
 
     _add_replay_parser(sub)
@@ -187,12 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         'prompt ("messages" + "tools", else "context"): judge_nll, judge_confirmed; a line '
         'written at "temperature": 0 gets the greedy check too (judge_gap; docs/judge.md)',
     )
-    cls.add_argument(
-        "--scoring-api",
-        choices=("auto", "sglang", "vllm", "llamacpp"),
-        default="auto",
-        help="how the --judge server scores a given text (auto: from /server_info or /props)",
-    )
+    add_scoring_api(cls, "the --judge server")
     return parser
 
 

@@ -331,12 +331,7 @@ def _add_followup_args(p: argparse.ArgumentParser) -> None:
         metavar="PER_S",
         help="canary requests a second during the load (at most 4 at once)",
     )
-    g.add_argument(
-        "--scoring-api",
-        choices=("auto", "sglang", "vllm", "llamacpp"),
-        default="auto",
-        help="how the server scores a given text (auto: from /server_info or /props)",
-    )
+    add_scoring_api(g, "the server")
     g.add_argument(
         "--judge",
         choices=("auto", "off"),
@@ -420,4 +415,14 @@ def add_trace_args(run: argparse.ArgumentParser) -> None:
         default="chat",
         help="chat: the server parses tool calls; completions (/v1/completions) or generate "
         "(SGLang /generate): the harness renders the prompt and parses the raw output",
+    )
+
+
+def add_scoring_api(parser: Any, server: str) -> None:
+    """``--scoring-api``: how ``server`` scores a given text (run, merge and classify)."""
+    parser.add_argument(
+        "--scoring-api",
+        choices=("auto", "sglang", "vllm", "llamacpp"),
+        default="auto",
+        help=f"how {server} scores a given text (auto: from /server_info or /props)",
     )
